@@ -1,0 +1,328 @@
+"""Round-synchronous collection of one step's B groups (paper Alg. 1, App. D) for SARA and the two baselines.
+
+All three allocators share one ledger (who was drawn, what each rollout returned, each prompt's fate) and one
+result type, so their costs are compared like for like. Each round makes exactly ONE ``rollout_fn`` call.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sara_trl.allocation.config import AllocationConfig
+from sara_trl.allocation.predictor import p_eff_unchecked
+from sara_trl.allocation.rules import decide
+from sara_trl.allocation.stream import PromptStream
+from sara_trl.allocation.types import (
+    ABANDON,
+    COMMIT,
+    FATE_ABANDONED,
+    FATE_ACTIVE,
+    FATE_SURPLUS,
+    FATE_TRAINED,
+    Group,
+    PromptRecord,
+    RolloutCallable,
+    RoundOutcome,
+    StepResult,
+    StepStats,
+)
+
+__all__ = ["Allocator"]
+
+_ACTIVE, _KEPT, _ABANDONED = 0, 1, 2
+
+
+class _Ledger:
+    """Per-step bookkeeping: one slot per drawn prompt, one entry per generated rollout."""
+
+    def __init__(self, rollout_fn: RolloutCallable):
+        self.rollout_fn = rollout_fn
+        self.size = 0
+        cap = 256
+        self.pid = np.zeros(cap, np.int64)
+        self.n = np.zeros(cap, np.int64)  # rollouts generated
+        self.nsc = np.zeros(cap, np.int64)  # scorable rollouts
+        self.s = np.zeros(cap, np.int64)  # successes
+        self.status = np.zeros(cap, np.int8)
+        self.p = np.ones(cap, np.float64)  # p_eff after the latest decision
+        self.round_decided = np.zeros(cap, np.int64)
+        self.kept_order: list[int] = []  # slots in the order they were committed / kept
+        self.r_slot: list[np.ndarray] = []
+        self.r_success: list[np.ndarray] = []
+        self.r_tokens: list[np.ndarray] = []
+        self.rounds = 0
+        self.round_sizes: list[int] = []
+        self.generated = 0
+
+    def add(self, pids: np.ndarray) -> np.ndarray:
+        need = self.size + len(pids)
+        if need > len(self.pid):
+            new = max(need, 2 * len(self.pid))
+            for name in ("pid", "n", "nsc", "s", "status", "p", "round_decided"):
+                arr = getattr(self, name)
+                grown = np.zeros(new, arr.dtype) if name != "p" else np.ones(new, arr.dtype)
+                grown[: len(arr)] = arr
+                setattr(self, name, grown)
+        slots = np.arange(self.size, need, dtype=np.int64)
+        self.pid[slots] = pids
+        self.size = need
+        return slots
+
+    def generate(self, slots: np.ndarray, counts: np.ndarray) -> None:
+        """ONE batched ``rollout_fn`` call for ``counts[i]`` new rollouts of each slot, then count updates."""
+        total = int(counts.sum())
+        out = RoundOutcome.coerce(self.rollout_fn(self.pid[slots].copy(), counts.copy()), total)
+        rs = np.repeat(slots, counts)
+        scored = ~np.isnan(out.success)
+        self.n[slots] += counts
+        self.nsc[: self.size] += np.bincount(rs, weights=scored, minlength=self.size).astype(np.int64)
+        self.s[: self.size] += np.bincount(rs, weights=scored & (out.success == 1.0), minlength=self.size).astype(
+            np.int64
+        )
+        self.r_slot.append(rs)
+        self.r_success.append(out.success)
+        self.r_tokens.append(out.tokens)
+        self.rounds += 1
+        self.round_sizes.append(total)
+        self.generated += total
+
+    def active(self) -> np.ndarray:
+        return np.flatnonzero(self.status[: self.size] == _ACTIVE)
+
+    def finish(self, B: int, stop_reason: str, expected_lost: float) -> StepResult:
+        """Assign fates (first B kept groups are trained, later ones surplus), build groups, fill, and account."""
+        size = self.size
+        fate = np.full(size, 3, np.int8)  # 0 trained, 1 surplus, 2 abandoned, 3 active
+        kept = np.asarray(self.kept_order, np.int64)
+        fate[kept[:B]] = 0
+        fate[kept[B:]] = 1
+        fate[self.status[:size] == _ABANDONED] = 2
+        if self.r_slot:
+            rs = np.concatenate(self.r_slot)
+            succ = np.concatenate(self.r_success)
+            tok = np.concatenate(self.r_tokens).astype(np.int64)
+        else:
+            rs, succ, tok = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+        r_fate = fate[rs]
+        n_by = np.bincount(r_fate, minlength=4)
+        t_by = np.bincount(r_fate, weights=tok, minlength=4).astype(np.int64)
+        tok_slot = np.bincount(rs, weights=tok, minlength=size).astype(np.int64)
+
+        order = np.argsort(rs, kind="stable")  # rollout ids grouped by slot, generation order within a slot
+        starts = np.searchsorted(rs[order], np.arange(size + 1))
+        groups = []
+        for slot in kept[:B]:
+            ids = order[starts[slot] : starts[slot + 1]].astype(np.int64)
+            groups.append(Group(prompt_id=int(self.pid[slot]), rollout_ids=ids, success=succ[ids]))
+        unfilled = B - len(groups)
+        if unfilled:
+            fill_pid = groups[0].prompt_id if groups else (int(self.pid[size - 1]) if size else -1)
+            groups.extend(
+                Group(prompt_id=fill_pid, rollout_ids=np.zeros(0, np.int64), success=np.zeros(0), is_fill=True)
+                for _ in range(unfilled)
+            )
+
+        names = (FATE_TRAINED, FATE_SURPLUS, FATE_ABANDONED, FATE_ACTIVE)
+        records = [
+            PromptRecord(prompt_id=int(self.pid[i]), n=int(self.n[i]), s=int(self.s[i]), fate=names[fate[i]],
+                         round=int(self.round_decided[i]), p_eff=float(self.p[i]), tokens=int(tok_slot[i]))
+            for i in range(size)
+        ]
+        stats = StepStats(
+            rollouts_generated=int(len(rs)), rollouts_trained=int(n_by[0]), rollouts_surplus=int(n_by[1]),
+            rollouts_abandoned=int(n_by[2]), rollouts_active_left=int(n_by[3]),
+            tokens_generated=int(tok.sum()), tokens_trained=int(t_by[0]), tokens_surplus=int(t_by[1]),
+            tokens_abandoned=int(t_by[2]), tokens_active_left=int(t_by[3]),
+            rounds=self.rounds, prompts_drawn=size, committed=int(len(kept)),
+            abandoned=int((fate == 2).sum()), surplus=int((fate == 1).sum()), active_left=int((fate == 3).sum()),
+            unfilled=unfilled, effective_in_batch=sum(g.effective for g in groups), batch_groups=B,
+            expected_lost=float(expected_lost), unscorable=int(np.isnan(succ).sum()), stop_reason=stop_reason,
+        )
+        stats.check()
+        return StepResult(groups=groups, stats=stats, records=records, round_sizes=list(self.round_sizes))
+
+
+class Allocator:
+    """Collects B groups per step with SARA, dynamic sampling or uniform allocation (``config.allocator``).
+
+    The allocator is deterministic: given the same config, stream state, cross-step state and outcomes, every
+    decision and every drawn prompt is identical, so several processes can run it in lock-step.
+
+    Cross-step state (saved by :meth:`state_dict`): a decayed estimate of the share of drawn prompts that end up
+    kept, used to size refills so that a step needs few rounds, and cumulative rollout/token totals.
+    """
+
+    def __init__(self, config: AllocationConfig | None = None):
+        self.config = config or AllocationConfig()
+        k = self.config.k
+        # Prior guess of the kept share: the prior-predictive probability of an effective group, p_eff(0, 0).
+        self._prior_yield = float(p_eff_unchecked(0, 0, k, self.config.prior_alpha, self.config.prior_beta))
+        self._kept_count = 0.0
+        self._decided_count = 0.0
+        self.total_rollouts = 0
+        self.total_tokens = 0
+        self.steps = 0
+
+    # ----------------------------------------------------------------------------------------------- state
+    def yield_estimate(self) -> float:
+        """Estimated share of freshly drawn prompts that will be kept (one pseudo-prompt of prior weight)."""
+        est = (self._kept_count + self._prior_yield) / (self._decided_count + 1.0)
+        return float(min(1.0, max(est, 1.0 / 64)))
+
+    def state_dict(self) -> dict:
+        return {"kept_count": self._kept_count, "decided_count": self._decided_count,
+                "total_rollouts": self.total_rollouts, "total_tokens": self.total_tokens, "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._kept_count = float(state["kept_count"])
+        self._decided_count = float(state["decided_count"])
+        self.total_rollouts = int(state["total_rollouts"])
+        self.total_tokens = int(state["total_tokens"])
+        self.steps = int(state["steps"])
+
+    def _observe(self, kept: int, decided: int) -> None:
+        self._kept_count += kept
+        self._decided_count += decided
+
+    # ----------------------------------------------------------------------------------------------- collect
+    def collect(self, rollout_fn: RolloutCallable, stream: PromptStream, B: int) -> StepResult:
+        """Assemble one step's batch of B groups.
+
+        Args:
+            rollout_fn: ``rollout_fn(prompt_ids (P,) int64, counts (P,) int64) -> RoundOutcome`` making ONE batched
+                generation call per round (see :class:`sara_trl.allocation.types.RolloutFn`).
+            stream: where fresh prompts come from.
+            B: number of groups the trainer expects (effective groups for SARA and DS).
+
+        Returns:
+            :class:`StepResult` with exactly B groups (fill groups flagged ``is_fill`` when the budget cap, the
+            stream or ``max_rounds`` ended the step short) and the step's accounting.
+
+        Raises:
+            ValueError: ``B < 1``, or ``rollout_fn`` returned malformed outcomes.
+        """
+        if not isinstance(B, (int, np.integer)) or B < 1:
+            raise ValueError(f"B must be a positive integer number of groups, got {B!r}")
+        B = int(B)
+        self._kept_count *= self.config.yield_decay
+        self._decided_count *= self.config.yield_decay
+        ledger = _Ledger(rollout_fn)
+        run = {"sara": self._sara, "dynamic_sampling": self._dynamic_sampling, "uniform": self._uniform}
+        stop_reason, expected_lost = run[self.config.allocator](ledger, stream, B)
+        result = ledger.finish(B, stop_reason, expected_lost)
+        self.total_rollouts += result.stats.rollouts_generated
+        self.total_tokens += result.stats.tokens_generated
+        self.steps += 1
+        return result
+
+    def _budget(self, B: int) -> int:
+        return int(math.floor(self.config.budget_cap * B * self.config.k))
+
+    def _uniform(self, ledger: _Ledger, stream: PromptStream, B: int):
+        """B prompts x k rollouts, every group kept (plain GRPO). Split into several calls only if a capacity binds."""
+        k = self.config.k
+        slots = ledger.add(stream.take(B))
+        per_call = max(1, (self.config.max_rollouts_per_round or B * k) // k)
+        for i in range(0, len(slots), per_call):
+            chunk = slots[i : i + per_call]
+            ledger.generate(chunk, np.full(len(chunk), k, np.int64))
+        ledger.status[slots] = _KEPT
+        ledger.round_decided[slots] = ledger.rounds
+        ledger.kept_order.extend(slots.tolist())
+        mixed = (ledger.s[slots] > 0) & (ledger.s[slots] < ledger.nsc[slots])
+        ledger.p[slots] = mixed.astype(np.float64)
+        self._observe(len(slots), len(slots))
+        return ("filled" if len(slots) == B else "stream"), 0.0
+
+    def _dynamic_sampling(self, ledger: _Ledger, stream: PromptStream, B: int):
+        """DAPO dynamic sampling: rounds of full k-groups from fresh prompts; keep the mixed ones until B are kept."""
+        cfg, k = self.config, self.config.k
+        budget = self._budget(B)
+        while True:
+            need = B - len(ledger.kept_order)
+            if need <= 0:
+                return "filled", 0.0
+            if ledger.rounds >= cfg.max_rounds:
+                return "max_rounds", 0.0
+            room = budget - ledger.generated
+            if cfg.max_rollouts_per_round is not None:
+                room = min(room, cfg.max_rollouts_per_round)
+            want = min(math.ceil(need / self.yield_estimate()), room // k)
+            if want <= 0:
+                return "budget", 0.0
+            pids = stream.take(want)
+            if len(pids) == 0:
+                return "stream", 0.0
+            slots = ledger.add(pids)
+            ledger.generate(slots, np.full(len(slots), k, np.int64))
+            mixed = (ledger.s[slots] > 0) & (ledger.s[slots] < ledger.nsc[slots])
+            ledger.status[slots] = np.where(mixed, _KEPT, _ABANDONED)
+            ledger.p[slots] = mixed.astype(np.float64)
+            ledger.round_decided[slots] = ledger.rounds
+            ledger.kept_order.extend(slots[mixed].tolist())
+            self._observe(int(mixed.sum()), len(slots))
+
+    def _sara(self, ledger: _Ledger, stream: PromptStream, B: int):
+        """SARA (paper Alg. 1): probe fresh prompts with n0 rollouts, then commit / abandon / continue each round.
+
+        Per round: mixed prompts below the commit floor are topped up to it in one go (they are certain to be
+        effective, Prop. 2), at most as many as still needed; unmixed prompts get ``round_increment`` more rollouts;
+        fresh prompts are drawn so that the expected number of commits (1 per mixed prompt, p_eff per unmixed one,
+        the running kept share per fresh one) covers the remaining need. When the budget cap or the per-round
+        capacity binds, requests are served in decreasing p_eff order, fresh prompts last.
+        """
+        cfg, k = self.config, self.config.k
+        floor_ = cfg.commit_floor
+        budget = self._budget(B)
+        expected_lost = 0.0
+        while True:
+            need = B - len(ledger.kept_order)
+            if need <= 0:
+                return "filled", expected_lost
+            if ledger.rounds >= cfg.max_rounds:
+                return "max_rounds", expected_lost
+            act = ledger.active()
+            n, nsc, s, p = ledger.n[act], ledger.nsc[act], ledger.s[act], ledger.p[act]
+            mixed = (s > 0) & (s < nsc)
+            # Priority: mixed first (most rollouts first), then unmixed by decreasing p_eff; ties by draw order.
+            prio = np.lexsort((act, -np.where(mixed, n, 0), -np.where(mixed, 2.0, p)))
+            act, n, p, mixed = act[prio], n[prio], p[prio], mixed[prio]
+            counts = np.where(mixed, floor_ - n, np.minimum(cfg.round_increment, k - n))
+            n_mixed = int(mixed.sum())
+            serve = np.zeros(len(act), bool)
+            serve[np.flatnonzero(mixed)[:need]] = True
+            if n_mixed < need:
+                serve[~mixed] = True
+            expected = min(n_mixed, need) + float(p[serve & ~mixed].sum())
+            fresh_wanted = math.ceil(max(0.0, need - expected) / self.yield_estimate())
+            # Budget and capacity: keep a prefix of the priority order, then fresh prompts with what is left.
+            room = budget - ledger.generated
+            if cfg.max_rollouts_per_round is not None:
+                room = min(room, cfg.max_rollouts_per_round)
+            c_slots, c_counts = act[serve], counts[serve]
+            fits = np.cumsum(c_counts) <= room
+            c_slots, c_counts = c_slots[fits], c_counts[fits]
+            room -= int(c_counts.sum())
+            fresh = min(fresh_wanted, room // cfg.n0)
+            pids = stream.take(fresh) if fresh > 0 else np.zeros(0, np.int64)
+            if len(c_slots) == 0 and len(pids) == 0:
+                # Nothing to generate: either the stream ran dry or the budget/capacity left no room.
+                return ("stream" if fresh > 0 else "budget"), expected_lost
+            new = ledger.add(pids)
+            slots = np.concatenate([c_slots, new])
+            ledger.generate(slots, np.concatenate([c_counts, np.full(len(new), cfg.n0, np.int64)]))
+
+            dec, p_new = decide(ledger.n[slots], ledger.nsc[slots], ledger.s[slots], k=k, tau_low=cfg.tau_low,
+                                commit_min=floor_, alpha0=cfg.prior_alpha, beta0=cfg.prior_beta)
+            ledger.p[slots] = p_new
+            committed = slots[dec == COMMIT]
+            abandoned = slots[dec == ABANDON]
+            ledger.status[committed] = _KEPT
+            ledger.status[abandoned] = _ABANDONED
+            ledger.round_decided[committed] = ledger.rounds
+            ledger.round_decided[abandoned] = ledger.rounds
+            ledger.kept_order.extend(committed.tolist())
+            expected_lost += float(p_new[dec == ABANDON].sum())
+            self._observe(len(committed), len(committed) + len(abandoned))

@@ -1,0 +1,105 @@
+"""A simulated rollout source: prompts with latent success rates and token lengths, no model needed.
+
+Used by the tests and benchmarks to drive the allocators exactly as the trainer does (one call per round).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sara_trl.allocation.types import RoundOutcome
+
+__all__ = ["SimulatedTask", "u_shaped_gammas", "phi", "psi"]
+
+
+def phi(gammas: np.ndarray, k: int) -> float:
+    """Phi = E[1 - gamma^k - (1 - gamma)^k]: the share of full k-groups that are effective (paper §2, App. C.4).
+
+    Args:
+        gammas: ``(P,)`` success rates in [0, 1]. k: group size.
+    """
+    g = np.asarray(gammas, dtype=np.float64)
+    return float(np.mean(1.0 - g**k - (1.0 - g) ** k))
+
+
+def psi(gammas: np.ndarray, n_a: int) -> float:
+    """Psi = E[1 - gamma^n_a - (1 - gamma)^n_a]: share of prompts that mix within the first ``n_a`` rollouts.
+
+    The review (``review_notes.md``) shows this, not Phi, is SARA's per-prompt effectiveness under the uniform
+    prior, since an unmixed prefix is abandoned at ``n_a = k - floor(tau_low (k + 1))``.
+    """
+    return phi(gammas, n_a)
+
+
+def u_shaped_gammas(num_prompts: int, seed: int = 0, p_zero: float = 0.42, p_one: float = 0.24,
+                    a: float = 1.0, b: float = 1.0) -> np.ndarray:
+    """Success rates from a U-shaped mixture: point masses at 0 (never solved) and 1 (always solved) plus
+    Beta(a, b) for the rest, which is how real per-prompt success rates look during RLVR.
+
+    With the defaults Phi at k = 8 is about 0.26 (paper §4.2: uniform sampling yields about 26% effective groups):
+    0.34 * (1 - 2 / 9) = 0.264.
+
+    Returns:
+        ``(num_prompts,)`` float64 in [0, 1].
+
+    Raises:
+        ValueError: the masses are negative or sum above 1.
+    """
+    if p_zero < 0 or p_one < 0 or p_zero + p_one > 1:
+        raise ValueError(f"point masses must be >= 0 and sum to <= 1, got p_zero={p_zero}, p_one={p_one}")
+    rng = np.random.default_rng(seed)
+    u = rng.random(num_prompts)
+    g = rng.beta(a, b, size=num_prompts)
+    g[u < p_zero] = 0.0
+    g[(u >= p_zero) & (u < p_zero + p_one)] = 1.0
+    return g
+
+
+@dataclass
+class SimulatedTask:
+    """Prompts with latent success rates; each call draws Bernoulli outcomes and token lengths.
+
+    Token lengths are Gamma-distributed with mean ``tokens_pass`` for a success and ``tokens_fail`` for a failure
+    (paper Fig. 7b: failed traces are the longest), shape ``tokens_shape``, at least 1 token.
+
+    Attributes:
+        gammas: ``(P,)`` success rates in [0, 1].
+        tokens_pass, tokens_fail: mean completion length in tokens.
+        p_unscorable: probability that a rollout is unscorable (success NaN).
+        seed: seed of the outcome RNG (the sequence of calls determines the outcomes).
+        calls: ``(prompt_ids, counts)`` of every call made, for tests.
+    """
+
+    gammas: np.ndarray
+    tokens_pass: float = 400.0
+    tokens_fail: float = 700.0
+    tokens_shape: float = 4.0
+    p_unscorable: float = 0.0
+    seed: int = 0
+    calls: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.gammas = np.asarray(self.gammas, dtype=np.float64)
+        if self.gammas.ndim != 1 or len(self.gammas) == 0:
+            raise ValueError("gammas must be a non-empty 1-D array of success rates")
+        if np.isnan(self.gammas).any() or (self.gammas < 0).any() or (self.gammas > 1).any():
+            raise ValueError("success rates must lie in [0, 1]")
+        self.rng = np.random.default_rng(self.seed)
+
+    def __len__(self) -> int:
+        return len(self.gammas)
+
+    def __call__(self, prompt_ids: np.ndarray, counts: np.ndarray) -> RoundOutcome:
+        """Rollout source with the ``rollout_fn`` contract: prompt-major outcomes for ``counts[i]`` rollouts each."""
+        prompt_ids = np.asarray(prompt_ids, np.int64)
+        counts = np.asarray(counts, np.int64)
+        self.calls.append((prompt_ids.copy(), counts.copy()))
+        g = np.repeat(self.gammas[prompt_ids], counts)
+        success = (self.rng.random(len(g)) < g).astype(np.float64)
+        mean = np.where(success == 1.0, self.tokens_pass, self.tokens_fail)
+        tokens = np.maximum(1, np.round(self.rng.gamma(self.tokens_shape, mean / self.tokens_shape))).astype(np.int64)
+        if self.p_unscorable > 0:
+            success[self.rng.random(len(g)) < self.p_unscorable] = np.nan
+        return RoundOutcome(success=success, tokens=tokens)
