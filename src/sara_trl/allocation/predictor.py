@@ -121,8 +121,8 @@ def abandon_point_uniform(k: int, tau_low: float) -> int:
 
     With Beta(1, 1), p_eff(n, 0) = (k - n) / (k + 1) < tau_low first holds at ``n_a = k - floor(tau_low * (k + 1))``
     when ``tau_low * (k + 1)`` is not an integer; when it is (a boundary case, p_eff == tau_low exactly), the
-    strict inequality of Eq. 3 moves the abandon point one rollout later. ``n_a`` is returned capped at k (a
-    complete unmixed group is always abandoned).
+    strict inequality of Eq. 3 moves the abandon point one rollout later. ``n_a`` is returned clipped to [1, k]:
+    decisions are only taken after a probe, and a complete unmixed group is always abandoned.
 
     Raises:
         ValueError: ``k < 2`` or ``tau_low`` outside [0, 1).
@@ -133,4 +133,4 @@ def abandon_point_uniform(k: int, tau_low: float) -> int:
         raise ValueError(f"tau_low must lie in [0, 1), got {tau_low}")
     x = tau_low * (k + 1)
     n_a = k - math.floor(x) + (1 if float(x).is_integer() else 0)
-    return min(k, n_a)
+    return max(1, min(k, n_a))

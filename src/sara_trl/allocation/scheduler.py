@@ -34,6 +34,11 @@ __all__ = ["Allocator"]
 _ACTIVE, _KEPT, _ABANDONED = 0, 1, 2
 
 
+def _ceil(x: float) -> int:
+    """Ceiling that ignores float noise (2.0000000004 -> 2), so refill sizes do not flicker."""
+    return math.ceil(x - 1e-9)
+
+
 class _Ledger:
     """Per-step bookkeeping: one slot per drawn prompt, one entry per generated rollout."""
 
@@ -249,7 +254,7 @@ class Allocator:
             room = budget - ledger.generated
             if cfg.max_rollouts_per_round is not None:
                 room = min(room, cfg.max_rollouts_per_round)
-            want = min(math.ceil(need / self.yield_estimate()), room // k)
+            want = min(_ceil(need / self.yield_estimate()), room // k)
             if want <= 0:
                 return "budget", 0.0
             pids = stream.take(want)
@@ -296,7 +301,7 @@ class Allocator:
             if n_mixed < need:
                 serve[~mixed] = True
             expected = min(n_mixed, need) + float(p[serve & ~mixed].sum())
-            fresh_wanted = math.ceil(max(0.0, need - expected) / self.yield_estimate())
+            fresh_wanted = _ceil(max(0.0, need - expected) / self.yield_estimate())
             # Budget and capacity: keep a prefix of the priority order, then fresh prompts with what is left.
             room = budget - ledger.generated
             if cfg.max_rollouts_per_round is not None:
