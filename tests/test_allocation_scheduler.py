@@ -79,7 +79,7 @@ def test_sara_round_by_round_on_scripted_outcomes():
     # Expected commits: 1 (mixed prompt 0) + p_eff(2, 0) = 6/9 (prompt 1) < 2 -> one fresh prompt is probed.
     assert src.calls[1] == ([0, 1, 2], [6, 1, 2])
     # Prompt 0 committed; expected 5/9 + 6/9 >= 1 remaining need -> no refill.
-    assert src.calls[2] == ([1, 2], [1, 1])
+    assert src.calls[2] == ([2, 1], [1, 1])  # served in decreasing p_eff: 6/9 before 5/9
     # Prompt 1 abandoned at n = 4; prompt 2 mixed at 3 and is topped up to 8.
     assert src.calls[3] == ([2], [5])
     assert res.stats.rounds == 4 == len(src.calls)
