@@ -1,0 +1,192 @@
+"""PNG plots mirroring the paper's figures (matplotlib, Agg backend). Each function takes already-aggregated numbers
+and a path; none runs a simulation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["fig3a", "fig3c", "fig6a", "fig6b", "fig6c", "fig6d", "overhead_plot", "replay_plot", "training_plot"]
+
+COLORS = {"uniform": "#7f7f7f", "DS": "#1f77b4", "SARA": "#d62728"}
+
+
+def _save(fig, path: Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fig3a(dec: dict, k: int, n0: int, tau_low: float, path: Path) -> None:
+    """Decided fraction vs rollouts observed (paper Fig. 3a). ``dec`` from :func:`benchmarks.sim.decidability`."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    n = dec["n"]
+    ax.stackplot(n, dec["decided_effective"], dec["decided_saturated"], colors=["#2ca02c", "#ff7f0e"], alpha=0.55,
+                 labels=["decided effective (mixed)", f"decided saturated (p_eff < {tau_low:g})"], step="post")
+    ax.plot(n, dec["agree"], "k.-", label="agreement with oracle label")
+    ax.axvline(n0, color="grey", ls=":", lw=1)
+    ax.text(n0, 0.02, f" n0={n0}", color="grey", fontsize=8)
+    ax.set_xlabel("rollouts observed n")
+    ax.set_ylabel("fraction of groups")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlim(1, k)
+    ax.set_title(f"(3a) Early decidability, k={k}")
+    ax.legend(fontsize=7, loc="center right")
+    _save(fig, path)
+
+
+def fig3c(curves: dict, uniform: tuple[float, float], B: int, path: Path) -> None:
+    """Effective groups vs rollouts spent within a step (paper Fig. 3c).
+
+    ``curves``: name -> (x grid, mean y, lo, hi). ``uniform``: (rollouts per uniform step, mean effective groups).
+    """
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    xmax = 0
+    for name, (x, y, lo, hi) in curves.items():
+        ax.plot(x, y, color=COLORS.get(name), label=name)
+        ax.fill_between(x, lo, hi, color=COLORS.get(name), alpha=0.2)
+        xmax = max(xmax, x[-1])
+    ux, uy = uniform
+    xs = np.linspace(0, xmax, 50)
+    ax.plot(xs, uy / ux * xs, color=COLORS["uniform"], ls="--", label="uniform (repeated steps)")
+    ax.plot([ux], [uy], "o", color=COLORS["uniform"])
+    ax.axhline(B, color="k", lw=0.7, ls=":")
+    ax.set_xlabel("rollouts spent in the step")
+    ax.set_ylabel("effective groups collected")
+    ax.set_ylim(0, B * 1.15)
+    ax.set_title("(3c) Effective groups vs rollouts")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def fig6a(rows: list[dict], default: float, path: Path) -> None:
+    """tau_low sweep: rollout savings vs DS and wrong abandonments (paper Fig. 6a).
+
+    ``rows``: dicts with ``tau``, ``saving`` (mean, lo, hi), ``wrong`` (mean, lo, hi) and ``peff`` (share, mean).
+    """
+    fig, ax = plt.subplots(figsize=(5.4, 3.6))
+    tau = np.array([r["tau"] for r in rows])
+    for key, label, color in (("saving", "rollout saving vs DS", "#d62728"),
+                              ("wrong", "abandoned that would have mixed (exact)", "#1f77b4")):
+        m = np.array([r[key][0] for r in rows])
+        lo = np.array([r[key][1] for r in rows])
+        hi = np.array([r[key][2] for r in rows])
+        ax.errorbar(tau, m, yerr=[m - lo, hi - m], marker="o", color=color, label=label, capsize=2)
+    ax.plot(tau, [r["peff"] for r in rows], "s--", color="grey", ms=3, label="summed p_eff / abandoned (Thm 1 bound)")
+    ax.axvline(default, color="k", ls=":", lw=1)
+    ax.set_xlabel("tau_low")
+    ax.set_ylabel("fraction")
+    ax.set_title("(6a) Abandon threshold sweep (U-shaped, k=8)")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def fig6b(rows: list[dict], path: Path) -> None:
+    """n0 sweep: savings and wrong abandonment vs probe size (paper Fig. 6b)."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    n0 = np.array([r["n0"] for r in rows])
+    for key, label, color in (("saving", "rollout saving vs DS", "#d62728"),
+                              ("token_saving", "token saving vs DS", "#9467bd"),
+                              ("wrong", "abandoned that would have mixed", "#1f77b4")):
+        m = np.array([r[key][0] for r in rows])
+        ax.errorbar(n0, m, yerr=[m - np.array([r[key][1] for r in rows]), np.array([r[key][2] for r in rows]) - m],
+                    marker="o", color=color, label=label, capsize=2)
+    ax.set_xticks(n0)
+    ax.set_xlabel("probe size n0")
+    ax.set_ylabel("fraction")
+    ax.set_title("(6b) Probe size sweep (U-shaped, k=8)")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def fig6c(bars: dict, B: int, budget: float, path: Path) -> None:
+    """Effective groups under the same per-step budget (DS's cost) (paper Thm 3, Fig. 6c).
+
+    ``bars``: name -> (mean, lo, hi).
+    """
+    names = list(bars)
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    m = np.array([bars[n][0] for n in names])
+    lo = np.array([bars[n][1] for n in names])
+    hi = np.array([bars[n][2] for n in names])
+    colors = [COLORS["SARA"] if n.startswith("SARA") else COLORS["DS"] if n.startswith("DS") else COLORS["uniform"]
+              for n in names]
+    ax.barh(range(len(names)), m, xerr=[m - lo, hi - m], color=colors, alpha=0.8, capsize=2)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(B, color="k", ls=":", lw=1)
+    ax.set_xlabel(f"effective groups per step at a budget of {budget:.0f} rollouts")
+    ax.set_title("(6c) Fixed-budget yield (U-shaped, k=8)")
+    _save(fig, path)
+
+
+def fig6d(series: dict, ks: list[int], path: Path) -> None:
+    """Savings vs DS as a function of k (paper Fig. 6d). ``series``: label -> list of (mean, lo, hi) per k."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    for label, vals in series.items():
+        m = np.array([v[0] for v in vals])
+        ax.errorbar(ks, m, yerr=[m - np.array([v[1] for v in vals]), np.array([v[2] for v in vals]) - m],
+                    marker="o", capsize=2, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks)
+    ax.set_xticklabels([str(k) for k in ks])
+    ax.set_xlabel("group size k")
+    ax.set_ylabel("rollout saving vs DS (1 - SARA/DS)")
+    ax.set_title("(6d) Savings vs group size")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def overhead_plot(rounds: list[tuple[int, float]], path: Path) -> None:
+    """Allocator logic time per round vs prompts decided in the round (log-log)."""
+    s = np.array([r[0] for r in rounds], float)
+    t = np.array([r[1] for r in rounds], float) * 1e3
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    ax.loglog(np.maximum(s, 1), t, ".", alpha=0.5)
+    ax.axhline(1.0, color="r", ls=":", lw=1)
+    ax.axvline(1024, color="grey", ls=":", lw=1)
+    ax.set_xlabel("prompts decided in the round")
+    ax.set_ylabel("allocation logic per round (ms)")
+    ax.set_title("Allocator overhead (excl. rollout source)")
+    _save(fig, path)
+
+
+def replay_plot(bars: dict, path: Path) -> None:
+    """Rollouts and tokens per step on the replay bank, relative to DS. ``bars``: name -> (roll ratio, tok ratio)."""
+    names = list(bars)
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    ax.bar(x - 0.2, [bars[n][0] for n in names], 0.4, label="rollouts / DS")
+    ax.bar(x + 0.2, [bars[n][1] for n in names], 0.4, label="tokens / DS")
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, fontsize=8)
+    ax.axhline(1.0, color="k", lw=0.7)
+    ax.set_title("Replay of real SmolLM2 outcomes")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def training_plot(runs: dict, path: Path) -> None:
+    """Reward over optimizer steps and cumulative rollouts, one line per allocator.
+
+    ``runs``: name -> dict with lists ``step``, ``reward``, ``cum_rollouts``.
+    """
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for name, r in runs.items():
+        axes[0].plot(r["step"], r["reward"], marker=".", label=name, color=COLORS.get(name))
+        axes[1].plot(r["cum_rollouts"], r["reward"], marker=".", label=name, color=COLORS.get(name))
+    axes[0].set_xlabel("optimizer step")
+    axes[1].set_xlabel("cumulative rollouts")
+    for ax in axes:
+        ax.set_ylabel("mean reward of trained rollouts")
+        ax.legend(fontsize=8)
+    fig.suptitle("Real CPU training runs (SmolLM2-135M)")
+    _save(fig, path)
