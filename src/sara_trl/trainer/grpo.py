@@ -1,0 +1,127 @@
+"""`SaraGRPOTrainer`: TRL's `GRPOTrainer` with SARA rollout allocation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl import GRPOTrainer
+from trl.chat_template_utils import parse_response
+from trl.data_utils import is_conversational
+
+from sara_trl.trainer.config import SaraConfig
+from sara_trl.trainer.mixin import SaraTrainerMixin
+from sara_trl.trainer.model_card import sara_paper
+
+__all__ = ["SaraGRPOTrainer"]
+
+
+class SaraGRPOTrainer(SaraTrainerMixin, GRPOTrainer):
+    """[`~trl.GRPOTrainer`] whose generation batches are collected by SARA (or the DS / uniform baselines).
+
+    A drop-in replacement: swap `GRPOTrainer`/`GRPOConfig` for `SaraGRPOTrainer`/[`SaraConfig`] and set `max_steps`.
+    Only rollout collection changes; TRL's padding, masks, old/ref log-probs, importance sampling, advantages, loss
+    and metrics run unchanged on the B = `generation_batch_size / num_generations` groups SARA commits. See
+    :mod:`sara_trl.trainer.mixin` for the mechanism, the padding of short groups (`commit_min < k`) and which
+    `loss_type` values stay exact.
+
+    Example:
+
+    ```python
+    >>> from datasets import load_dataset
+    >>> from trl.rewards import accuracy_reward
+    >>> from sara_trl import SaraConfig, SaraGRPOTrainer
+
+    >>> args = SaraConfig(output_dir="out", max_steps=300, num_generations=8, n0=2, tau_low=0.45)
+    >>> trainer = SaraGRPOTrainer(
+    ...     model="Qwen/Qwen2.5-0.5B-Instruct",
+    ...     reward_funcs=accuracy_reward,
+    ...     args=args,
+    ...     train_dataset=load_dataset("trl-lib/DeepMath-103K", split="train"),
+    ... )
+    >>> trainer.train()
+    ```
+
+    Args:
+        model, reward_funcs, train_dataset, eval_dataset, processing_class, reward_processing_classes, callbacks,
+        optimizers, quantization_config, peft_config: as in [`~trl.GRPOTrainer`]. `train_dataset` must be a
+            map-style `datasets.Dataset` with a `"prompt"` column (text or conversational).
+        args ([`SaraConfig`], *optional*): GRPO settings plus the allocation fields.
+        tools, rollout_func, environment_factory: not supported yet; passing one raises `ValueError`.
+
+    Raises:
+        ValueError: an unsupported feature (tools, environment_factory, rollout_func, vision-language model or image
+            columns), a dataset SARA cannot index, or a `success_reward_func` that names no reward function.
+        TypeError: `args` is not a [`SaraConfig`].
+
+    Logged metrics (besides TRL's): see :func:`sara_trl.trainer.metrics.log_step_metrics`. TRL's `reward` metrics
+    only see the committed groups; `sara/raw_success_rate` covers every generated rollout.
+    """
+
+    _tag_names = ["trl", "grpo", "sara"]
+    _name = "SARA-GRPO"
+    _paper = sara_paper(GRPOTrainer._paper)
+    _sara_returns_logprobs = True
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: SaraConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
+        args = self._sara_prepare(
+            model,
+            args,
+            SaraConfig,
+            train_dataset,
+            processing_class,
+            {"tools": tools, "rollout_func": rollout_func is not None, "environment_factory": environment_factory is not None},
+        )
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+        )
+        self._sara_setup()
+
+    def _sara_generate_round(self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict):
+        """ONE batched generation call through TRL's backend; each entry of ``prompt_ids`` gets one completion.
+
+        Returns:
+            ``(completion_ids, logprobs)``: lists with one entry per prompt entry; ``logprobs`` holds the vLLM
+            sampled-token log-probs (one float per completion token) or is None for transformers generation.
+        """
+        return self._generate_single_turn(prompt_ids, images, multimodal_fields, 1)
+
+    def _sara_decode(self, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list:
+        """Decode completions exactly as ``GRPOTrainer._generate`` does (what reward functions receive)."""
+        if is_conversational({"prompt": prompts[0]}):
+            if (
+                getattr(self._tokenizer, "response_template", None) is not None
+                or getattr(self._tokenizer, "response_schema", None) is not None
+            ):
+                return [
+                    [parse_response(self._tokenizer, ids, prefix=prompt_ids[i], tools=self.tools)]
+                    for i, ids in enumerate(completion_ids)
+                ]
+            contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+            return [[{"role": "assistant", "content": content}] for content in contents]
+        return self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)

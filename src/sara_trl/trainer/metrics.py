@@ -1,0 +1,127 @@
+"""SARA's per-step metrics (``sara/*``) and the corrections that keep TRL's own metrics honest under padding.
+
+TRL logs through ``trainer._metrics[mode][name]``, a list averaged (NaN-free) over each logging window. SARA appends
+one value per generation batch, so a logged ``sara/x`` is the mean per generation batch over the window; the
+``sara/cumulative_*`` values are running totals and are overwritten instead (like TRL's ``num_tokens``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sara_trl.allocation import StepStats
+
+__all__ = ["STEP_METRICS", "correct_padding_metrics", "log_step_metrics", "zero_padding_rows"]
+
+# Per-step counters logged as `sara/<name>`, read from StepStats (units: rollouts, tokens = completion tokens,
+# groups = prompts, rounds = batched generation calls).
+STEP_METRICS = (
+    "rollouts_generated",
+    "rollouts_trained",
+    "rollouts_abandoned",
+    "rollouts_surplus",
+    "rollouts_active_left",
+    "tokens_generated",
+    "tokens_trained",
+    "tokens_abandoned",
+    "tokens_surplus",
+    "tokens_active_left",
+    "committed",
+    "abandoned",
+    "surplus",
+    "active_left",
+    "unfilled",
+    "rounds",
+    "prompts_drawn",
+    "effective_fraction",
+    "expected_lost",
+    "unscorable",
+)
+
+
+def log_step_metrics(
+    metrics: dict[str, list],
+    stats: StepStats,
+    success_labels: np.ndarray,
+    cumulative_rollouts: int,
+    cumulative_tokens: int,
+) -> None:
+    """Append one step's ``sara/*`` values to TRL's metric buffer.
+
+    Logged: every name in :data:`STEP_METRICS` (accounting invariant, for rollouts and tokens alike:
+    ``generated = trained + abandoned + surplus + active_left``); ``sara/raw_success_rate``, the success rate over
+    *all* rollouts generated this step (TRL's ``reward`` only sees the committed, mostly mixed groups, so it is biased
+    towards 0.5 under SARA and dynamic sampling); ``sara/cumulative_rollouts`` and ``sara/cumulative_tokens``,
+    running totals since the start of training (restored on resume).
+
+    Args:
+        metrics: ``trainer._metrics["train"]``.
+        stats: the step's :class:`StepStats`.
+        success_labels: ``(rollouts_generated,)`` threshold labels, NaN = unscorable.
+        cumulative_rollouts, cumulative_tokens: running totals after this step.
+    """
+    values = stats.as_dict()
+    for name in STEP_METRICS:
+        metrics[f"sara/{name}"].append(float(values[name]))
+    scored = success_labels[~np.isnan(success_labels)]
+    metrics["sara/raw_success_rate"].append(float(scored.mean()) if scored.size else float("nan"))
+    metrics["sara/cumulative_rollouts"] = [float(cumulative_rollouts)]
+    metrics["sara/cumulative_tokens"] = [float(cumulative_tokens)]
+
+
+def _replace_last(metrics: dict[str, list], name: str, value: float) -> None:
+    if metrics.get(name):
+        metrics[name][-1] = float(value)
+
+
+def correct_padding_metrics(
+    metrics: dict[str, list],
+    lengths: np.ndarray,
+    truncated: np.ndarray,
+    is_padding: np.ndarray,
+    unfilled: int,
+    num_groups: int,
+) -> None:
+    """Recompute TRL's completion-length metrics over real rows only, and count fill groups as zero-std groups.
+
+    TRL computed ``completions/*`` over every row of the batch it was handed, padding rows (a single EOS token)
+    included, and counts a fill group (all rewards NaN, so its std is NaN) as a group with non-zero reward std.
+    This replaces the value TRL has just appended for the current batch.
+
+    Args:
+        metrics: ``trainer._metrics["train"]``.
+        lengths: ``(B*k,)`` completion lengths of the global batch, in rows order.
+        truncated: ``(B*k,)`` bool, the completion did not end with EOS/pad.
+        is_padding: ``(B*k,)`` bool, padding row (short-group padding or fill group).
+        unfilled: number of fill groups in the batch.
+        num_groups: B.
+    """
+    real = ~is_padding
+    if real.any():
+        real_lengths = lengths[real].astype(np.float64)
+        _replace_last(metrics, "completions/mean_length", real_lengths.mean())
+        _replace_last(metrics, "completions/min_length", real_lengths.min())
+        _replace_last(metrics, "completions/max_length", real_lengths.max())
+        _replace_last(metrics, "completions/clipped_ratio", truncated[real].mean())
+        term = real_lengths[~truncated[real]]
+        term = term if term.size else np.zeros(1)
+        _replace_last(metrics, "completions/mean_terminated_length", term.mean())
+        _replace_last(metrics, "completions/min_terminated_length", term.min())
+        _replace_last(metrics, "completions/max_terminated_length", term.max())
+    if unfilled and metrics.get("frac_reward_zero_std"):
+        # TRL's value is a mean over rows of isclose(group std, 0); fill-group rows (std NaN) counted as False.
+        metrics["frac_reward_zero_std"][-1] += unfilled / num_groups
+
+
+def zero_padding_rows(output: dict, is_padding_local: torch.Tensor) -> None:
+    """Mask padding rows out of the loss in TRL's output dict (in place).
+
+    ``completion_mask`` rows are zeroed (so the loss, entropy, KL and clip metrics ignore them), and RLOO's
+    sequence-level ``old_logps`` is zeroed to match (its ratio becomes exp(0) = 1, with a zero advantage).
+    ``num_items_in_batch`` is recomputed by the caller (it is a collective).
+    """
+    keep = (~is_padding_local).to(output["completion_mask"].dtype).unsqueeze(1)
+    output["completion_mask"] = output["completion_mask"] * keep
+    if "old_logps" in output:
+        output["old_logps"] = output["old_logps"].masked_fill(is_padding_local, 0.0)

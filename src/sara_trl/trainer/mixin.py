@@ -1,0 +1,396 @@
+"""`SaraTrainerMixin`: SARA rollout collection inside TRL's GRPO/RLOO trainers, by *collect, then replay*.
+
+How one generation batch is built (integration note §11):
+
+1. **Collect.** :meth:`Allocator.collect` runs rounds over SARA's own prompt stream. Each round is ONE call of the
+   step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`): TRL's own ``_tokenize_prompts`` and
+   ``_generate_single_turn`` with every prompt's ids repeated ``count`` times (``num_generations=1``), then ONE pass of
+   the reward functions (TRL's ``_calculate_rewards``). Success labels come from the rewards (threshold on the
+   weighted sum, or one named function). The result is exactly B groups: committed ones first, then fill groups.
+2. **Lay out.** Each group becomes k contiguous rows (TRL defines groups by contiguity, ``view(-1, k)``): its
+   rollouts, then padding rows up to k (short groups when ``commit_min < k``; all k rows for a fill group). Padding
+   rows carry the group's prompt, a one-token (EOS) completion and an all-NaN reward row.
+3. **Replay.** The *unchanged* ``super()._generate_and_score_completions(rows)`` runs on those B*k rows with two
+   hooks answering from the cache: ``_generate_single_turn`` returns the cached completion ids (and vLLM sampling
+   log-probs, so importance sampling sees the real sampling distribution), ``_calculate_rewards`` returns the cached
+   reward rows. Reward functions are therefore called exactly once per generated rollout. Everything else (padding,
+   old/ref log-probs, IS ratios, advantages, metrics, completion logs, output keys) is TRL's own code.
+4. **Mask.** Padding rows get ``completion_mask = 0`` (and RLOO's ``old_logps = 0``); ``num_items_in_batch`` is
+   recomputed over the real tokens (a collective, done on every process). Their NaN rewards already kept them out
+   of the group mean/std (GRPO) and the leave-one-out baseline (RLOO), and gave them a zero advantage.
+
+Loss exactness with padding rows (rows = B*k per generation batch, real = non-padding rows):
+
+- ``dapo`` (TRL's default), ``cispo``, ``vespo``: exact (normalized by ``num_items_in_batch``, recomputed).
+- ``bnpo``: exact (token mean over the micro-batch mask).
+- ``dr_grpo``: unchanged constant normalizer ``rows x max_completion_length``; padding rows add zero, which is
+  Dr. GRPO's own definition with a fixed batch size.
+- ``grpo``, ``sapo``, ``luspo`` and RLOO (mean over sequences): padding rows count in the denominator, so the
+  loss is scaled by real/rows of the micro-batch. The direction of the update is unchanged; only its size shrinks
+  when groups are short or the step ended with fill groups.
+
+Metrics: TRL's ``reward``, ``reward_std``, ``rewards/*`` and the completions table only see the *committed* rows (for
+SARA and dynamic sampling these are mostly mixed groups, so the mean reward is biased towards 0.5); SARA logs
+``sara/raw_success_rate`` over every generated rollout and the full rollout/token accounting as ``sara/*``
+(:mod:`sara_trl.trainer.metrics`). TRL's completion-length metrics and ``num_tokens`` are corrected to exclude padding
+rows; ``frac_reward_zero_std`` counts fill groups as zero-std; RLOO's ``kl`` metric still includes the single EOS
+token of each padding row (its value is not used by the loss).
+
+Steps and data: prompts come from SARA's stream (seeded, identical on every process, wrapping at epoch end), not
+from the dataloader; the dataloader's batches only count steps. Set ``max_steps``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from datasets import Dataset, IterableDataset
+from transformers import ProcessorMixin
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl.extras.profiling import profiling_context
+from trl.trainer.utils import get_config_model_id
+
+from sara_trl.allocation import Allocator, Group, PromptStream, StepResult
+from sara_trl.trainer.metrics import correct_padding_metrics, log_step_metrics, zero_padding_rows
+from sara_trl.trainer.progress import RoundProgress
+from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn
+
+__all__ = ["SARA_STATE_NAME", "SaraTrainerMixin", "build_row_plan"]
+
+SARA_STATE_NAME = "sara_state.json"
+
+
+def build_row_plan(groups: list[Group], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lay B groups out as B*k contiguous rows: each group's rollouts, then padding rows up to k.
+
+    Args:
+        groups: the B groups of a :class:`StepResult` (real groups first, fill groups last).
+        k: group size (``num_generations``).
+
+    Returns:
+        ``(prompt_ids, rollout_ids)``, both ``(B*k,)`` int64: the dataset index of each row's prompt and the
+        step-local rollout id it replays, ``-1`` for a padding row.
+
+    Raises:
+        ValueError: a group holds more than k rollouts.
+    """
+    prompt_ids, rollout_ids = [], []
+    for group in groups:
+        ids = np.asarray(group.rollout_ids, dtype=np.int64)
+        if len(ids) > k:
+            raise ValueError(f"group of prompt {group.prompt_id} holds {len(ids)} rollouts, more than k={k}")
+        prompt_ids.extend([group.prompt_id] * k)
+        rollout_ids.extend(ids.tolist() + [-1] * (k - len(ids)))
+    return np.asarray(prompt_ids, dtype=np.int64), np.asarray(rollout_ids, dtype=np.int64)
+
+
+@dataclass
+class _Replay:
+    """Cached results handed to TRL's pipeline for the local rows of one generation batch."""
+
+    completion_ids: list[list[int]]
+    logprobs: list[list[float]] | None
+    rewards: torch.Tensor  # (B*k, F): the gathered reward rows of the whole batch, NaN rows for padding
+    prompt_lengths: list[int] = field(default_factory=list)  # filled by the replayed generation hook
+
+
+class SaraTrainerMixin:
+    """Shared SARA logic for :class:`SaraGRPOTrainer` and :class:`SaraRLOOTrainer` (put it first in the bases).
+
+    Subclasses define ``_sara_returns_logprobs`` (whether the base ``_generate_single_turn`` returns
+    ``(ids, logprobs)``), ``_sara_generate_round`` and ``_sara_decode``.
+
+    Public attributes after construction: ``sara_allocator`` (:class:`sara_trl.allocation.Allocator`),
+    ``sara_stream`` (:class:`sara_trl.allocation.PromptStream`) and ``sara_last_step`` (the latest
+    :class:`StepResult`, with per-prompt records, or None before the first step).
+    """
+
+    _sara_returns_logprobs: bool = True
+
+    # ------------------------------------------------------------------------------------------ construction
+    @classmethod
+    def _sara_prepare(
+        cls, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict
+    ) -> Any:
+        """Validate what can be validated before TRL's (slow) construction; return the args to use.
+
+        Raises:
+            ValueError: an unsupported feature was passed (tools, environment_factory, rollout_func, multimodal
+                input), or the dataset cannot feed SARA's prompt stream.
+            TypeError: ``args`` is not a ``config_class``.
+        """
+        for name, value in unsupported.items():
+            if value:
+                raise ValueError(
+                    f"{cls.__name__} does not support `{name}` yet: SARA replays single-turn completions and their "
+                    f"rewards through TRL's pipeline, and `{name}` changes how rollouts are generated. Use the plain "
+                    f"TRL trainer for `{name}`."
+                )
+        if args is None:
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = config_class(f"{str(model_name).split('/')[-1]}-{cls._name}")
+        elif not isinstance(args, config_class):
+            raise TypeError(
+                f"{cls.__name__} needs a `{config_class.__name__}` (it carries the allocation settings), got "
+                f"`{type(args).__name__}`. Replace your config class with `{config_class.__name__}`; it accepts "
+                "the same fields."
+            )
+        if isinstance(processing_class, ProcessorMixin):
+            raise ValueError(
+                f"{cls.__name__} does not support multimodal (vision-language) models yet: pass a text tokenizer "
+                "as `processing_class`."
+            )
+        if train_dataset is None:
+            raise ValueError(f"{cls.__name__} needs a `train_dataset`: SARA draws fresh prompts from it by index.")
+        if isinstance(train_dataset, IterableDataset) or not isinstance(train_dataset, Dataset):
+            raise ValueError(
+                f"{cls.__name__} needs a map-style `datasets.Dataset` as `train_dataset` (got "
+                f"{type(train_dataset).__name__}): SARA's prompt stream reads prompts by index."
+            )
+        columns = set(train_dataset.column_names)
+        if "prompt" not in columns:
+            raise ValueError(f"`train_dataset` must have a 'prompt' column, found {sorted(columns)}.")
+        if columns & {"image", "images"}:
+            raise ValueError(
+                f"{cls.__name__} does not support multimodal input yet: remove the 'image'/'images' columns."
+            )
+        num_groups = args.generation_batch_size // args.num_generations
+        if len(train_dataset) < num_groups:
+            raise ValueError(
+                f"`train_dataset` has {len(train_dataset)} prompts but one generation batch needs B = "
+                f"generation_batch_size / num_generations = {num_groups} distinct prompts; TRL's sampler would "
+                "yield no batch."
+            )
+        return args
+
+    def _sara_setup(self) -> None:
+        """Create the allocator and the prompt stream (after TRL's construction).
+
+        Raises:
+            ValueError: a vision-language processor was resolved, or ``success_reward_func`` names no reward function.
+        """
+        if getattr(self, "_is_vlm", False):
+            raise ValueError(
+                f"{type(self).__name__} does not support multimodal (vision-language) models yet: the resolved "
+                "processing class is a processor, not a tokenizer."
+            )
+        args = self.args
+        if args.success_reward_func is not None and args.success_reward_func not in self.reward_func_names:
+            raise ValueError(
+                f"success_reward_func={args.success_reward_func!r} names no reward function of this trainer; "
+                f"available: {self.reward_func_names}."
+            )
+        self.sara_allocator = Allocator(args.to_allocation_config())
+        self.sara_stream = PromptStream(
+            num_prompts=len(self.train_dataset),
+            seed=args.seed if args.stream_seed is None else args.stream_seed,
+            shuffle=bool(args.shuffle_dataset),
+            wrap=True,
+        )
+        self.sara_last_step: StepResult | None = None
+        self._sara_replay: _Replay | None = None
+        self._sara_row_cache: dict[int, dict] = {}
+
+    # ------------------------------------------------------------------------------------------ data access
+    def _sara_row(self, prompt_id: int) -> dict:
+        """Dataset row ``prompt_id`` as a dict (cached for the current step)."""
+        row = self._sara_row_cache.get(prompt_id)
+        if row is None:
+            row = dict(self.train_dataset[int(prompt_id)])
+            self._sara_row_cache[prompt_id] = row
+        return row
+
+    # ------------------------------------------------------------------------------------------ entry point
+    def _generate_and_score_completions(self, inputs):
+        """Training: collect with the allocator, then replay the committed rows through TRL (see module doc).
+
+        Evaluation (and the replay itself) pass straight to TRL. In training, ``inputs`` (the dataloader batch) is
+        ignored: prompts come from ``sara_stream``.
+        """
+        if not self.model.training or getattr(self, "_sara_replay", None) is not None:
+            return super()._generate_and_score_completions(inputs)
+        return self._sara_generate_and_score()
+
+    def _sara_generate_and_score(self) -> dict:
+        args = self.args
+        k = self.num_generations
+        num_groups = args.generation_batch_size // k
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        device = self.accelerator.device
+        self._sara_row_cache = {}
+
+        # 1. Collect.
+        cache = RolloutCache()
+        show = self.accelerator.is_main_process and not args.disable_tqdm
+        with RoundProgress(self.state.global_step + 1, show) as progress, self._sara_vllm_awake():
+            result = self.sara_allocator.collect(make_rollout_fn(self, cache, progress), self.sara_stream, num_groups)
+        self.sara_last_step = result
+
+        # 2. Lay out B*k rows; this process takes its contiguous share, as TRL's sampler would.
+        plan_prompts, plan_rollouts = build_row_plan(result.groups, k)
+        total_rows = len(plan_rollouts)
+        if total_rows != args.generation_batch_size:  # pragma: no cover - guaranteed by the core
+            raise RuntimeError(f"SARA built {total_rows} rows for a generation batch of {args.generation_batch_size}")
+        is_padding = plan_rollouts < 0
+        per_rank = total_rows // world
+        local = slice(rank * per_rank, (rank + 1) * per_rank)
+        eos = self._tokenizer.eos_token_id
+
+        rewards_all = cache.reward_matrix()
+        reward_rows = torch.full((total_rows, len(self.reward_funcs)), float("nan"), dtype=torch.float32)
+        if (~is_padding).any():
+            reward_rows[torch.as_tensor(~is_padding)] = rewards_all[torch.as_tensor(plan_rollouts[~is_padding])]
+        local_rollouts = plan_rollouts[local]
+        completion_ids = [cache.completion_ids[r] if r >= 0 else [eos] for r in local_rollouts]
+        logprobs = None
+        if self._sara_returns_logprobs and any(lp is not None for lp in cache.logprobs):
+            logprobs = [cache.logprobs[r] if r >= 0 else [float("nan")] for r in local_rollouts]
+        rows = [self._sara_row(int(pid)) for pid in plan_prompts[local]]
+
+        # Extra completions-table columns, one value per local row (flushed by TRL's pipeline).
+        self._log_completion_extra("sara_round", [cache.round_index[r] if r >= 0 else None for r in local_rollouts])
+        for name, values in cache.extra_logs.items():
+            self._log_completion_extra(name, [values[r] if r >= 0 else None for r in local_rollouts])
+
+        # 3. Replay through TRL's unchanged pipeline.
+        self._sara_replay = _Replay(completion_ids=completion_ids, logprobs=logprobs, rewards=reward_rows.to(device))
+        try:
+            output = super()._generate_and_score_completions(rows)
+            prompt_lengths = self._sara_replay.prompt_lengths
+        finally:
+            self._sara_replay = None
+
+        # 4. Mask padding rows (decided from the global plan, so every process takes part in the collectives).
+        metrics = self._metrics["train"]
+        if is_padding.any():
+            pad_local = torch.as_tensor(is_padding[local], device=device)
+            zero_padding_rows(output, pad_local)
+            if "num_items_in_batch" in output:
+                loss_mask = output["completion_mask"]
+                if "tool_mask" in output:
+                    loss_mask = loss_mask * output["tool_mask"]
+                output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+            # TRL counted each padding row's prompt and its one EOS token in `num_input_tokens_seen`.
+            pad_tokens = sum(length + 1 for length, pad in zip(prompt_lengths, is_padding[local]) if pad)
+            pad_tokens = self.accelerator.gather(torch.tensor([pad_tokens], device=device)).sum().item()
+            self.state.num_input_tokens_seen -= pad_tokens
+            metrics["num_tokens"] = [self.state.num_input_tokens_seen]
+            eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+            lengths = np.asarray([len(cache.completion_ids[r]) if r >= 0 else 1 for r in plan_rollouts])
+            truncated = np.asarray(
+                [r >= 0 and (not cache.completion_ids[r] or cache.completion_ids[r][-1] not in eos_and_pad)
+                 for r in plan_rollouts]
+            )
+            correct_padding_metrics(metrics, lengths, truncated, is_padding, result.stats.unfilled, num_groups)
+
+        log_step_metrics(
+            metrics,
+            result.stats,
+            cache.success_labels(),
+            cumulative_rollouts=self.sara_allocator.total_rollouts,
+            cumulative_tokens=self.sara_allocator.total_tokens,
+        )
+        return output
+
+    # ------------------------------------------------------------------------------------------ replay hooks
+    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+        """Replay: return the cached completions (and vLLM log-probs for GRPO) instead of generating."""
+        replay = getattr(self, "_sara_replay", None)
+        if replay is None:
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        if len(prompt_ids) != len(replay.completion_ids):
+            raise RuntimeError(
+                f"replay mismatch: TRL asked for {len(prompt_ids)} completions, {len(replay.completion_ids)} cached"
+            )
+        replay.prompt_lengths = [len(ids) for ids in prompt_ids]
+        completion_ids = [list(ids) for ids in replay.completion_ids]
+        if self._sara_returns_logprobs:
+            return completion_ids, replay.logprobs
+        return completion_ids
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """Replay: return the cached, already gathered ``(B*k, F)`` reward rows instead of scoring again."""
+        replay = getattr(self, "_sara_replay", None)
+        if replay is None:
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        expected = len(prompts) * self.accelerator.num_processes
+        if replay.rewards.shape[0] != expected:
+            raise RuntimeError(f"replay mismatch: {expected} reward rows expected, {replay.rewards.shape[0]} cached")
+        return replay.rewards
+
+    # ------------------------------------------------------------------------------------------ vLLM
+    @contextmanager
+    def _sara_vllm_awake(self):
+        """Keep a sleeping colocated vLLM engine awake for all rounds of one step (weights pushed once per step).
+
+        TRL's ``VLLMGeneration.generate`` puts the engine to sleep (level 2, weights discarded) after every call and
+        re-pushes all weights on the next one; with several rounds per step that would cost one full (collective)
+        weight transfer per round. Here the weights are synced once (if the optimizer step changed, or they sleep),
+        the KV cache is woken, sleep mode is switched off for the rounds, and restored (engine put back to sleep)
+        afterwards. Other setups (no vLLM, server mode, sleep mode off) need nothing: TRL syncs once per step.
+        """
+        engine = getattr(self, "vllm_generation", None) if self.use_vllm else None
+        if engine is None or getattr(engine, "mode", None) != "colocate" or not getattr(engine, "enable_sleep_mode", False):
+            yield
+            return
+        if self.state.global_step != self._last_loaded_step or getattr(engine, "_llm_weights_sleeping", False):
+            with profiling_context(self, "sync_weights"):
+                engine.sync_weights()  # wakes the weights first (sleep mode is on)
+            self._last_loaded_step = self.state.global_step
+        engine.llm.wake_up(tags=["kv_cache"])
+        engine.enable_sleep_mode = False
+        try:
+            yield
+        finally:
+            engine.enable_sleep_mode = True
+            engine.llm.sleep(level=2)
+            engine._llm_weights_sleeping = True
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def _sara_state_dict(self) -> dict:
+        return {
+            "version": 1,
+            "allocator": self.sara_allocator.state_dict(),
+            "stream": self.sara_stream.state_dict(),
+            "allocation_config": self.args.to_allocation_config().__dict__,
+        }
+
+    def _save_checkpoint(self, model, trial):
+        """Write ``sara_state.json`` (allocator and stream state) into the checkpoint, then TRL's own save.
+
+        Written first so that a ``push_to_hub`` of the checkpoint includes it.
+        """
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, SARA_STATE_NAME), "w") as handle:
+                json.dump(self._sara_state_dict(), handle, indent=2)
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """Also restore the allocator and stream state saved by :meth:`_save_checkpoint` when resuming.
+
+        A checkpoint without ``sara_state.json`` (e.g. from a plain TRL run) starts a fresh stream, with a warning.
+        """
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, SARA_STATE_NAME)
+        if not os.path.isfile(path):
+            warnings.warn(
+                f"{checkpoint} has no {SARA_STATE_NAME}; the SARA prompt stream and allocator restart from scratch.",
+                stacklevel=2,
+            )
+            return
+        with open(path) as handle:
+            state = json.load(handle)
+        self.sara_allocator.load_state_dict(state["allocator"])
+        self.sara_stream.load_state_dict(state["stream"])
+

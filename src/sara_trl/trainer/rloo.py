@@ -1,0 +1,95 @@
+"""`SaraRLOOTrainer`: TRL's `RLOOTrainer` with SARA rollout allocation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl import RLOOTrainer
+from trl.data_utils import is_conversational
+
+from sara_trl.trainer.config import SaraRLOOConfig
+from sara_trl.trainer.mixin import SaraTrainerMixin
+from sara_trl.trainer.model_card import sara_paper
+
+__all__ = ["SaraRLOOTrainer"]
+
+
+class SaraRLOOTrainer(SaraTrainerMixin, RLOOTrainer):
+    """[`~trl.RLOOTrainer`] whose generation batches are collected by SARA (or the DS / uniform baselines).
+
+    A drop-in replacement: swap `RLOOTrainer`/`RLOOConfig` for `SaraRLOOTrainer`/[`SaraRLOOConfig`] and set
+    `max_steps`. TRL's leave-one-out baseline, KL-in-reward (`beta`, default 0.05, which loads a reference model),
+    clipping and loss run unchanged on the committed groups; padding rows of short groups (`commit_min < k`) have NaN
+    rewards, so they leave the baseline and get a zero advantage. RLOO's loss is a mean over sequences, so padding
+    rows scale it by real/total rows (see :mod:`sara_trl.trainer.mixin`).
+
+    Args:
+        model, reward_funcs, train_dataset, eval_dataset, processing_class, reward_processing_classes, callbacks,
+        optimizers, quantization_config, peft_config: as in [`~trl.RLOOTrainer`]. `train_dataset` must be a
+            map-style `datasets.Dataset` with a `"prompt"` column.
+        args ([`SaraRLOOConfig`], *optional*): RLOO settings plus the allocation fields.
+
+    Raises:
+        ValueError: a vision-language model or image columns, a dataset SARA cannot index, or a
+            `success_reward_func` that names no reward function.
+        TypeError: `args` is not a [`SaraRLOOConfig`].
+    """
+
+    _tag_names = ["trl", "rloo", "sara"]
+    _name = "SARA-RLOO"
+    _paper = sara_paper(RLOOTrainer._paper)
+    _sara_returns_logprobs = False
+
+    def __init__(
+        self,
+        model,
+        reward_funcs,
+        args: SaraRLOOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+    ):
+        args = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class, {})
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+        )
+        self._sara_setup()
+
+    def _sara_generate_round(self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict):
+        """ONE batched generation call through TRL's backend; each entry of ``prompt_ids`` gets one completion.
+
+        RLOO's vLLM *server* path de-duplicates prompts with a stride of ``self.num_generations``; SARA's request
+        list is already expanded (prompt-major, arbitrary counts), so the stride is set to 1 for this call.
+
+        Returns:
+            ``(completion_ids, None)``: RLOO generation returns no log-probs.
+        """
+        saved = self.num_generations
+        self.num_generations = 1
+        try:
+            completion_ids = self._generate_single_turn(prompt_ids, images, multimodal_fields)
+        finally:
+            self.num_generations = saved
+        return completion_ids, None
+
+    def _sara_decode(self, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list:
+        """Decode completions exactly as ``RLOOTrainer._generate`` does (what reward functions receive)."""
+        contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        if is_conversational({"prompt": prompts[0]}):
+            return [[{"role": "assistant", "content": content}] for content in contents]
+        return contents

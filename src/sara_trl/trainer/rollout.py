@@ -1,0 +1,252 @@
+"""The rollout source of one training step: ``rollout_fn(prompt_ids, counts)`` as a closure over the trainer.
+
+One call = one round = ONE batched generation call through TRL's own generation path (vLLM colocate/server engine,
+transformers continuous batching or ``model.generate``), then ONE pass of the reward functions over the new rollouts.
+Everything a rollout produced (completion ids, vLLM sampling log-probs, the per-function reward row, extra log
+columns) is kept in a :class:`RolloutCache`, indexed by the step-local rollout id the allocation core uses, so the
+committed rollouts can later be *replayed* through TRL's unchanged scoring pipeline without generating or scoring
+them again.
+
+Distributed layout (lock-step rounds, integration note §6): every process runs the same allocator on the same
+outcomes, so every process builds the same global request list. It is padded to a multiple of the world size W with
+copies of its last request (their results are discarded) and cut into W equal contiguous chunks, one per process.
+TRL's reward gather (inside ``_calculate_rewards``) and one ``gather_object`` of the completions then give every
+process all outcomes, in global request order, with no other communication.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import torch
+from accelerate.utils import gather_object
+
+from sara_trl.allocation import RoundOutcome
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sara_trl.trainer.mixin import SaraTrainerMixin
+
+__all__ = ["RolloutCache", "binarize", "make_rollout_fn", "reward_score", "std_mixed_labels"]
+
+
+@dataclass
+class RolloutCache:
+    """What every rollout of one step produced, indexed by step-local rollout id (generation order).
+
+    Attributes:
+        completion_ids: per rollout, the completion token ids (as TRL's generation path returned them).
+        logprobs: per rollout, the sampled tokens' log-probs from vLLM (``None`` entries when the backend gives
+            none: transformers generation, RLOO).
+        rewards: per round, the ``(R_round, F)`` float32 reward rows (NaN where a function returned ``None``), CPU.
+        success: per round, ``(R_round,)`` float64 threshold labels (1, 0, NaN unscorable): what
+            ``sara/raw_success_rate`` reports.
+        tokens: per round, ``(R_round,)`` int64 completion lengths.
+        round_index: per rollout, the 1-based round that generated it.
+        extra_logs: per column logged by a reward function through ``log_extra``, one value per rollout (``None``
+            where a round did not log that column).
+    """
+
+    completion_ids: list[list[int]] = field(default_factory=list)
+    logprobs: list[list[float] | None] = field(default_factory=list)
+    rewards: list[torch.Tensor] = field(default_factory=list)
+    success: list[np.ndarray] = field(default_factory=list)
+    tokens: list[np.ndarray] = field(default_factory=list)
+    round_index: list[int] = field(default_factory=list)
+    extra_logs: dict[str, list] = field(default_factory=dict)
+
+    @property
+    def num_rollouts(self) -> int:
+        return len(self.completion_ids)
+
+    def reward_matrix(self) -> torch.Tensor:
+        """All reward rows, ``(num_rollouts, F)`` float32 on CPU."""
+        return torch.cat(self.rewards, dim=0) if self.rewards else torch.zeros(0, 0)
+
+    def success_labels(self) -> np.ndarray:
+        """All threshold labels, ``(num_rollouts,)`` float64 (NaN = unscorable)."""
+        return np.concatenate(self.success) if self.success else np.zeros(0)
+
+    def add_extra_logs(self, columns: dict[str, list], count: int) -> None:
+        """Append one round's ``log_extra`` columns (each ``count`` long), padding absent columns with None."""
+        before = self.num_rollouts - count
+        for name in columns:
+            if name not in self.extra_logs:
+                self.extra_logs[name] = [None] * before
+        for name, values in self.extra_logs.items():
+            values.extend(columns.get(name, [None] * count))
+
+
+def reward_score(
+    rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, func_index: int | None = None
+) -> torch.Tensor:
+    """Score each rollout the way TRL combines rewards (``sum_then_normalize``), before any normalization.
+
+    Args:
+        rewards_per_func: ``(R, F)`` rewards, NaN where a function returned ``None``.
+        reward_weights: ``(F,)`` weights (``args.reward_weights``).
+        func_index: if given, the score is that function's raw (unweighted) value instead.
+
+    Returns:
+        ``(R,)`` float32 scores; NaN when every function returned ``None`` (or, with ``func_index``, when that one
+        did): the rollout is unscorable.
+    """
+    if func_index is not None:
+        return rewards_per_func[:, func_index].clone()
+    weights = reward_weights.to(rewards_per_func.device, rewards_per_func.dtype)
+    score = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+    score[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")
+    return score
+
+
+def binarize(score: np.ndarray, threshold: float) -> np.ndarray:
+    """Success labels for the allocator: 1.0 where ``score >= threshold``, 0.0 below, NaN where unscorable.
+
+    Args:
+        score: ``(R,)`` float scores from :func:`reward_score`.
+        threshold: ``success_threshold``.
+
+    Returns:
+        ``(R,)`` float64 labels in {0, 1, NaN}.
+    """
+    score = np.asarray(score, dtype=np.float64)
+    labels = (score >= threshold).astype(np.float64)
+    labels[np.isnan(score)] = np.nan
+    return labels
+
+
+def std_mixed_labels(score: np.ndarray, counts: np.ndarray, threshold: float) -> np.ndarray:
+    """Labels under which a group is "mixed" exactly when TRL would give it a non-zero reward std.
+
+    Dynamic sampling (DAPO) keeps a group iff ``std({r_i}) > 0``; TRL's ``frac_reward_zero_std`` uses
+    ``isclose(nanstd(group), 0)``. The allocation core decides mixing from binary labels, so for each prompt block
+    (prompt-major, ``counts[j]`` rollouts each) this returns: if the block's scorable scores have a non-zero std,
+    1.0 for scores above the block minimum and 0.0 at the minimum (so the block is mixed); otherwise the threshold
+    label of the block mean for every scorable rollout (so it is not). NaN stays NaN. For binary rewards this equals
+    :func:`binarize`.
+
+    Args:
+        score: ``(R,)`` scores, prompt-major.
+        counts: ``(P,)`` rollouts per prompt block, ``counts.sum() == R``.
+        threshold: ``success_threshold``.
+
+    Returns:
+        ``(R,)`` float64 labels in {0, 1, NaN}.
+    """
+    score = np.asarray(score, dtype=np.float64)
+    labels = np.full(score.shape, np.nan)
+    start = 0
+    for count in np.asarray(counts, dtype=np.int64):
+        block = score[start : start + count]
+        scored = ~np.isnan(block)
+        out = np.full(count, np.nan)
+        values = block[scored]
+        if values.size >= 2 and not math.isclose(float(np.std(values, ddof=1)), 0.0, abs_tol=1e-8):
+            out[scored] = (values > values.min()).astype(np.float64)
+        elif values.size:
+            out[scored] = float(values.mean() >= threshold)
+        labels[start : start + count] = out
+        start += count
+    return labels
+
+
+@contextmanager
+def _capture_extra_logs(trainer: Any):
+    """Collect what reward functions pass to ``log_extra`` during one reward pass, away from TRL's pending buffer
+    (which TRL flushes against the *trained* rows; the captured values are replayed for the committed rows)."""
+    saved = trainer._pending_extra_logs
+    captured: dict[str, list] = defaultdict(list)
+    trainer._pending_extra_logs = captured
+    try:
+        yield captured
+    finally:
+        trainer._pending_extra_logs = saved
+
+
+def make_rollout_fn(
+    trainer: "SaraTrainerMixin", cache: RolloutCache, on_round: Callable[[int, int, np.ndarray], None] | None = None
+) -> Callable[[np.ndarray, np.ndarray], RoundOutcome]:
+    """Build the step's ``rollout_fn`` (see :class:`sara_trl.allocation.types.RolloutFn`).
+
+    Args:
+        trainer: a :class:`SaraGRPOTrainer` or :class:`SaraRLOOTrainer` in training mode.
+        cache: receives every rollout's completion ids, log-probs, rewards and labels.
+        on_round: called after each round with ``(round_number, rollouts_in_round, success_labels)`` (progress).
+
+    Returns:
+        ``rollout_fn(prompt_ids (P,) int64, counts (P,) int64) -> RoundOutcome`` with ``counts.sum()`` outcomes in
+        prompt-major order. It raises ``ValueError`` (via :meth:`RoundOutcome.coerce`) on malformed outcomes and
+        propagates any error of generation or of a reward function.
+    """
+    accelerator = trainer.accelerator
+    world, rank = accelerator.num_processes, accelerator.process_index
+    args = trainer.args
+    func_index = (
+        trainer.reward_func_names.index(args.success_reward_func) if args.success_reward_func is not None else None
+    )
+    round_number = 0
+
+    def rollout_fn(prompt_ids: np.ndarray, counts: np.ndarray) -> RoundOutcome:
+        nonlocal round_number
+        round_number += 1
+        prompt_ids = np.asarray(prompt_ids, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        requests = np.repeat(prompt_ids, counts)  # prompt-major: counts[0] copies of prompt 0, then ...
+        total = len(requests)
+        if total == 0:
+            raise ValueError("rollout_fn was asked for 0 rollouts; the allocator must request at least one")
+        per_rank = math.ceil(total / world)
+        padded = np.concatenate([requests, np.full(per_rank * world - total, requests[-1], dtype=np.int64)])
+        local = padded[rank * per_rank : (rank + 1) * per_rank]
+
+        rows = [trainer._sara_row(int(pid)) for pid in local]
+        prompts = [row["prompt"] for row in rows]
+        prompt_token_ids, images, multimodal_fields = trainer._tokenize_prompts(prompts)
+        completion_ids, logprobs = trainer._sara_generate_round(prompt_token_ids, images, multimodal_fields)
+        completion_ids = [list(ids) for ids in completion_ids]
+        completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
+
+        # ONE reward pass over this round's rollouts. TRL's `_calculate_rewards` gathers over processes, so every
+        # process receives all (per_rank * world, F) rows in global request order.
+        with _capture_extra_logs(trainer) as extra:
+            rewards = trainer._calculate_rewards(rows, prompts, completions, completion_ids)
+        rewards = rewards[:total].detach().float().cpu()
+
+        if world > 1:
+            gathered = gather_object([(ids, lps) for ids, lps in zip(completion_ids, logprobs or [None] * len(rows))])
+            all_ids = [item[0] for item in gathered][:total]
+            all_lps = [item[1] for item in gathered][:total]
+            columns = {}
+            for name in sorted(set(gather_object(list(extra)))):
+                values = extra.get(name, [])
+                values = values if len(values) == len(rows) else [None] * len(rows)
+                columns[name] = gather_object(values)[:total]
+        else:
+            all_ids = completion_ids
+            all_lps = list(logprobs) if logprobs is not None else [None] * total
+            columns = {name: values for name, values in extra.items() if len(values) == total}
+
+        tokens = np.asarray([len(ids) for ids in all_ids], dtype=np.int64)
+        score = reward_score(rewards, trainer.reward_weights, func_index).numpy()
+        labels = binarize(score, args.success_threshold)
+        if args.allocator == "dynamic_sampling" and func_index is None:
+            allocator_labels = std_mixed_labels(score, counts, args.success_threshold)
+        else:
+            allocator_labels = labels
+
+        cache.completion_ids.extend(all_ids)
+        cache.logprobs.extend(all_lps)
+        cache.rewards.append(rewards)
+        cache.success.append(labels)
+        cache.tokens.append(tokens)
+        cache.round_index.extend([round_number] * total)
+        cache.add_extra_logs(columns, total)
+        if on_round is not None:
+            on_round(round_number, total, labels)
+        return RoundOutcome(success=allocator_labels, tokens=tokens)
+
+    return rollout_fn
