@@ -1,0 +1,461 @@
+r"""Loaders for the paper's datasets, returning TRL-ready conversational :class:`datasets.Dataset` objects.
+
+Every loader reads, in this order of preference,
+
+1. ``path=``: a local JSONL (``.jsonl``/``.json``) or Parquet (``.parquet``) file;
+2. ``data_dir=``: a directory holding the shared offline files under their standard names
+   (:data:`sara_trl.data.paths.LOCAL_FILES`, e.g. ``find_shared_data_dir()``);
+3. otherwise the Hugging Face Hub (``datasets.load_dataset(<repo id>, <config>, split=...)``, see :data:`HUB_SOURCES`).
+
+Rows from any of these are mapped to one schema, so the upstream column names (``question``/``problem``,
+GSM8K's ``#### 72`` answers, OlympiadBench's ``final_answer`` lists, MATH's ``"Level 3"`` strings, answers that only
+exist as the last ``\boxed{}`` of a solution) do not leak into training code.
+
+Output columns (all loaders):
+
+* ``prompt``: list of chat messages ``[{"role": "system", ...}?, {"role": "user", "content": ...}]``;
+* ``id`` (string), ``source`` (string).
+
+Math loaders add ``problem`` and ``answer`` (string, no ``\boxed{}``; the column :func:`sara_trl.rewards.math_reward`
+reads); MATH adds ``level`` (int 1-5 or None) and ``type`` (subject); Minerva adds ``answer_alternatives`` (list of
+equivalent answers, also read by ``math_reward``); OlympiadBench adds ``is_multiple_answer`` and ``unit``.
+Countdown adds ``target`` (int) and ``nums`` (list of int), read by :func:`sara_trl.rewards.countdown_reward`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import datasets
+
+from sara_trl.rewards.extract import last_boxed
+
+from .paths import LOCAL_FILES
+from .templates import COUNTDOWN_TEMPLATE, MATH_TEMPLATE, chat_prompt, fill_template
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "HubSource",
+    "HUB_SOURCES",
+    "DATASET_NAMES",
+    "MATH_SUBJECTS",
+    "load_math",
+    "load_gsm8k",
+    "load_aime24",
+    "load_amc23",
+    "load_minerva",
+    "load_olympiadbench",
+    "load_countdown",
+    "load_dataset_by_name",
+]
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a dataset split lives on the Hugging Face Hub.
+
+    Attributes:
+        repo_id: dataset repository id.
+        config: configuration name or None.
+        split: upstream split name.
+        rows: optional ``(start, stop)`` row range of that split (TinyZero's Countdown train/test split).
+    """
+
+    repo_id: str
+    config: str | None
+    split: str
+    rows: tuple[int, int] | None = None
+
+
+#: (dataset, split) -> Hub location.
+HUB_SOURCES: dict[tuple[str, str], HubSource] = {
+    ("math", "train"): HubSource("DigitalLearningGmbH/MATH-lighteval", None, "train"),
+    ("math", "test"): HubSource("DigitalLearningGmbH/MATH-lighteval", None, "test"),
+    ("math", "math500"): HubSource("HuggingFaceH4/MATH-500", None, "test"),
+    ("math", "train_12k"): HubSource("hiyouga/math12k", None, "train"),
+    ("gsm8k", "train"): HubSource("openai/gsm8k", "main", "train"),
+    ("gsm8k", "test"): HubSource("openai/gsm8k", "main", "test"),
+    ("aime24", "test"): HubSource("HuggingFaceH4/aime_2024", None, "train"),
+    ("amc23", "test"): HubSource("math-ai/amc23", None, "test"),
+    ("minerva", "test"): HubSource("math-ai/minervamath", None, "test"),
+    ("olympiadbench", "test"): HubSource("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
+    # TinyZero: train = rows[0:327680], test = rows[327680:328704] of the single upstream split
+    ("countdown", "train"): HubSource("Jiayi-Pan/Countdown-Tasks-3to4", None, "train", (0, 327680)),
+    ("countdown", "test"): HubSource("Jiayi-Pan/Countdown-Tasks-3to4", None, "train", (327680, 328704)),
+}
+
+# (dataset, split) -> key of LOCAL_FILES
+_LOCAL_KEYS = {
+    ("math", "train"): "math_train",
+    ("math", "train_12k"): "math_train_12k",
+    ("math", "math500"): "math500",
+    ("gsm8k", "test"): "gsm8k_test",
+    ("aime24", "test"): "aime24",
+    ("amc23", "test"): "amc23",
+    ("minerva", "test"): "minerva",
+    ("olympiadbench", "test"): "olympiadbench",
+    ("countdown", "train"): "countdown_train",
+    ("countdown", "test"): "countdown_test",
+}
+
+#: The seven MATH subjects (column ``type``).
+MATH_SUBJECTS = (
+    "Algebra",
+    "Counting & Probability",
+    "Geometry",
+    "Intermediate Algebra",
+    "Number Theory",
+    "Prealgebra",
+    "Precalculus",
+)
+
+
+# -- raw loading --------------------------------------------------------------------------------------------------
+def _load_file(path: str | os.PathLike) -> datasets.Dataset:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} does not exist")
+    name = p.name.lower()
+    if name.endswith(".parquet"):
+        builder = "parquet"
+    elif name.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz")):
+        builder = "json"
+    else:
+        raise ValueError(f"unsupported file type {p.suffix!r} (use .jsonl, .json or .parquet): {p}")
+    return datasets.load_dataset(builder, data_files=str(p), split="train")
+
+
+def _load_raw(
+    dataset: str, split: str, path: str | os.PathLike | None, data_dir: str | os.PathLike | None
+) -> datasets.Dataset:
+    if (dataset, split) not in HUB_SOURCES and (dataset, split) not in _LOCAL_KEYS:
+        splits = sorted({s for d, s in HUB_SOURCES if d == dataset})
+        raise ValueError(f"unknown split {split!r} for {dataset}; known: {splits}")
+    if path is not None:
+        return _load_file(path)
+    if data_dir is not None:
+        key = _LOCAL_KEYS.get((dataset, split))
+        if key is None:
+            raise ValueError(f"no offline file for {dataset} split {split!r}; pass path= or load it from the Hub")
+        return _load_file(Path(data_dir) / LOCAL_FILES[key])
+    src = HUB_SOURCES[(dataset, split)]
+    ds = datasets.load_dataset(src.repo_id, src.config, split=src.split)
+    if src.rows is not None:
+        start, stop = src.rows
+        ds = ds.select(range(start, min(stop, len(ds))))
+    return ds
+
+
+# -- row mapping --------------------------------------------------------------------------------------------------
+def _first(row: dict, names: Iterable[str]) -> Any:
+    for n in names:
+        v = row.get(n)
+        if v is not None:
+            return v
+    return None
+
+
+def _answer_str(value: Any) -> str:
+    """Upstream answers may be floats (``27.0``), ints or strings; return a clean string."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def _math_answer(row: dict) -> str:
+    ans = row.get("answer")
+    if isinstance(ans, str) and "####" in ans:  # GSM8K upstream: "... #### 1,234"
+        return ans.split("####")[-1].strip().replace(",", "")
+    if ans is not None and _answer_str(ans):
+        return _answer_str(ans)
+    final = row.get("final_answer")  # OlympiadBench upstream: ["$69$,$84$"]
+    if isinstance(final, (list, tuple)) and final:
+        return str(final[0]).replace("$", "").strip()
+    if isinstance(final, str) and final.strip():
+        return final.replace("$", "").strip()
+    solution = row.get("solution")
+    if isinstance(solution, (list, tuple)):
+        solution = solution[0] if solution else None
+    if isinstance(solution, str):
+        boxed = last_boxed(solution)
+        if boxed:
+            return boxed
+    return ""
+
+
+def _level(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    m = re.search(r"\d+", str(value))
+    return int(m.group(0)) if m else None
+
+
+def _subject_key(s: str) -> str:
+    s = re.sub(r"[^a-z]", "", str(s).lower())
+    return s.replace("and", "")
+
+
+def _math_row(row: dict, template: str, system_prompt: str | None, source: str, extra: tuple[str, ...]) -> dict:
+    problem = _first(row, ("problem", "question", "Problem", "query"))
+    if problem is None:
+        raise ValueError(f"row has no problem/question column: {sorted(row)}")
+    problem = str(problem)
+    rid = _first(row, ("id", "unique_id", "idx"))
+    out = {
+        "prompt": chat_prompt(fill_template(template, problem=problem), system_prompt),
+        "problem": problem,
+        "answer": _math_answer(row),
+        "id": "" if rid is None else str(rid),
+        "source": str(row.get("source") or source),
+    }
+    if "level" in extra:
+        out["level"] = _level(row.get("level"))
+    if "type" in extra:
+        out["type"] = str(_first(row, ("type", "subject")) or "")
+    if "answer_alternatives" in extra:
+        alts = row.get("answer_alternatives")
+        if alts is None:
+            alts = []
+        elif isinstance(alts, str):
+            alts = [alts]
+        out["answer_alternatives"] = [str(a).strip() for a in alts if a is not None and str(a).strip()]
+    if "is_multiple_answer" in extra:
+        out["is_multiple_answer"] = bool(row.get("is_multiple_answer") or False)
+    if "unit" in extra:
+        out["unit"] = str(row.get("unit") or "")
+    return out
+
+
+def _finish_math(
+    ds: datasets.Dataset, template: str | None, system_prompt: str | None, source: str, extra: tuple[str, ...] = ()
+) -> datasets.Dataset:
+    ds = ds.map(
+        _math_row,
+        fn_kwargs={
+            "template": MATH_TEMPLATE if template is None else template,
+            "system_prompt": system_prompt,
+            "source": source,
+            "extra": tuple(extra),
+        },
+        remove_columns=ds.column_names,
+        desc=f"formatting {source}",
+    )
+    empty = sum(1 for a in ds["answer"] if not a)
+    if empty:
+        logger.warning("%s: %d of %d rows have no gold answer (math_reward gives None for them)", source, empty, len(ds))
+    return ds
+
+
+# -- public loaders -----------------------------------------------------------------------------------------------
+def load_math(
+    split: str = "train",
+    levels: Iterable[int] | None = None,
+    subjects: Iterable[str] | None = None,
+    path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    template: str | None = None,
+    system_prompt: str | None = None,
+) -> datasets.Dataset:
+    r"""MATH (Hendrycks et al., 2021) as a conversational dataset.
+
+    Args:
+        split: ``"train"`` (7,500), ``"train_12k"`` (PRM800K's 12,000 train problems), ``"math500"`` (500) or
+            ``"test"`` (5,000; Hub only).
+        levels: keep only these difficulty levels (ints 1-5); None keeps all (including the 2 unlabeled problems).
+        subjects: keep only these subjects (names from :data:`MATH_SUBJECTS`, case and punctuation insensitive,
+            e.g. ``"number_theory"``).
+        path: local JSONL/Parquet file; ``data_dir``: directory with the shared offline files.
+        template: user-message template with a ``{problem}`` placeholder (default
+            :data:`~sara_trl.data.templates.MATH_TEMPLATE`); system_prompt: optional system message.
+
+    Returns:
+        Dataset with columns ``prompt, problem, answer, id, source, level, type``.
+
+    Raises:
+        ValueError: unknown split, level outside 1-5 or unknown subject; FileNotFoundError: missing local file.
+    """
+    ds = _load_raw("math", split, path, data_dir)
+    src = {"train": "math/train", "train_12k": "math/train_12k", "math500": "math500", "test": "math/test"}[split]
+    ds = _finish_math(ds, template, system_prompt, src, ("level", "type"))
+    if levels is not None:
+        lv = {int(x) for x in levels}
+        if not lv or not lv <= {1, 2, 3, 4, 5}:
+            raise ValueError(f"levels must be a non-empty subset of 1..5, got {sorted(lv)}")
+        ds = ds.filter(lambda lvl: lvl in lv, input_columns="level", desc="level filter")
+    if subjects is not None:
+        known = {_subject_key(s): s for s in MATH_SUBJECTS}
+        wanted = set()
+        for s in subjects:
+            k = _subject_key(s)
+            if k not in known:
+                raise ValueError(f"unknown MATH subject {s!r}; known: {list(MATH_SUBJECTS)}")
+            wanted.add(k)
+        ds = ds.filter(lambda t: _subject_key(t) in wanted, input_columns="type", desc="subject filter")
+    return ds
+
+
+def load_gsm8k(
+    split: str = "test",
+    path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    template: str | None = None,
+    system_prompt: str | None = None,
+) -> datasets.Dataset:
+    """GSM8K (``"train"`` 7,473 / ``"test"`` 1,319; offline file: test only). Columns ``prompt, problem, answer, id,
+    source``; the answer is the integer after ``####`` without thousands separators. Raises as :func:`load_math`."""
+    ds = _load_raw("gsm8k", split, path, data_dir)
+    return _finish_math(ds, template, system_prompt, f"gsm8k/{split}")
+
+
+def load_aime24(
+    path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    template: str | None = None,
+    system_prompt: str | None = None,
+) -> datasets.Dataset:
+    """AIME 2024 I+II (30 problems, integer answers). Columns ``prompt, problem, answer, id, source``."""
+    ds = _load_raw("aime24", "test", path, data_dir)
+    return _finish_math(ds, template, system_prompt, "aime24")
+
+
+def load_amc23(
+    path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    template: str | None = None,
+    system_prompt: str | None = None,
+) -> datasets.Dataset:
+    """AMC 12 2023 (40 problems, numeric answers; ``27.0`` upstream becomes ``"27"``). Same columns as AIME."""
+    ds = _load_raw("amc23", "test", path, data_dir)
+    return _finish_math(ds, template, system_prompt, "amc23")
+
+
+def load_minerva(
+    path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    template: str | None = None,
+    system_prompt: str | None = None,
+) -> datasets.Dataset:
+    """Minerva OCWCourses (272). Columns ``prompt, problem, answer, id, source, answer_alternatives`` (empty lists
+    when upstream has none); ``math_reward`` accepts any of the alternatives."""
+    ds = _load_raw("minerva", "test", path, data_dir)
+    return _finish_math(ds, template, system_prompt, "minerva_math", ("answer_alternatives",))
+
+
+def load_olympiadbench(
+    path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    template: str | None = None,
+    system_prompt: str | None = None,
+) -> datasets.Dataset:
+    """OlympiadBench OE_TO_maths_en_COMP (675). Columns ``prompt, problem, answer, id, source, is_multiple_answer,
+    unit``; a multiple answer is one comma-separated string (``"69,84"``), compared as a set by math-verify."""
+    ds = _load_raw("olympiadbench", "test", path, data_dir)
+    return _finish_math(ds, template, system_prompt, "olympiadbench", ("is_multiple_answer", "unit"))
+
+
+def _countdown_row(row: dict, idx: int, template: str, system_prompt: str | None, source: str) -> dict:
+    nums = [int(x) for x in row["nums"]]
+    target = int(row["target"])
+    rid = row.get("id")
+    return {
+        "prompt": chat_prompt(fill_template(template, numbers=nums, target=target), system_prompt),
+        "target": target,
+        "nums": nums,
+        "id": str(rid) if rid is not None else f"{source}-{idx}",
+        "source": str(row.get("source") or source),
+    }
+
+
+def load_countdown(
+    split: str = "train",
+    path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    num_tasks: int | None = None,
+    template: str | None = None,
+    system_prompt: str | None = None,
+) -> datasets.Dataset:
+    """Countdown (TinyZero's ``Jiayi-Pan/Countdown-Tasks-3to4`` split: train rows 0-327,679, test 327,680-328,703).
+
+    Args:
+        split: ``"train"`` or ``"test"`` (offline files: the 11,024-row train head and the 1,024-row test split).
+        num_tasks: keep only the first ``num_tasks`` rows (None: all).
+        path, data_dir, system_prompt: as in :func:`load_math`; template: placeholders ``{numbers}``, ``{target}``
+            (default :data:`~sara_trl.data.templates.COUNTDOWN_TEMPLATE`).
+
+    Returns:
+        Dataset with columns ``prompt, target, nums, id, source``.
+
+    Raises:
+        ValueError: unknown split or ``num_tasks < 1``; FileNotFoundError: missing local file.
+    """
+    ds = _load_raw("countdown", split, path, data_dir)
+    if num_tasks is not None:
+        if num_tasks < 1:
+            raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+        ds = ds.select(range(min(num_tasks, len(ds))))
+    return ds.map(
+        _countdown_row,
+        with_indices=True,
+        fn_kwargs={
+            "template": COUNTDOWN_TEMPLATE if template is None else template,
+            "system_prompt": system_prompt,
+            "source": f"countdown/{split}",
+        },
+        remove_columns=ds.column_names,
+        desc=f"formatting countdown/{split}",
+    )
+
+
+_LOADERS = {
+    "math": (load_math, "train"),
+    "math500": (load_math, "math500"),
+    "math_train_12k": (load_math, "train_12k"),
+    "gsm8k": (load_gsm8k, "test"),
+    "aime24": (load_aime24, None),
+    "amc23": (load_amc23, None),
+    "minerva": (load_minerva, None),
+    "olympiadbench": (load_olympiadbench, None),
+    "countdown": (load_countdown, "train"),
+    "countdown_test": (load_countdown, "test"),
+}
+
+#: names accepted by :func:`load_dataset_by_name`
+DATASET_NAMES = tuple(_LOADERS)
+
+
+def load_dataset_by_name(
+    name: str,
+    path: str | os.PathLike | None = None,
+    split: str | None = None,
+    **kwargs: Any,
+) -> datasets.Dataset:
+    """Load a dataset by short name (:data:`DATASET_NAMES`): ``"math"``, ``"math500"``, ``"math_train_12k"``,
+    ``"gsm8k"``, ``"aime24"``, ``"amc23"``, ``"minerva"``, ``"olympiadbench"``, ``"countdown"``, ``"countdown_test"``.
+
+    Args:
+        name: dataset name.
+        path: local file (else ``data_dir=`` or the Hub, as in the individual loaders).
+        split: overrides the name's default split where the dataset has splits (math, gsm8k, countdown).
+        **kwargs: passed to the loader (``data_dir``, ``template``, ``system_prompt``, ``levels``, ...).
+
+    Raises:
+        ValueError: unknown name, or ``split`` given for a single-split benchmark.
+    """
+    if name not in _LOADERS:
+        raise ValueError(f"unknown dataset {name!r}; known: {list(DATASET_NAMES)}")
+    fn, default_split = _LOADERS[name]
+    if default_split is None:
+        if split not in (None, "test"):
+            raise ValueError(f"{name} has a single (test) split, got split={split!r}")
+        return fn(path=path, **kwargs)
+    return fn(split=split or default_split, path=path, **kwargs)

@@ -1,0 +1,304 @@
+r"""Countdown (TinyZero) verifier: reach ``target`` using every number of ``nums`` exactly once with + - * /.
+
+The answer is the content of the **last** ``<answer>...</answer>`` anywhere in the completion (surrounding
+whitespace, newlines, ``<think>`` blocks or chat-role markers such as ``<|im_start|>assistant`` do not matter). An
+optional tail ``= <target>`` is allowed (``(1 + 2) * 3 = 9``); if present it must equal ``target``.
+
+The expression is parsed with :func:`ast.parse` (``mode="eval"``; the text is parsed, never executed) and the tree
+is walked by :func:`evaluate_expression`, which accepts only
+
+* integer literals written with decimal digits (no signs inside the literal, no ``_`` separators, no floats);
+* the binary operators ``+``, ``-``, ``*``, ``/`` (true division, exact: :class:`fractions.Fraction`);
+* unary minus (``-(3 - 5)``), a design choice: it never lets a player use a number that is not in ``nums``, and
+  ``-(a - b)`` is the same as ``b - a`` (unary plus is rejected);
+* parentheses (they only shape the tree).
+
+Everything else is ``WRONG``: ``**``, ``//``, ``%``, names, calls, attributes, subscripts, comparisons, more than one
+``=``. Resource bounds make every input finish in microseconds to milliseconds: the answer is at most
+``max_answer_chars`` (default 256) characters and may only contain digits, ``+ - * / ( ) =``, whitespace and the
+symbols ``× ÷ −`` (read as ``* / -``); parentheses nest at most 16 deep and the tree is at most 64 deep; the multiset of literals is compared with
+``nums`` *before* any arithmetic, so at most ``len(nums)`` numbers (no larger than the largest of ``nums``) are ever
+combined. Division by zero gives ``WRONG`` (reward 0.0).
+
+Gold validation: ``target`` must be an integer and ``nums`` a non-empty list of non-negative integers (at most 16),
+else the verdict is ``UNPARSEABLE_GOLD`` (reward ``None``).
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections import Counter
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+from .stats import count
+from .verdict import Status, Verdict, completion_text
+
+__all__ = [
+    "CountdownReward",
+    "countdown_reward",
+    "countdown_success",
+    "evaluate_expression",
+    "extract_countdown_answer",
+    "ExpressionError",
+]
+
+MAX_ANSWER_CHARS = 256
+MAX_DEPTH = 64
+MAX_PAREN_DEPTH = 16
+MAX_NUMS = 16
+_ALLOWED_CHARS = frozenset("0123456789+-*/()= \t\r\n")
+_TRANSLATE = str.maketrans({"×": "*", "÷": "/", "−": "-"})
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+class ExpressionError(ValueError):
+    """The answer is not an allowed Countdown expression (syntax, operator, length or depth)."""
+
+
+def extract_countdown_answer(text: str) -> str | None:
+    """Content of the last ``<answer>...</answer>`` in ``text`` (stripped), or None.
+
+    Linear time: the last ``</answer>`` is found with :meth:`str.rfind`, then the last ``<answer>`` before it.
+    """
+    end = text.rfind("</answer>")
+    if end < 0:
+        return None
+    start = text.rfind("<answer>", 0, end)
+    if start < 0:
+        return None
+    return text[start + len("<answer>") : end].strip()
+
+
+def _literals(node: ast.AST, out: list[int], depth: int = 0) -> None:
+    """Validate the tree shape and collect the integer literals (no arithmetic yet)."""
+    if depth > MAX_DEPTH:
+        raise ExpressionError("expression nested too deeply")
+    if isinstance(node, ast.Expression):
+        _literals(node.body, out, depth + 1)
+    elif isinstance(node, ast.BinOp):
+        if type(node.op) not in _BINOPS:
+            raise ExpressionError(f"operator {type(node.op).__name__} is not allowed")
+        _literals(node.left, out, depth + 1)
+        _literals(node.right, out, depth + 1)
+    elif isinstance(node, ast.UnaryOp):
+        if not isinstance(node.op, ast.USub):
+            raise ExpressionError(f"unary {type(node.op).__name__} is not allowed")
+        _literals(node.operand, out, depth + 1)
+    elif isinstance(node, ast.Constant):
+        if type(node.value) is not int:
+            raise ExpressionError(f"literal {node.value!r} is not an integer")
+        out.append(node.value)
+    else:
+        raise ExpressionError(f"{type(node).__name__} is not allowed")
+
+
+def _evaluate(node: ast.AST) -> Fraction:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body)
+    if isinstance(node, ast.BinOp):
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Div) and right == 0:
+            raise ZeroDivisionError("division by zero")
+        return Fraction(_BINOPS[type(node.op)](left, right))
+    if isinstance(node, ast.UnaryOp):
+        return -_evaluate(node.operand)
+    return Fraction(node.value)  # validated Constant int
+
+
+def _parse(expr: str, max_chars: int = MAX_ANSWER_CHARS) -> tuple[ast.Expression, list[int]]:
+    if len(expr) > max_chars:
+        raise ExpressionError(f"answer longer than {max_chars} characters")
+    if not expr.strip():
+        raise ExpressionError("empty expression")
+    if not set(expr) <= _ALLOWED_CHARS:
+        bad = sorted(set(expr) - _ALLOWED_CHARS)[:5]
+        raise ExpressionError(f"characters not allowed: {bad}")
+    if "=" in expr:
+        raise ExpressionError("'=' inside the expression")
+    depth = 0
+    for c in expr:
+        if c == "(":
+            depth += 1
+            if depth > MAX_PAREN_DEPTH:
+                raise ExpressionError(f"parentheses nested deeper than {MAX_PAREN_DEPTH}")
+        elif c == ")":
+            depth -= 1
+    try:
+        tree = ast.parse(" ".join(expr.split()), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise ExpressionError(f"not an arithmetic expression: {type(e).__name__}") from None
+    literals: list[int] = []
+    _literals(tree, literals)
+    return tree, literals
+
+
+def evaluate_expression(expr: str, max_chars: int = MAX_ANSWER_CHARS) -> tuple[Fraction, list[int]]:
+    """Exactly evaluate a Countdown expression with the restricted grammar described in the module docstring.
+
+    Args:
+        expr: expression text such as ``"(79 - 60) + 17"`` (no ``=``).
+        max_chars: length limit.
+
+    Returns:
+        ``(value, literals)``: the exact value and the integer literals in reading order.
+
+    Raises:
+        ExpressionError: disallowed syntax, characters, length or depth.
+        ZeroDivisionError: division by zero.
+    """
+    tree, literals = _parse(expr, max_chars)
+    return _evaluate(tree), literals
+
+
+def _split_equals(answer: str) -> tuple[str, str | None]:
+    if answer.count("=") == 1:
+        lhs, rhs = answer.split("=")
+        return lhs, rhs.strip()
+    return answer, None
+
+
+def _gold(target: Any, nums: Any) -> tuple[int, list[int]] | None:
+    def as_int(x):
+        if isinstance(x, bool):
+            raise TypeError
+        return operator.index(x)
+
+    try:
+        t = as_int(target)
+        if isinstance(nums, (str, bytes)) or nums is None:
+            return None
+        ns = [as_int(x) for x in nums]
+    except TypeError:
+        return None
+    if not ns or len(ns) > MAX_NUMS or any(x < 0 for x in ns):
+        return None
+    return t, ns
+
+
+def countdown_success(completion: Any, target: Any, nums: Any, *, max_answer_chars: int = MAX_ANSWER_CHARS) -> Verdict:
+    """Binary verdict for one Countdown completion.
+
+    Args:
+        completion: string or list of chat messages.
+        target: the integer to reach.
+        nums: the numbers, each to be used exactly once (a list of ints; numpy integers are accepted).
+        max_answer_chars: longest accepted answer (characters inside ``<answer>``).
+
+    Returns:
+        :class:`Verdict`: ``CORRECT``; ``WRONG`` with reason ``no_answer``, ``bad_expression``, ``numbers_mismatch``,
+        ``division_by_zero``, ``wrong_value`` or ``wrong_stated_result``; ``UNPARSEABLE_GOLD`` for a malformed
+        ``target``/``nums``.
+
+    Raises:
+        ValueError: malformed completion (neither string nor chat messages).
+    """
+    text = completion_text(completion)
+    gold = _gold(target, nums)
+    answer = extract_countdown_answer(text)
+    if gold is None:
+        return Verdict(Status.UNPARSEABLE_GOLD, answer, "bad_gold")
+    t, ns = gold
+    if answer is None:
+        return Verdict(Status.WRONG, None, "no_answer")
+    if len(answer) > max_answer_chars:
+        return Verdict(Status.WRONG, answer[:64], "bad_expression")
+    answer = answer.translate(_TRANSLATE)
+    expr, stated = _split_equals(answer)
+    if stated is not None:
+        try:
+            stated_value = int(stated) if stated.isdigit() else None
+        except ValueError:  # absurdly long digit string
+            stated_value = None
+        if stated_value != t:
+            return Verdict(Status.WRONG, answer, "wrong_stated_result")
+    try:
+        tree, literals = _parse(expr, max_answer_chars)
+    except ExpressionError:
+        return Verdict(Status.WRONG, answer, "bad_expression")
+    if Counter(literals) != Counter(ns):
+        return Verdict(Status.WRONG, answer, "numbers_mismatch")
+    try:
+        value = _evaluate(tree)
+    except ZeroDivisionError:
+        return Verdict(Status.WRONG, answer, "division_by_zero")
+    if value != t:
+        return Verdict(Status.WRONG, answer, "wrong_value")
+    return Verdict(Status.CORRECT, answer)
+
+
+class CountdownReward:
+    """Countdown correctness reward in TRL's signature; picklable, ``__name__ == "countdown_reward"``.
+
+    Args:
+        max_answer_chars: longest accepted answer; longer answers are wrong (bounded work per completion).
+
+    Raises:
+        ValueError: ``max_answer_chars < 1``.
+    """
+
+    def __init__(self, max_answer_chars: int = MAX_ANSWER_CHARS):
+        if max_answer_chars < 1:
+            raise ValueError(f"max_answer_chars must be >= 1, got {max_answer_chars}")
+        self.max_answer_chars = int(max_answer_chars)
+        self.__name__ = "countdown_reward"
+
+    def __repr__(self) -> str:
+        return f"CountdownReward(max_answer_chars={self.max_answer_chars})"
+
+    def verdicts(self, completions: Sequence[Any], target: Sequence[Any], nums: Sequence[Any]) -> list[Verdict]:
+        """``(N,)`` verdicts for ``(N,)`` completions, targets and number lists.
+
+        Raises:
+            ValueError: mismatched lengths.
+        """
+        if not (len(completions) == len(target) == len(nums)):
+            raise ValueError(
+                f"got {len(completions)} completions, {len(target)} targets and {len(nums)} nums lists"
+            )
+        out = [
+            countdown_success(c, t, ns, max_answer_chars=self.max_answer_chars)
+            for c, t, ns in zip(completions, target, nums)
+        ]
+        for v in out:
+            count(f"countdown/{v.status.value}")
+        return out
+
+    def __call__(
+        self,
+        completions: Sequence[Any],
+        target: Sequence[Any] | None = None,
+        nums: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        """TRL reward function: ``1.0`` correct, ``0.0`` wrong, ``None`` malformed gold.
+
+        Args:
+            completions: ``(N,)`` completions.
+            target: dataset column ``target``, ``(N,)`` ints.
+            nums: dataset column ``nums``, ``(N,)`` lists of ints.
+            **kwargs: ignored (other columns, ``prompts``, ``trainer_state``, ...).
+
+        Raises:
+            ValueError: missing ``target``/``nums`` columns or mismatched lengths.
+        """
+        if target is None or nums is None:
+            raise ValueError("countdown_reward needs the dataset columns 'target' and 'nums'")
+        return [v.reward for v in self.verdicts(completions, target, nums)]
+
+
+_DEFAULT = CountdownReward()
+
+
+def countdown_reward(
+    completions: Sequence[Any], target: Sequence[Any] | None = None, nums: Sequence[Any] | None = None, **kwargs: Any
+) -> list[float | None]:
+    """Countdown correctness reward with default limits; see :meth:`CountdownReward.__call__`.
+
+    Example:
+        >>> countdown_reward(["<think>...</think> <answer>(79 - 60) + 17</answer>"], target=[36], nums=[[79, 17, 60]])
+        [1.0]
+    """
+    return _DEFAULT(completions, target=target, nums=nums, **kwargs)

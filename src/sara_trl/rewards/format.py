@@ -1,0 +1,75 @@
+r"""Optional format reward for the ``<think>...</think><answer>...</answer>`` layout (a shaped score, not success).
+
+This is a separate reward function on purpose: the allocator's notion of success must stay the binary correctness
+verdict (paper Sec. 2). If you add it to ``reward_funcs`` next to a correctness reward, decide success with a
+threshold on the weighted sum (see :mod:`sara_trl.rewards`), e.g. weights ``[1.0, 0.1]`` and threshold ``0.5`` so
+that only correct completions count as successes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .verdict import completion_text
+
+__all__ = ["format_reward", "FormatReward", "has_think_answer_format"]
+
+# The prompt may end with "<think>" (generation prefilled), so the opening tag is optional; exactly one </think> and
+# one <answer>...</answer> pair, nothing but whitespace after </answer>.
+_LAYOUT = re.compile(r"^\s*(?:<think>)?(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*$", re.DOTALL)
+_MAX_CHARS = 200_000
+
+
+def has_think_answer_format(text: str, require_think_open: bool = False) -> bool:
+    """True if ``text`` is ``[<think>] reasoning </think> <answer> answer </answer>`` with one of each tag.
+
+    Args:
+        text: completion text.
+        require_think_open: also require the opening ``<think>`` tag (set False when the prompt ends with it).
+
+    Texts over 200,000 characters are rejected.
+    """
+    if len(text) > _MAX_CHARS:
+        return False
+    if text.count("<think>") > 1 or text.count("</think>") != 1:
+        return False
+    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
+        return False
+    if require_think_open and not text.lstrip().startswith("<think>"):
+        return False
+    m = _LAYOUT.match(text)
+    return bool(m and m.group("answer").strip() and "<think>" not in m.group("think"))
+
+
+class FormatReward:
+    """``<think>``/``<answer>`` layout reward in TRL's signature; picklable, ``__name__ == "format_reward"``.
+
+    Args:
+        require_think_open: require the opening ``<think>`` tag in the completion.
+        value: reward for a well-formed completion (a malformed one gets 0.0).
+    """
+
+    def __init__(self, require_think_open: bool = False, value: float = 1.0):
+        self.require_think_open = bool(require_think_open)
+        self.value = float(value)
+        self.__name__ = "format_reward"
+
+    def __repr__(self) -> str:
+        return f"FormatReward(require_think_open={self.require_think_open}, value={self.value})"
+
+    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        """``(N,)`` rewards: ``value`` for a well-formed completion, ``0.0`` otherwise (never None)."""
+        return [
+            self.value if has_think_answer_format(completion_text(c), self.require_think_open) else 0.0
+            for c in completions
+        ]
+
+
+_DEFAULT = FormatReward()
+
+
+def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """1.0 for ``[<think>]...</think><answer>...</answer>`` completions, else 0.0; see :class:`FormatReward`."""
+    return _DEFAULT(completions, **kwargs)

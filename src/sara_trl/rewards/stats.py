@@ -1,0 +1,54 @@
+"""Process-local counters of verifier outcomes (thread-safe).
+
+Keys are ``"<verifier>/<status or event>"``, e.g. ``"math/correct"``, ``"math/timeout"``, ``"math/fast_path"``,
+``"math/cache_hit"``, ``"countdown/wrong"``, plus the worker-pool events ``"pool/kills"`` (workers killed at the hard
+limit) and ``"pool/restarts"``. Timeouts are counted apart from wrong answers so a trainer can log them
+(e.g. as ``sara/verifier_timeouts``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+__all__ = ["stats", "reset_stats", "count"]
+
+_LOCK = threading.Lock()
+_COUNTS: Counter = Counter()
+
+
+def count(key: str, n: int = 1) -> None:
+    """Add ``n`` to counter ``key``."""
+    if n:
+        with _LOCK:
+            _COUNTS[key] += n
+
+
+def stats() -> dict[str, int]:
+    """Snapshot of all counters in this process, including the verifier worker pools' kills/restarts/timeouts.
+
+    Returns:
+        ``{key: count}``, sorted by key. Counts are per process (each rank or data-loader worker has its own).
+    """
+    from ._pool import _POOLS, _POOLS_LOCK
+
+    with _LOCK:
+        out = dict(_COUNTS)
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+    for p in pools:
+        for k in ("kills", "restarts", "timeouts", "errors", "tasks"):
+            out[f"pool/{k}"] = out.get(f"pool/{k}", 0) + p.counters[k]
+    return dict(sorted(out.items()))
+
+
+def reset_stats() -> None:
+    """Zero every counter (including the pools')."""
+    from ._pool import _POOLS, _POOLS_LOCK
+
+    with _LOCK:
+        _COUNTS.clear()
+    with _POOLS_LOCK:
+        for p in _POOLS.values():
+            for k in p.counters:
+                p.counters[k] = 0
