@@ -174,6 +174,7 @@ def _step_metrics(res, source, k: int, rng: np.random.Generator) -> dict:
         "wrong_exact": wrong_exact,
         "wrong_sampled": wrong_sampled,
         "filled": int(st.stop_reason == "filled"),
+        "stop_reason": st.stop_reason,
     }
 
 

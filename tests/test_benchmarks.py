@@ -1,0 +1,206 @@
+"""The benchmark harness (benchmarks/): its closed forms, the replay source, and a quick end-to-end run of
+``benchmarks/run.py --quick`` (seconds) so the harness cannot rot. Timing targets are judged in RESULTS.md, not here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import overhead, replay, run, sim  # noqa: E402
+from benchmarks.common import mean_ci, md_table  # noqa: E402
+from sara_trl.allocation import AllocationConfig, PromptStream  # noqa: E402
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+def test_mean_ci_matches_student_t():
+    iv = mean_ci([1.0, 2.0, 3.0])
+    # t_{0.975, 2} = 4.302652729911275; sd = 1; half width = 4.3027 / sqrt(3)
+    assert iv.mean == 2.0 and iv.n == 3
+    assert iv.hi - iv.mean == pytest.approx(4.302652729911275 / np.sqrt(3), rel=1e-9)
+    assert mean_ci([5.0]).lo == mean_ci([5.0]).hi == 5.0
+    with pytest.raises(ValueError, match="NaN"):
+        mean_ci([1.0, float("nan")])
+    with pytest.raises(ValueError):
+        mean_ci([])
+
+
+def test_md_table_layout():
+    assert md_table(["a", "b"], [[1, 2]]).splitlines() == ["| a | b |", "| :--- | ---: |", "| 1 | 2 |"]
+
+
+# ------------------------------------------------------------------------------------------------ simulation
+def test_would_mix_closed_forms():
+    src = sim.SimSource(np.array([0.5, 0.0, 1.0, 0.25]), seed=0)
+    p = src.would_mix(np.array([0, 1, 2, 3, 0]), np.array([4, 4, 3, 2, 8]), np.array([0, 0, 3, 2, 0]), k=8)
+    # gamma=0.5 after 4 failures: 1 - 0.5^4; gamma=0: never mixes; gamma=1 after 3 successes: never;
+    # gamma=0.25 after 2 successes: 1 - 0.25^6; a complete group cannot mix any more.
+    assert p == pytest.approx([1 - 0.5**4, 0.0, 0.0, 1 - 0.25**6, 0.0])
+    with pytest.raises(ValueError, match="unmixed"):
+        src.would_mix(np.array([0]), np.array([3]), np.array([1]), k=8)
+
+
+def test_theory_closed_forms_for_a_point_mass():
+    g = np.full(100, 0.5)
+    t = sim.theory(g, k=8, tau_low=0.45, B=64)
+    # n_a = 8 - floor(0.45 * 9) = 4; E[min(Tmix, 4)] = 1 + (0.5 + 0.5) + (0.25 + 0.25) + (0.125 + 0.125) = 2.75
+    assert t["n_a"] == 4
+    assert t["phi"] == pytest.approx(1 - 2 / 256)
+    assert t["psi"] == pytest.approx(1 - 2 / 16)
+    assert t["e_stop"] == pytest.approx(2.75)
+    assert t["ds"] == pytest.approx(64 * 8 / (1 - 2 / 256))
+    assert t["eq6"] == pytest.approx(64 / (1 - 2 / 256) * 2.75)
+    assert t["corrected"] == pytest.approx(64 / 0.875 * 2.75)
+    assert t["corrected_full"] == pytest.approx(64 / 0.875 * (0.875 * 8 + 0.125 * 4))
+
+
+def test_early_commit_cost_matches_the_corrected_formula():
+    """SARA with commit_min=2 on a point-mass pool: the measured cost of decided prompts is (B/Psi) E[min(Tmix,n_a)]
+    (Wald's identity), not the paper's (B/Phi) E[...]. Deterministic seeds; 5% tolerance over 6 x 5 steps."""
+    dist = sim.Distribution("half", "gamma = 0.3", lambda num, seed: np.full(num, 0.3))
+    cfg = AllocationConfig(allocator="sara", k=8, commit_min=2)
+    rows, _ = sim.run_setting(dist, cfg, 64, range(6), 5, pool=3000)
+    t = sim.theory(np.full(10, 0.3), 8, 0.45, 64)
+    useful = np.mean([r["rollouts_useful"] for r in rows])
+    assert useful == pytest.approx(t["corrected"], rel=0.05)
+    assert abs(useful - t["eq6"]) / t["eq6"] > 0.05  # Eq. 6 under-predicts by Phi/Psi
+    assert all(r["effective_fraction"] == 1.0 for r in rows)
+
+
+def test_run_steps_counts_every_step_and_pairs_seeds():
+    dist = sim.DISTRIBUTIONS["u_shaped"]
+    rows_u, _ = sim.run_setting(dist, AllocationConfig(allocator="uniform"), 16, range(2), 3, pool=500)
+    assert len(rows_u) == 6 and [r["seed"] for r in rows_u] == [0, 0, 0, 1, 1, 1]
+    assert all(r["rollouts"] == 16 * 8 and r["rounds"] == 1 and r["abandoned"] == 0 for r in rows_u)
+    rows_d, traces = sim.run_setting(dist, AllocationConfig(allocator="dynamic_sampling"), 16, range(2), 3, pool=500,
+                                     trace=True)
+    assert all(r["effective_fraction"] == 1.0 and r["wrong_exact"] == 0.0 for r in rows_d)
+    assert len(traces) == 6
+    for (cum_r, cum_e), r in zip(traces, rows_d):
+        assert cum_r[-1] == r["rollouts"] and cum_e[-1] == r["committed"]
+    assert sim.per_seed(rows_u, "rollouts").tolist() == [128.0, 128.0]
+
+
+def test_decidability_on_never_solved_prompts():
+    d = sim.decidability(np.zeros(10), k=8, tau_low=0.45, num=200)
+    # gamma = 0: never mixed; p_eff(n, 0) = (8 - n) / 9 < 0.45 first at n = 4.
+    assert d["decided_effective"].tolist() == [0.0] * 8
+    assert d["decided_saturated"].tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
+    assert d["agree"][3:].tolist() == [1.0] * 5
+
+
+# ------------------------------------------------------------------------------------------------ replay
+def synthetic_bank(P: int = 60, M: int = 16, seed: int = 0):
+    """A third of the prompts never solved, a sixth always solved, the rest with a random number of successes."""
+    rng = np.random.default_rng(seed)
+    success = np.zeros((P, M), np.int8)
+    for p in range(P):
+        kind = p % 6
+        c = 0 if kind < 2 else M if kind == 2 else int(rng.integers(1, M))
+        success[p, rng.permutation(M)[:c]] = 1
+    tokens = rng.integers(20, 300, size=(P, M)).astype(np.int16)
+    return success, tokens
+
+
+def test_replay_draws_without_replacement_and_wraps():
+    success, tokens = synthetic_bank(P=6)
+    src = replay.ReplaySource(success, tokens, seed=1)
+    src.start_step()
+    out = src(np.array([3, 5]), np.array([16, 20]))
+    # Prompt 3: its 16 completions exactly once (a permutation of its bank).
+    assert sorted(zip(out.success[:16], out.tokens[:16])) == sorted(zip(success[3].astype(float), tokens[3]))
+    # Prompt 5: 16 without replacement, then 4 more after a reshuffle.
+    first = sorted(zip(out.success[16:32], out.tokens[16:32]))
+    assert first == sorted(zip(success[5].astype(float), tokens[5]))
+    assert len(out.success) == 36 and set(out.tokens[32:]) <= set(tokens[5])
+    # Continuing within the step never repeats a completion before the bank is used up.
+    src.start_step()
+    a = src(np.array([4]), np.array([5]))
+    b = src(np.array([4]), np.array([11]))
+    assert sorted(np.concatenate([a.tokens, b.tokens])) == sorted(tokens[4])
+
+
+def test_replay_would_mix_is_hypergeometric():
+    success = np.zeros((1, 16), np.int8)
+    success[0, :3] = 1  # 3 successes, 13 failures
+    src = replay.ReplaySource(success, np.ones((1, 16)), seed=0)
+    # After 4 failures, 4 more from the remaining 12 (3 successes, 9 failures): P(all fail) = C(9,4)/C(12,4).
+    stay = sum(1 for c in combinations(range(12), 4) if all(i >= 3 for i in c)) / sum(1 for _ in combinations(range(12), 4))
+    assert src.would_mix(np.array([0]), np.array([4]), np.array([0]), k=8)[0] == pytest.approx(1 - stay)
+    # After 2 successes, 6 more from 14 holding only 1 success: cannot stay all-pass.
+    assert src.would_mix(np.array([0]), np.array([2]), np.array([2]), k=8)[0] == pytest.approx(1.0)
+    s = replay.bank_summary(np.array([[1] * 8 + [0] * 8], np.int8), k=2)
+    assert s["phi"] == pytest.approx(1 - 2 * 28 / 120) and s["mean_success"] == 0.5
+
+
+def test_replay_drives_every_allocator():
+    success, tokens = synthetic_bank()
+    for alloc in ("uniform", "dynamic_sampling", "sara"):
+        src = replay.ReplaySource(success, tokens, seed=0)
+        rows, _ = sim.run_steps(src, AllocationConfig(allocator=alloc), 8, 2, seed=0)
+        assert len(rows) == 2
+        if alloc != "uniform":
+            assert all(r["effective_fraction"] == 1.0 for r in rows)
+        assert all(0.0 <= r["wrong_exact"] <= r["abandoned"] for r in rows)
+
+
+def test_load_bank_round_trip_and_errors(tmp_path):
+    success, tokens = synthetic_bank(P=4)
+    np.savez_compressed(tmp_path / "b.npz", success=success, tokens=tokens)
+    (tmp_path / "b.json").write_text(json.dumps({"model": "synthetic"}))
+    s, t, meta = replay.load_bank(tmp_path / "b.npz")
+    assert (s == success).all() and (t == tokens).all() and meta == {"model": "synthetic"}
+    np.savez_compressed(tmp_path / "bad.npz", success=success, tokens=tokens[:, :8])
+    with pytest.raises(ValueError, match="equal"):
+        replay.load_bank(tmp_path / "bad.npz")
+
+
+# ------------------------------------------------------------------------------------------------ overhead
+def test_precomputed_source_returns_its_table_prompt_major():
+    src = overhead.PrecomputedSource(np.array([0.0, 1.0, 0.5]), width=4, seed=0)
+    out = src(np.array([2, 0]), np.array([3, 2]))
+    assert out.success.tolist() == src.success[2, :3].tolist() + [0.0, 0.0]
+    out2 = src(np.array([2]), np.array([2]))  # continues at position 3, wraps to 0
+    assert out2.success.tolist() == [src.success[2, 3], src.success[2, 0]]
+    assert len(src.enter) == len(src.exit) == 2
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+def test_quick_run_end_to_end(tmp_path):
+    success, tokens = synthetic_bank(P=120)
+    bank = tmp_path / "bank.npz"
+    np.savez_compressed(bank, success=success, tokens=tokens)
+    out = tmp_path / "out"
+    assert run.main(["--quick", "--out", str(out), "--bank", str(bank),
+                     "--train-results", str(tmp_path / "absent.json")]) == 0
+    md = (out / "RESULTS.md").read_text()
+    for heading in ("## Headline", "### Targets", "## 1. Simulated", "## 2. The savings theorem", "## 3. Mechanism",
+                    "## 4. Replay", "## 5. Allocator overhead", "## 6. Real CPU training runs"):
+        assert heading in md
+    assert "QUICK MODE" in md and "120 prompts x 16 completions" in md and "**Not run.**" in md
+    assert "Command: `python benchmarks/run.py --quick" in md
+    for png in ("fig3a_decidability", "fig3c_effective_vs_rollouts", "fig6a_tau_sweep", "fig6b_n0_sweep",
+                "fig6c_fixed_budget", "fig6d_savings_vs_k", "overhead", "replay_cost"):
+        assert (out / "plots" / f"{png}.png").stat().st_size > 1000
+    res = json.loads((out / "results.json").read_text())
+    head = res["grid"]["u_shaped/k=8"]["summary"]
+    assert head["uniform"]["rollouts"][0] == 512.0  # B x k, exactly
+    assert head["DS"]["effective_fraction"][0] == 1.0
+    assert head["DS"]["rollouts_ratio"][0] == 1.0
+    assert res["replay"]["bank"]["prompts"] == 120
+
+
+def test_quick_run_skips_replay_without_bank(tmp_path):
+    out = tmp_path / "out"
+    assert run.main(["--quick", "--out", str(out), "--bank", str(tmp_path / "none.npz"), "--skip-overhead"]) == 0
+    md = (out / "RESULTS.md").read_text()
+    assert "**Skipped: no replay bank" in md
+    assert json.loads((out / "results.json").read_text())["replay"] is None
