@@ -1,0 +1,120 @@
+"""SaraConfig / SaraRLOOConfig: parsing, validation messages, conversion to the core's AllocationConfig, and the
+construction-time errors of the trainers for features that do not fit SARA's seam yet."""
+
+from __future__ import annotations
+
+import pytest
+from datasets import Dataset, IterableDataset
+from transformers import HfArgumentParser
+
+from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
+from sara_trl.allocation import AllocationConfig
+
+BASE = dict(output_dir="unused", use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False,
+            num_generations=4, per_device_train_batch_size=8)
+
+
+def constant_reward(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def test_defaults_and_allocation_config():
+    args = SaraConfig(**BASE)
+    assert args.generation_batch_size == 8 and args.num_groups == 2
+    assert args.to_allocation_config() == AllocationConfig(
+        allocator="sara", k=4, n0=2, tau_low=0.45, commit_min=None, prior_alpha=1.0, prior_beta=1.0, budget_cap=6.0,
+        max_rounds=64, round_increment=1, max_rollouts_per_round=None, yield_decay=0.5,
+    )
+    rloo = SaraRLOOConfig(**{**BASE, "num_generations": 2, "commit_min": 2, "allocator": "uniform"})
+    assert rloo.to_allocation_config().k == 2 and rloo.to_allocation_config().allocator == "uniform"
+    assert rloo.beta == 0.05  # RLOO's own default is untouched
+
+
+def test_hf_argument_parser_round_trip():
+    parser = HfArgumentParser(SaraConfig)
+    (args,) = parser.parse_args_into_dataclasses(
+        ["--output_dir", "o", "--use_cpu", "--bf16", "False", "--report_to", "none", "--num_generations", "4",
+         "--per_device_train_batch_size", "8", "--allocator", "dynamic_sampling", "--n0", "3", "--tau_low", "0.2",
+         "--commit_min", "3", "--budget_cap", "4.5", "--success_reward_func", "accuracy", "--stream_seed", "7"]
+    )
+    assert (args.allocator, args.n0, args.tau_low, args.commit_min) == ("dynamic_sampling", 3, 0.2, 3)
+    assert (args.budget_cap, args.success_reward_func, args.stream_seed) == (4.5, "accuracy", 7)
+    help_text = parser.format_help()
+    for name in ("--allocator", "--n0", "--tau_low", "--commit_min", "--prior_alpha", "--budget_cap",
+                 "--success_threshold", "--success_reward_func", "--stream_seed"):
+        assert name in help_text
+    with pytest.raises(SystemExit):  # argparse rejects an allocator outside the choices
+        parser.parse_args_into_dataclasses(["--output_dir", "o", "--allocator", "greedy"])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"n0": 5}, r"n0 \(5\) must satisfy 1 <= n0 <= num_generations \(4\)"),
+        ({"n0": 0}, r"n0 \(0\) must satisfy"),
+        ({"commit_min": 1}, r"commit_min \(1\) must satisfy 2 <= commit_min <= num_generations \(4\)"),
+        ({"commit_min": 5}, r"commit_min \(5\)"),
+        ({"tau_low": 1.0}, r"tau_low \(1.0\) must lie in \[0, 1\)"),
+        ({"tau_low": -0.1}, r"tau_low"),
+        ({"prior_alpha": 0.0}, r"prior_alpha \(0.0\) must be finite and > 0"),
+        ({"prior_beta": -1.0}, r"prior_beta"),
+        ({"budget_cap": 0.5}, r"budget_cap \(0.5\) must be >= 1"),
+        ({"max_rounds": 0}, r"max_rounds \(0\) must be >= 1"),
+        ({"round_increment": 0}, r"round_increment"),
+        ({"max_rollouts_per_round": 3}, r"max_rollouts_per_round \(3\) must be None or >= num_generations"),
+        ({"yield_decay": 1.5}, r"yield_decay"),
+        ({"allocator": "greedy"}, r"allocator must be one of"),
+        ({"success_threshold": float("nan")}, r"success_threshold"),
+        ({"use_vllm": True, "generation_kwargs": {"seed": 1}}, r"must not set `seed` with use_vllm=True"),
+        ({"per_device_train_batch_size": 6}, r"generation_batch_size \(6\) must be divisible by num_generations"),
+    ],
+)
+def test_validation_messages(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        SaraConfig(**{**BASE, **overrides})
+
+
+def test_rloo_config_validates_against_its_own_k():
+    with pytest.raises(ValueError, match=r"n0 \(3\) must satisfy 1 <= n0 <= num_generations \(2\)"):
+        SaraRLOOConfig(**{**BASE, "num_generations": 2, "n0": 3})
+
+
+@pytest.fixture
+def prompts():
+    return Dataset.from_dict({"prompt": [f"Question {i}" for i in range(4)]})
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"tools": [constant_reward]}, "does not support `tools`"),
+        ({"rollout_func": lambda prompts, trainer: {}}, "does not support `rollout_func`"),
+        ({"environment_factory": object}, "does not support `environment_factory`"),
+    ],
+)
+def test_unsupported_features_raise_at_construction(extra, message, prompts, tiny_model_dir, tokenizer):
+    with pytest.raises(ValueError, match=message):
+        SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=constant_reward, args=SaraConfig(**BASE),
+                        train_dataset=prompts, processing_class=tokenizer, **extra)
+
+
+def test_dataset_and_args_errors(prompts, tiny_model_dir, tokenizer):
+    make = dict(model=tiny_model_dir, reward_funcs=constant_reward, processing_class=tokenizer)
+    from trl import GRPOConfig
+
+    with pytest.raises(TypeError, match="needs a `SaraConfig`"):
+        SaraGRPOTrainer(args=GRPOConfig(**BASE), train_dataset=prompts, **make)
+    with pytest.raises(ValueError, match="needs a `train_dataset`"):
+        SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=None, **make)
+    with pytest.raises(ValueError, match="map-style `datasets.Dataset`"):
+        SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=IterableDataset.from_generator(lambda: iter([])),
+                        **make)
+    with pytest.raises(ValueError, match="does not support multimodal input"):
+        images = Dataset.from_dict({"prompt": ["a", "b"], "image": [None, None]})
+        SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=images, **make)
+    with pytest.raises(ValueError, match="has 1 prompts but one generation batch needs B = .* = 2"):
+        SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=prompts.select([0]), **make)
+    with pytest.raises(ValueError, match=r"success_reward_func='accuracy' names no reward function.*constant_reward"):
+        SaraGRPOTrainer(args=SaraConfig(**BASE, success_reward_func="accuracy"), train_dataset=prompts, **make)
+    with pytest.raises(TypeError, match="needs a `SaraRLOOConfig`"):
+        SaraRLOOTrainer(args=SaraConfig(**BASE), train_dataset=prompts, **make)
