@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from sara_trl.allocation.config import AllocationConfig
+from sara_trl.allocation.extensions import Extensions, extensions_enabled
 from sara_trl.allocation.predictor import p_eff_unchecked
 from sara_trl.allocation.rules import decide
 from sara_trl.allocation.stream import PromptStream
@@ -169,6 +170,8 @@ class Allocator:
         self.total_rollouts = 0
         self.total_tokens = 0
         self.steps = 0
+        # Beyond-paper options (history, selection, tau_low="auto"); None keeps the paper's SARA untouched.
+        self._ext = Extensions(self.config) if extensions_enabled(self.config) else None
 
     # ----------------------------------------------------------------------------------------------- state
     def yield_estimate(self) -> float:
@@ -177,8 +180,11 @@ class Allocator:
         return float(min(1.0, max(est, 1.0 / 64)))
 
     def state_dict(self) -> dict:
-        return {"kept_count": self._kept_count, "decided_count": self._decided_count,
-                "total_rollouts": self.total_rollouts, "total_tokens": self.total_tokens, "steps": self.steps}
+        state = {"kept_count": self._kept_count, "decided_count": self._decided_count,
+                 "total_rollouts": self.total_rollouts, "total_tokens": self.total_tokens, "steps": self.steps}
+        if self._ext is not None:
+            state["extensions"] = self._ext.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self._kept_count = float(state["kept_count"])
@@ -186,6 +192,17 @@ class Allocator:
         self.total_rollouts = int(state["total_rollouts"])
         self.total_tokens = int(state["total_tokens"])
         self.steps = int(state["steps"])
+        if self._ext is not None and "extensions" in state:
+            self._ext.load_state_dict(state["extensions"])
+
+    def diagnostics(self) -> dict:
+        """Beyond-paper metrics (fitted prior, boundary in use, cost per effective group, history hit rate, ...);
+        empty when every option is off. See :meth:`sara_trl.allocation.extensions.Extensions.diagnostics`."""
+        return {} if self._ext is None else self._ext.diagnostics()
+
+    def _take(self, stream: PromptStream, count: int) -> np.ndarray:
+        """Fresh prompts: the stream's next ``count``, or the predictive selector's pick when enabled."""
+        return stream.take(count) if self._ext is None else self._ext.take_fresh(stream, count)
 
     def _observe(self, kept: int, decided: int) -> None:
         self._kept_count += kept
@@ -214,9 +231,16 @@ class Allocator:
         self._kept_count *= self.config.yield_decay
         self._decided_count *= self.config.yield_decay
         ledger = _Ledger(rollout_fn)
+        if self._ext is not None:
+            self._ext.begin_step(stream)
         run = {"sara": self._sara, "dynamic_sampling": self._dynamic_sampling, "uniform": self._uniform}
         stop_reason, expected_lost = run[self.config.allocator](ledger, stream, B)
         result = ledger.finish(B, stop_reason, expected_lost)
+        if self._ext is not None:
+            size = ledger.size
+            self._ext.end_step(ledger.pid[:size], ledger.nsc[:size], ledger.s[:size],
+                               np.concatenate(ledger.r_success) if ledger.r_success else np.zeros(0),
+                               np.concatenate(ledger.r_tokens) if ledger.r_tokens else np.zeros(0, np.int64))
         self.total_rollouts += result.stats.rollouts_generated
         self.total_tokens += result.stats.tokens_generated
         self.steps += 1
@@ -228,7 +252,7 @@ class Allocator:
     def _uniform(self, ledger: _Ledger, stream: PromptStream, B: int):
         """B prompts x k rollouts, every group kept (plain GRPO). Split into several calls only if a capacity binds."""
         k = self.config.k
-        slots = ledger.add(stream.take(B))
+        slots = ledger.add(self._take(stream, B))
         per_call = max(1, (self.config.max_rollouts_per_round or B * k) // k)
         for i in range(0, len(slots), per_call):
             chunk = slots[i : i + per_call]
@@ -257,7 +281,7 @@ class Allocator:
             want = min(_ceil(need / self.yield_estimate()), room // k)
             if want <= 0:
                 return "budget", 0.0
-            pids = stream.take(want)
+            pids = self._take(stream, want)
             if len(pids) == 0:
                 return "stream", 0.0
             slots = ledger.add(pids)
@@ -311,7 +335,7 @@ class Allocator:
             c_slots, c_counts = c_slots[fits], c_counts[fits]
             room -= int(c_counts.sum())
             fresh = min(fresh_wanted, room // cfg.n0)
-            pids = stream.take(fresh) if fresh > 0 else np.zeros(0, np.int64)
+            pids = self._take(stream, fresh) if fresh > 0 else np.zeros(0, np.int64)
             if len(c_slots) == 0 and len(pids) == 0:
                 # Nothing to generate: either the stream ran dry or the budget/capacity left no room.
                 return ("stream" if fresh > 0 else "budget"), expected_lost
@@ -319,8 +343,11 @@ class Allocator:
             slots = np.concatenate([c_slots, new])
             ledger.generate(slots, np.concatenate([c_counts, np.full(len(new), cfg.n0, np.int64)]))
 
-            dec, p_new = decide(ledger.n[slots], ledger.nsc[slots], ledger.s[slots], k=k, tau_low=cfg.tau_low,
-                                commit_min=floor_, alpha0=cfg.prior_alpha, beta0=cfg.prior_beta)
+            if self._ext is None:
+                dec, p_new = decide(ledger.n[slots], ledger.nsc[slots], ledger.s[slots], k=k, tau_low=cfg.tau_low,
+                                    commit_min=floor_, alpha0=cfg.prior_alpha, beta0=cfg.prior_beta)
+            else:  # per-prompt history priors and/or the Bayes-optimal boundary
+                dec, p_new = self._ext.decide(ledger.pid[slots], ledger.n[slots], ledger.nsc[slots], ledger.s[slots])
             ledger.p[slots] = p_new
             committed = slots[dec == COMMIT]
             abandoned = slots[dec == ABANDON]
