@@ -175,18 +175,27 @@ def replay_plot(bars: dict, path: Path) -> None:
 
 
 def training_plot(runs: dict, path: Path) -> None:
-    """Reward over optimizer steps and cumulative rollouts, one line per allocator.
+    """Real training runs: held-out accuracy vs optimizer step and vs cumulative rollouts, and the effective fraction
+    of each trained batch.
 
-    ``runs``: name -> dict with lists ``step``, ``reward``, ``cum_rollouts``.
+    ``runs``: name -> dict with lists ``step``, ``cum_rollouts``, ``effective_fraction``, ``eval_step``, ``eval_acc``.
     """
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
     for name, r in runs.items():
-        axes[0].plot(r["step"], r["reward"], marker=".", label=name, color=COLORS.get(name))
-        axes[1].plot(r["cum_rollouts"], r["reward"], marker=".", label=name, color=COLORS.get(name))
+        c = COLORS.get(name)
+        axes[0].plot(r["eval_step"], r["eval_acc"], marker="o", label=name, color=c)
+        cum = dict(zip(r["step"], r["cum_rollouts"]))
+        xs = [0.0 if s == 0 else cum.get(s, np.nan) for s in r["eval_step"]]
+        axes[1].plot(xs, r["eval_acc"], marker="o", label=name, color=c)
+        axes[2].plot(r["step"], r["effective_fraction"], marker=".", label=name, color=c)
     axes[0].set_xlabel("optimizer step")
     axes[1].set_xlabel("cumulative rollouts")
+    for ax in axes[:2]:
+        ax.set_ylabel("held-out greedy accuracy")
+    axes[2].set_xlabel("optimizer step")
+    axes[2].set_ylabel("effective fraction of trained batch")
+    axes[2].set_ylim(0, 1.05)
     for ax in axes:
-        ax.set_ylabel("mean reward of trained rollouts")
         ax.legend(fontsize=8)
     fig.suptitle("Real CPU training runs (SmolLM2-135M)")
     _save(fig, path)
