@@ -53,7 +53,7 @@ _SARA_DOC = r"""
             Per-step decay of the running estimate of the share of fresh prompts that get committed, used to size
             refills. In `[0, 1]`.
         success_threshold (`float`, *optional*, defaults to `0.5`):
-            A rollout counts as a success when its score is `>= success_threshold`. The score is the weighted reward
+            A rollout counts as a success when its score is `> success_threshold`. The score is the weighted reward
             sum (`reward_weights`, as TRL combines rewards), or the raw value of the reward function named by
             `success_reward_func`. A rollout whose score is NaN (every reward function returned `None`) is
             unscorable: it costs a rollout but does not move the posterior.
@@ -125,7 +125,7 @@ class _SaraArguments:
     success_threshold: float = field(
         default=0.5,
         metadata={
-            "help": "A rollout is a success when its score >= success_threshold; the score is the weighted reward "
+            "help": "A rollout is a success when its score > success_threshold; the score is the weighted reward "
             "sum, or the raw value of `success_reward_func`. NaN scores are unscorable."
         },
     )
