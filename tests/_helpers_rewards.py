@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from decimal import Decimal, InvalidOperation
-from fractions import Fraction
 from pathlib import Path
 
-from sara_trl.data.paths import find_shared_data_dir
+# Only the standard library at import time: verifier worker processes import this module to run the pool probes
+# below, and a heavy import would count against their time limits.
 
 
 def shared_data_dir() -> Path | None:
     """The shared data directory, or None when it is not available (tests then skip)."""
+    from sara_trl.data.paths import find_shared_data_dir
+
     return find_shared_data_dir(required=False)
 
 
@@ -65,35 +66,65 @@ def wrong_answer(gold: str) -> str:
 
 # --- Countdown --------------------------------------------------------------------------------------------------
 
-_OPS = (
-    ("+", lambda a, b: a + b),
-    ("-", lambda a, b: a - b),
-    ("*", lambda a, b: a * b),
-    ("/", lambda a, b: a / b if b != 0 else None),
-)
-
-
 def _solve(items, target):
-    """items: list of (Fraction value, expression string). Depth-first pair merging."""
+    """items: list of (value, expression string). Depth-first search over pair merges, floats for speed."""
     if len(items) == 1:
-        return items[0][1] if items[0][0] == target else None
-    for i, j in itertools.combinations(range(len(items)), 2):
-        rest = [items[k] for k in range(len(items)) if k not in (i, j)]
-        (a, ea), (b, eb) = items[i], items[j]
-        for x, ex, y, ey in ((a, ea, b, eb), (b, eb, a, ea)):
-            for sym, fn in _OPS:
-                if sym in "+*" and ex > ey:  # commutative: one order is enough
-                    continue
-                v = fn(x, y)
-                if v is None:
-                    continue
-                found = _solve(rest + [(v, f"({ex} {sym} {ey})")], target)
+        return items[0][1] if abs(items[0][0] - target) < 1e-9 else None
+    n = len(items)
+    for i in range(n):
+        for j in range(i + 1, n):
+            rest = [items[k] for k in range(n) if k != i and k != j]
+            (a, ea), (b, eb) = items[i], items[j]
+            cands = [(a + b, f"({ea} + {eb})"), (a * b, f"({ea} * {eb})"), (a - b, f"({ea} - {eb})"),
+                     (b - a, f"({eb} - {ea})")]
+            if b != 0:
+                cands.append((a / b, f"({ea} / {eb})"))
+            if a != 0:
+                cands.append((b / a, f"({eb} / {ea})"))
+            for v, e in cands:
+                found = _solve(rest + [(v, e)], target)
                 if found is not None:
                     return found
     return None
 
 
 def solve_countdown(nums, target) -> str | None:
-    """Brute force: an expression using every number of ``nums`` exactly once that equals ``target``, or None."""
-    items = [(Fraction(n), str(n)) for n in nums]
-    return _solve(items, Fraction(target))
+    """Brute force: an expression using every number of ``nums`` exactly once that equals ``target``, or None.
+
+    The search runs on floats (fast); callers check the expression exactly with the verifier under test, which
+    would expose a floating-point false positive as a failing test.
+    """
+    return _solve([(float(n), str(n)) for n in nums], float(target))
+
+
+# --- worker-pool probes (module-level so worker processes can import them) ---------------------------------------
+
+def pool_echo(x):
+    return x
+
+
+def pool_sleep_uninterruptible(seconds: float) -> str:
+    """Block SIGALRM (so the worker's soft limit cannot fire) and sleep: only the parent's hard kill ends it."""
+    import signal
+    import time
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(seconds)
+    return "finished"
+
+
+def pool_sleep(seconds: float) -> str:
+    import time
+
+    time.sleep(seconds)
+    return "finished"
+
+
+def pool_crash() -> None:
+    import os
+
+    os._exit(3)
+
+
+def pool_raise() -> None:
+    raise KeyError("boom")

@@ -17,8 +17,8 @@ Output columns (all loaders):
 * ``id`` (string), ``source`` (string).
 
 Math loaders add ``problem`` and ``answer`` (string, no ``\boxed{}``; the column :func:`sara_trl.rewards.math_reward`
-reads); MATH adds ``level`` (int 1-5 or None) and ``type`` (subject); Minerva adds ``answer_alternatives`` (list of
-equivalent answers, also read by ``math_reward``); OlympiadBench adds ``is_multiple_answer`` and ``unit``.
+reads); MATH adds ``level`` (int 1-5 or None) and ``type`` (subject); Minerva can add ``answer_alternatives`` (list
+of further accepted answers, also read by ``math_reward``; opt-in, see :func:`load_minerva`); OlympiadBench adds ``is_multiple_answer`` and ``unit``.
 Countdown adds ``target`` (int) and ``nums`` (list of int), read by :func:`sara_trl.rewards.countdown_reward`.
 """
 
@@ -344,11 +344,21 @@ def load_minerva(
     data_dir: str | os.PathLike | None = None,
     template: str | None = None,
     system_prompt: str | None = None,
+    alternatives: bool = False,
 ) -> datasets.Dataset:
-    """Minerva OCWCourses (272). Columns ``prompt, problem, answer, id, source, answer_alternatives`` (empty lists
-    when upstream has none); ``math_reward`` accepts any of the alternatives."""
+    """Minerva OCWCourses (272 problems). Columns ``prompt, problem, answer, id, source``.
+
+    Args:
+        alternatives: also add the column ``answer_alternatives`` (DeepScaleR's rewritten answers, carried in the
+            offline file), which ``math_reward`` accepts as correct too. Off by default: about a fifth of them do not
+            verify against the gold answer (often the answer to a different sub-question; see
+            ``benchmarks/DATA_REPORT.md``), and the format variants they were meant for (``4.5e33`` vs
+            ``4.5 \\times 10^{33}``) are already handled by the verifier's normalization.
+        path, data_dir, template, system_prompt: as in :func:`load_math`.
+    """
     ds = _load_raw("minerva", "test", path, data_dir)
-    return _finish_math(ds, template, system_prompt, "minerva_math", ("answer_alternatives",))
+    extra = ("answer_alternatives",) if alternatives else ()
+    return _finish_math(ds, template, system_prompt, "minerva_math", extra)
 
 
 def load_olympiadbench(

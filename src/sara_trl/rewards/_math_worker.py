@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 
 from latex2sympy2_extended.latex2sympy2 import NormalizationConfig
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -22,16 +23,21 @@ logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 logging.getLogger("math_verify.parser").setLevel(logging.CRITICAL)
 logging.getLogger("math_verify.grader").setLevel(logging.CRITICAL)
 
-_EXTRACTION = (
-    LatexExtractionConfig(
-        boxed_match_priority=0,
-        try_extract_without_anchor=True,
-        normalization_config=NormalizationConfig(
-            basic_latex=True, units=True, malformed_operators=True, nits=True, boxed="all", equations=False
-        ),
+_LATEX = LatexExtractionConfig(
+    boxed_match_priority=0,
+    try_extract_without_anchor=True,
+    normalization_config=NormalizationConfig(
+        basic_latex=True, units=True, malformed_operators=True, nits=True, boxed="all", equations=False
     ),
-    ExprExtractionConfig(),
 )
+_EXPR = ExprExtractionConfig()
+# a plain (non-LaTeX) expression such as "3/4" or "asin(10/13)"; only such strings go to the expression parser,
+# which would otherwise pick a fragment (e.g. the "2" of a LaTeX expression it cannot read)
+_PLAIN_EXPR = re.compile(r"^[\w\s+\-*/().,^]+$")
+
+
+def _squash(s: str) -> str:
+    return "".join(s.split())
 
 
 def _is_symbolic(x) -> bool:
@@ -48,11 +54,11 @@ def parse_answer(answer: str) -> tuple:
     """
     if not answer:
         return ()
-    parsed = parse("$\\boxed{" + answer + "}$", extraction_config=list(_EXTRACTION), parsing_timeout=None)
-    if not any(_is_symbolic(x) for x in parsed):
-        # a plain expression such as ``np.arcsin(10/13)`` or ``3/4`` outside LaTeX
-        parsed_expr = parse(answer, extraction_config=[ExprExtractionConfig()], parsing_timeout=None)
-        if any(_is_symbolic(x) for x in parsed_expr):
+    parsed = parse("$\\boxed{" + answer + "}$", extraction_config=[_LATEX], parsing_timeout=None)
+    if not any(_is_symbolic(x) for x in parsed) and _PLAIN_EXPR.match(answer):
+        parsed_expr = parse(answer, extraction_config=[_EXPR], parsing_timeout=None)
+        # accept only a parse of the whole string, never of a fragment
+        if any(_is_symbolic(x) for x in parsed_expr) and _squash(str(parsed_expr[-1])) == _squash(answer):
             return tuple(parsed_expr)
     return tuple(parsed)
 
@@ -81,9 +87,44 @@ def check_answer(pred: str, golds: tuple[str, ...]) -> str:
     if not p:
         return "wrong"
     for g in parsed_golds:
-        if verify(list(g), list(p), timeout_seconds=None):
+        if verify(list(g), list(p), timeout_seconds=None) and not _small_number_mismatch(g, p):
             return "correct"
     return "wrong"
+
+
+_SMALL = 1.0  # below this magnitude math-verify's 6-decimal rounding hides relative differences
+_REL_TOL = 1e-4
+
+
+def _number(parsed: tuple) -> complex | None:
+    """Value of the first symbolic element if it is a finite constant expression, else None."""
+    for x in parsed:
+        if _is_symbolic(x):
+            try:
+                if getattr(x, "is_number", False) and not getattr(x, "free_symbols", True):
+                    v = complex(x.evalf(30))
+                    if v == v and abs(v) != float("inf"):
+                        return v
+            except (TypeError, ValueError, ArithmeticError, AttributeError):
+                return None
+            return None
+    return None
+
+
+def _small_number_mismatch(gold: tuple, pred: tuple) -> bool:
+    """True when math-verify matched two *small* numbers that differ by more than 1e-4 relatively.
+
+    math-verify compares numbers after rounding to 6 decimals, so ``1.325e-27`` equals ``1.325e-28`` and
+    ``1/2^98`` equals ``1/2^99``. For constants below 1 in magnitude this check requires relative agreement; the
+    percent readings math-verify allows (``25\\%`` vs ``0.25``) are kept.
+    """
+    g, p = _number(gold), _number(pred)
+    if g is None or p is None or max(abs(g), abs(p)) >= _SMALL:
+        return False
+    for q in (p, p * 100, p / 100):
+        if abs(g - q) <= _REL_TOL * max(abs(g), abs(q)) or g == q:
+            return False
+    return True
 
 
 def warm_up() -> None:

@@ -7,11 +7,23 @@ Extraction order (:func:`extract_math_answer`): the last well-formed ``\boxed{..
 brace-less ``\boxed 5``), then the last "final answer is X" / "answer: X" / "answer = X" phrase.
 
 Normalization (:func:`normalize_math_answer`) removes the answer-style quirks listed in the shared data README that
-math-verify does not handle itself: surrounding ``$``, trailing periods, ``\!`` and ``{,}`` in thousands separators,
-``\$``, ``\mbox``/``\textbf`` -> ``\text``, ``\dfrac``/``\tfrac`` -> ``\frac``, degree marks (``^\circ``,
-``\text{ degrees}``), ``e``-notation numbers (``4.5e33`` -> ``4.5\times10^{33}``), ``\left``/``\right`` sizing and
-choice letters (``\text{(C)}``, ``(C)``, ``\textbf{(C)}`` -> ``C``). Units written as ``\text{...}`` after a number
-are removed by math-verify's own unit normalization.
+math-verify does not handle itself, symmetrically for gold and prediction:
+
+* delimiters and money: surrounding ``$``, ``\$``, trailing periods and commas, a leading ``\approx``;
+* thousands separators ``10,\!080`` / ``10{,}080`` -> ``10080``; ``\dfrac``/``\tfrac`` -> ``\frac``; brace-less
+  ``\frac\pi 2`` -> ``\frac{\pi}{2}``; ``\mbox``/``\textbf`` -> ``\text``; ``\left``/``\right`` sizing and
+  ``\phantom{...}`` removed;
+* degree marks (``^\circ``, ``\text{ degrees}``); ``e``-notation numbers (``4.5e33`` -> ``4.5\times10^{33}``);
+* choice letters (``\text{(C)}``, ``(C)``, ``\textbf{(C)}`` -> ``C``);
+* spaces around operators (math-verify's unit stripping would cut a trailing `` c`` from ``a + b + c``);
+* ``\sin^2 t`` -> ``\sin^{2}(t)``; ``np.arcsin`` -> ``\arcsin`` (Minerva);
+* subscripts latex2sympy cannot read: ``m_{\max}`` -> ``m_{max}``, ``L_{\odot}`` -> ``L_{sun}``, ``E_{1}`` ->
+  ``\mathcal{E}_{1}`` (a bare ``E`` is read as Euler's number);
+* a variable in front of an interval (``x \in (0,4]``, ``t(0,4]`` -> ``(0,4]``); a one-letter left side whose
+  letter occurs on the right (``N=n`` -> ``n``: math-verify folds case, so the gold would read ``n = n``);
+  two forms of one number (``0.56=56\%`` -> ``56\%``).
+
+Units written as ``\text{...}`` after a number are removed by math-verify's own unit normalization.
 """
 
 from __future__ import annotations
@@ -136,6 +148,19 @@ _CHOICE = re.compile(
     r"^\s*(?:\\text(?:bf)?\s*\{\s*)?\(?\s*(?:\\text(?:bf)?\s*\{\s*)?([A-E])\s*\}?\s*\)?\s*\}?\s*$"
 )
 _ENOTATION = re.compile(r"^([-+]?\d+(?:\.\d*)?|[-+]?\.\d+)\s*[eE]\s*([-+]?\d+)$")
+_NP_FUNC = re.compile(r"\bnp\.(arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|exp|log|sqrt)\b")
+_SUB_COMMAND = re.compile(r"_\{\s*\\(max|min)\s*\}")
+_SUB_ODOT = re.compile(r"_\{\s*\\odot\s*\}|_\\odot(?![A-Za-z])")
+_SUBSCRIPTED_E = re.compile(r"(?<!\\mathcal\{)(?<![A-Za-z\\])E(?=\s*_)")
+_VAR_IN = re.compile(r"^[A-Za-z]\s*\\in\s*(.+)$")
+_VAR_HALF_OPEN = re.compile(r"^[A-Za-z]\s*(\([^()\[\]]*\]|\[[^()\[\]]*\))$")
+_OP_SPACES = re.compile(r"\s*([+\-*/=,<>])\s*")
+_TRIG_POWER = re.compile(r"\\(sin|cos|tan|cot|sec|csc)\^\{?(\d)\}?\s*([A-Za-z]|\\[A-Za-z]+)(?![A-Za-z({])")
+_ASSIGN = re.compile(r"^([A-Za-z])\s*=\s*(.+)$")
+_NUM_LIKE = r"(?:[-+]?\d+(?:\.\d+)?(?:\\?%)?|\\frac\{\d+\}\{\d+\})"
+_NUM_CHAIN = re.compile(rf"^{_NUM_LIKE}\s*=\s*({_NUM_LIKE})$")
+_PHANTOM = re.compile(r"\\phantom\s*(?:\{[^{}]*\}|[^\s{])")
+_BARE_FRAC = re.compile(r"\\frac(?![A-Za-z])\s*(?!\{)(\\[A-Za-z]+|[A-Za-z0-9])\s*(?!\{)(\\[A-Za-z]+|[A-Za-z0-9])")
 _SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\text\{\s*degrees?\s*\}|\\degree")
 
@@ -144,7 +169,7 @@ def normalize_math_answer(s: str) -> str:
     r"""Normalize a gold or predicted LaTeX answer before it is parsed by math-verify.
 
     The same function is applied to the gold answer and to the extracted prediction, so any rewrite here is
-    symmetric. See the module docstring for the list of rewrites; examples: ``"\$32,\!348"`` -> ``"32,348"``,
+    symmetric. See the module docstring for the list of rewrites; examples: ``"\$32,\!348"`` -> ``"32348"``,
     ``"\dfrac{17}{50}"`` -> ``"\frac{17}{50}"``, ``"30^\circ"`` -> ``"30"``, ``"-\frac{5}{3}."`` -> ``"-\frac{5}{3}"``,
     ``"4.5e33"`` -> ``"4.5\times10^{33}"``, ``"\text{(C)}"`` -> ``"C"``.
 
@@ -161,19 +186,48 @@ def normalize_math_answer(s: str) -> str:
             s = s[len(open_) : len(s) - len(close)].strip()
             break
     s = s.replace("\\$", "").replace("$", "")
-    s = s.replace("\\!", "").replace("{,}", ",")
+    s = s.replace(",\\!", "").replace("\\!", "").replace("{,}", "")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\mbox", "\\text").replace("\\textbf", "\\text").replace("\\mathrm{~", "\\mathrm{")
     s = _SIZING.sub("", s)
     s = _DEGREES.sub("", s)
+    s = _PHANTOM.sub("", s)
+    s = _BARE_FRAC.sub(lambda m: "\\frac{" + m.group(1) + "}{" + m.group(2) + "}", s)
     s = s.strip()
+    if s.startswith("\\approx"):  # "\approx 8.24 mph": an approximate value is still the answer
+        s = s[len("\\approx") :].strip()
     # trailing sentence punctuation (not a decimal point inside a number)
-    while s.endswith(".") or s.endswith("\\."):
+    while s.endswith((".", ",", "\\.")):
         s = s[:-2] if s.endswith("\\.") else s[:-1]
         s = s.rstrip()
+    # spaces around operators: math-verify's unit stripping removes a trailing " c" or " m" after a space
+    # ("a + b + c" would become "a +"); no LaTeX command ends in an operator character, so this is safe
+    s = _OP_SPACES.sub(lambda m: m.group(1), s)
+    # "N=n": math-verify folds case, so this gold would read n = n; drop a one-letter left side whose letter (in
+    # either case) appears on the right side
+    m = _ASSIGN.match(s)
+    if m and re.search(rf"(?<![A-Za-z\\]){m.group(1).lower()}(?![A-Za-z])", m.group(2).lower()):
+        s = m.group(2)
+    # "0.56=56\%": two forms of one number; keep the last, as math-verify does for a chain of equalities
+    m = _NUM_CHAIN.match(s)
+    if m:
+        s = m.group(1)
+    # \sin^2 t -> \sin^{2}(t), which latex2sympy can read
+    s = _TRIG_POWER.sub(lambda m: "\\" + m.group(1) + "^{" + m.group(2) + "}(" + m.group(3) + ")", s)
     m = _CHOICE.match(s)
     if m:
         return m.group(1)
+    # Python-style functions (Minerva: np.arcsin(10/13)) -> LaTeX
+    s = _NP_FUNC.sub(lambda m: "\\" + m.group(1), s)
+    # subscripts latex2sympy cannot read: m_{\max}, L_{\odot}
+    s = _SUB_COMMAND.sub(lambda m: "_{" + m.group(1) + "}", s)
+    s = _SUB_ODOT.sub("_{sun}", s)
+    # a subscripted capital E (E_{1}) is read as Euler's number and fails; use a distinct symbol
+    s = _SUBSCRIPTED_E.sub(lambda m: "\\mathcal{E}", s)
+    # "x \in (0, 4]" and OlympiadBench's "t(0,4]" -> the interval
+    m = _VAR_IN.match(s) or _VAR_HALF_OPEN.match(s)
+    if m:
+        s = m.group(1).strip()
     m = _ENOTATION.match(s)
     if m:
         mant, exp = m.group(1), int(m.group(2))

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from . import _math_worker
 from ._pool import ERROR as _POOL_ERROR
 from ._pool import OK as _POOL_OK
 from ._pool import get_pool
@@ -74,6 +73,10 @@ class _LRU:
                 self._d.move_to_end(key)
             return v
 
+    def clear(self):
+        with self._lock:
+            self._d.clear()
+
     def put(self, key, value):
         with self._lock:
             self._d[key] = value
@@ -117,7 +120,7 @@ def _fast_path(pred: str, golds: tuple[str, ...]) -> Status | None:
     return Status.CORRECT if any(Fraction(g) == p for g in golds) else Status.WRONG
 
 
-_BASE_NUMBER = re.compile(r"^(?:\\text\{)?\s*([0-9A-Za-z]+)\s*\}?\s*_\s*\{?\s*(\d+)\s*\}?$")
+_BASE_NUMBER = re.compile(r"^(-?)(?:\\text\{)?\s*([0-9A-Za-z]+)\s*\}?\s*_\s*\{?\s*(\d+)\s*\}?$")
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
@@ -126,12 +129,12 @@ def _base_number(s: str) -> tuple[str, int] | None:
     m = _BASE_NUMBER.match(s)
     if not m:
         return None
-    digits, base = m.group(1).lower(), int(m.group(2))
+    sign, digits, base = m.group(1), m.group(2).lower(), int(m.group(3))
     if not 2 <= base <= 36 or any(_DIGITS.find(c) < 0 or _DIGITS.find(c) >= base for c in digits):
         return None
     if not any(c.isdigit() for c in digits):
         return None
-    return digits, base
+    return sign + digits, base
 
 
 def _base_rule(pred: str, golds: tuple[str, ...]) -> Status | None:
@@ -203,6 +206,8 @@ class MathReward:
         )
 
     def _pool(self):
+        from . import _math_worker  # imports math-verify/sympy; only needed once a comparison is due
+
         n = default_num_workers() if self.num_workers is None else self.num_workers
         return get_pool(n, self.timeout_s, self.grace_s, _math_worker.warm_up, self.memory_limit_mb)
 
@@ -264,6 +269,8 @@ class MathReward:
                 continue
             todo.setdefault(key, []).append(i)
         if todo:
+            from . import _math_worker
+
             keys = list(todo)
             results = self._pool().run(_math_worker.check_answer, keys)
             for key, (status, value) in zip(keys, results):

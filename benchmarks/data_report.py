@@ -1,0 +1,218 @@
+r"""Data report: do the gold answers of the math benchmarks verify against themselves with ``sara_trl.rewards``?
+
+For every record of each benchmark file in the shared data directory this script scores
+
+* **self**: the gold answer written as a correct completion (``... The final answer is $\boxed{<gold>}$``) against
+  the gold answer; the share that scores 1.0 is the share of records the verifier can grade at all;
+* **perturbed**: a clearly wrong answer built from the gold (plain numbers + 1, otherwise the last digit changed,
+  digit-free answers changed to another value) against the gold; it must score 0.0, otherwise the gold parses to
+  something degenerate (e.g. only a prefix of the expression) and the verifier would accept wrong answers too;
+* for Minerva, each entry of ``answer_alternatives`` against the gold: alternatives that do not verify are listed,
+  because accepting them would grade a different value as correct.
+
+Every failure is listed in the Markdown report. Run from the repository root::
+
+    python benchmarks/data_report.py                 # MATH500, AIME24, AMC23, GSM8K, Minerva, OlympiadBench
+    python benchmarks/data_report.py --include-train # also MATH train (7,500; a few minutes on 2 cores)
+
+The data directory is found by :func:`sara_trl.data.find_shared_data_dir` (``$SARA_SHARED_DATA`` or
+``../shared/data`` next to the repository). Output: ``benchmarks/DATA_REPORT.md`` (``--out`` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+from sara_trl.data import find_shared_data_dir
+from sara_trl.rewards import MathReward, Status, normalize_math_answer
+
+DATASETS = [
+    ("MATH500", "math500.jsonl"),
+    ("AIME24", "aime24.jsonl"),
+    ("AMC23", "amc23.jsonl"),
+    ("GSM8K test", "gsm8k_test.jsonl"),
+    ("Minerva", "minerva_math.jsonl"),
+    ("OlympiadBench", "olympiadbench.jsonl"),
+]
+TRAIN = [("MATH train", "math_train.jsonl")]
+
+
+def completion(answer: str) -> str:
+    return f"Step by step reasoning. The final answer is $\\boxed{{{answer}}}$."
+
+
+_NUM = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
+
+
+def perturb(gold: str) -> str:
+    """A clearly wrong answer derived from ``gold`` (see the module docstring)."""
+    g = gold.strip()
+    if _NUM.match(g):
+        return str(Decimal(g) + 1)
+    unit = re.search(r"\s*\\(?:mbox|text|mathrm)\s*\{[^{}]*\}(\^\d)?$", g)
+    if unit and unit.start() > 0 and re.search(r"\d", g[: unit.start()]):
+        return perturb(g[: unit.start()]) + g[unit.start() :]
+    digits = list(re.finditer(r"\d", g))
+    if digits:
+        m = digits[-1]
+        d = int(m.group(0))
+        return g[: m.start()] + str((d + 1) % 10 if d else 7) + g[m.end() :]
+    if re.fullmatch(r"\(?[A-E]\)?|\\text\{\(?[A-E]\)?\}", g):
+        c = re.search(r"[A-E]", g).group(0)
+        return "ABCDE"[("ABCDE".index(c) + 1) % 5]
+    return f"{g}+1"
+
+
+def read(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def check(name: str, records: list[dict], verifier: MathReward) -> dict:
+    golds = [r["answer"] for r in records]
+    t0 = time.perf_counter()
+    self_v = verifier.verdicts([completion(g) for g in golds], golds)
+    wrongs = [perturb(g) for g in golds]
+    bad_v = verifier.verdicts([completion(w) for w in wrongs], golds)
+    seconds = time.perf_counter() - t0
+    out = {
+        "name": name,
+        "n": len(records),
+        "seconds": seconds,
+        "self": {s.value: sum(v.status is s for v in self_v) for s in Status},
+        "perturbed": {s.value: sum(v.status is s for v in bad_v) for s in Status},
+        "self_failures": [
+            (r.get("id", r.get("unique_id", i)), g, normalize_math_answer(g), v.status.value, v.reason)
+            for i, (r, g, v) in enumerate(zip(records, golds, self_v))
+            if v.status is not Status.CORRECT
+        ],
+        "perturbed_failures": [
+            (r.get("id", r.get("unique_id", i)), g, w, v.status.value)
+            for i, (r, g, w, v) in enumerate(zip(records, golds, wrongs, bad_v))
+            if v.status is not Status.WRONG
+        ],
+    }
+    if records and "answer_alternatives" in records[0]:
+        pairs = [(r, a) for r in records for a in (r.get("answer_alternatives") or [])]
+        alt_v = verifier.verdicts([completion(a) for _, a in pairs], [r["answer"] for r, _ in pairs])
+        out["alternatives"] = {
+            "n": len(pairs),
+            "records_with": sum(1 for r in records if r.get("answer_alternatives")),
+            "agree": sum(v.status is Status.CORRECT for v in alt_v),
+            "disagree": [
+                (r.get("id"), r["answer"], a, v.status.value)
+                for (r, a), v in zip(pairs, alt_v)
+                if v.status is not Status.CORRECT
+            ],
+        }
+    if records and "is_multiple_answer" in records[0]:
+        out["multiple_answer"] = sum(bool(r.get("is_multiple_answer")) for r in records)
+        out["with_unit"] = sum(bool(r.get("unit")) for r in records)
+        out["with_tolerance"] = [(r.get("id"), r["answer"], r.get("error")) for r in records if r.get("error")]
+    return out
+
+
+def pct(a: int, n: int) -> str:
+    return f"{100.0 * a / n:.1f} %" if n else "n/a"
+
+
+def esc(s) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def render(results: list[dict], data_dir: Path, total_s: float) -> str:
+    lines = [
+        "# Data report: gold answers vs. `sara_trl.rewards.math_reward`",
+        "",
+        "Generated by `python benchmarks/data_report.py` (do not edit by hand). Each gold answer is written as a",
+        "correct completion (`... The final answer is $\\boxed{<gold>}$`) and scored against itself (**self**), and",
+        "a clearly wrong answer derived from it (plain numbers + 1, otherwise the last digit changed) is scored",
+        "against it (**perturbed**, must be wrong). A self-verify failure means the verifier cannot grade that",
+        "record; a perturbed answer accepted as correct means the gold parses to something degenerate.",
+        "",
+        f"Data: `{data_dir.name}/` files; Python {platform.python_version()}; total {total_s:.1f} s.",
+        "",
+        "| dataset | records | self-verify correct | unparseable gold | timeout/error | perturbed rejected | seconds |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        n = r["n"]
+        s, p = r["self"], r["perturbed"]
+        lines.append(
+            f"| {r['name']} | {n} | {s['correct']} ({pct(s['correct'], n)}) | {s['unparseable_gold']} | "
+            f"{s['timeout'] + s['error']} | {p['wrong']} ({pct(p['wrong'], n)}) | {r['seconds']:.1f} |"
+        )
+    for r in results:
+        lines += ["", f"## {r['name']}", ""]
+        if r["self_failures"]:
+            lines += ["Self-verify failures:", "", "| id | gold | normalized | status | reason |", "| --- | --- | --- | --- | --- |"]
+            lines += [f"| {esc(a)} | `{esc(b)}` | `{esc(c)}` | {d} | {esc(e)} |" for a, b, c, d, e in r["self_failures"]]
+        else:
+            lines.append(f"All {r['n']} gold answers verify against themselves.")
+        lines.append("")
+        if r["perturbed_failures"]:
+            lines += ["Perturbed answers not rejected:", "", "| id | gold | perturbed | status |", "| --- | --- | --- | --- |"]
+            lines += [f"| {esc(a)} | `{esc(b)}` | `{esc(c)}` | {d} |" for a, b, c, d in r["perturbed_failures"]]
+        else:
+            lines.append(f"All {r['n']} perturbed answers are rejected.")
+        if "alternatives" in r:
+            a = r["alternatives"]
+            lines += [
+                "",
+                f"`answer_alternatives`: {a['n']} alternatives on {a['records_with']} records; {a['agree']} "
+                f"({pct(a['agree'], a['n'])}) verify against the gold answer. The ones that do not are listed below;",
+                "many are answers to a *different* sub-question of the same problem or values that differ "
+                "numerically, so `load_minerva()` leaves them out unless `alternatives=True` is passed.",
+                "",
+                "| id | gold | alternative | status |",
+                "| --- | --- | --- | --- |",
+            ]
+            lines += [f"| {esc(i)} | `{esc(g)}` | `{esc(x)}` | {s} |" for i, g, x, s in a["disagree"]]
+        if "multiple_answer" in r:
+            lines += [
+                "",
+                f"Multiple-answer records: {r['multiple_answer']} (compared as sets/tuples by math-verify); records "
+                f"with a unit outside the answer: {r['with_unit']}; records with a numeric tolerance "
+                f"(not applied by the verifier, which compares to 6 significant decimals): "
+                + (", ".join(f"{esc(i)} (`{esc(g)}`, error {esc(e)})" for i, g, e in r["with_tolerance"]) or "none")
+                + ".",
+            ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "DATA_REPORT.md"))
+    ap.add_argument("--include-train", action="store_true", help="also check MATH train (7,500 records)")
+    ap.add_argument("--timeout", type=float, default=5.0, help="soft verifier limit per comparison, seconds")
+    args = ap.parse_args(argv)
+    data_dir = find_shared_data_dir(required=True)
+    verifier = MathReward(timeout_s=args.timeout)
+    todo = DATASETS + (TRAIN if args.include_train else [])
+    t0 = time.perf_counter()
+    results = []
+    for name, fname in todo:
+        res = check(name, read(data_dir / fname), verifier)
+        s = res["self"]
+        print(
+            f"{name:15s} n={res['n']:5d} self-correct={s['correct']:5d} unparseable={s['unparseable_gold']:3d} "
+            f"timeout/error={s['timeout'] + s['error']:3d} perturbed-rejected={res['perturbed']['wrong']:5d} "
+            f"({res['seconds']:.1f} s)",
+            flush=True,
+        )
+        results.append(res)
+    Path(args.out).write_text(render(results, data_dir, time.perf_counter() - t0), encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
