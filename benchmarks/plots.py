@@ -24,6 +24,22 @@ def _save(fig, path: Path) -> None:
     plt.close(fig)
 
 
+def _mark_unfilled(ax, xs, ys, ok, valid_values) -> None:
+    """Draw points whose SARA steps did not all fill B as grey crosses clipped to the axis (their savings are not
+    savings: the batch was not delivered), and fit the y-axis to the valid points."""
+    ok = np.asarray(ok, bool)
+    vals = np.asarray(valid_values, float)
+    vals = vals[np.isfinite(vals)]
+    lo = min(-0.05, float(vals.min()) - 0.05) if vals.size else -0.1
+    hi = float(vals.max()) + 0.1 if vals.size else 1.0
+    ax.set_ylim(lo, hi)
+    bad = ~ok
+    if bad.any():
+        y = np.clip(np.asarray(ys, float)[bad], lo + 0.02 * (hi - lo), hi)
+        ax.plot(np.asarray(xs, float)[bad], y, "x", color="grey", ms=9, mew=2,
+                label="SARA did not fill its batches (see Findings)")
+
+
 def fig3a(dec: dict, k: int, n0: int, tau_low: float, path: Path) -> None:
     """Decided fraction vs rollouts observed (paper Fig. 3a). ``dec`` from :func:`benchmarks.sim.decidability`."""
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
@@ -72,14 +88,19 @@ def fig6a(rows: list[dict], default: float, path: Path) -> None:
     ``rows``: dicts with ``tau``, ``saving`` (mean, lo, hi), ``wrong`` (mean, lo, hi) and ``peff`` (share, mean).
     """
     fig, ax = plt.subplots(figsize=(5.4, 3.6))
+    ok = np.array([r.get("filled", True) for r in rows], bool)
     tau = np.array([r["tau"] for r in rows])
     for key, label, color in (("saving", "rollout saving vs DS", "#d62728"),
                               ("wrong", "abandoned that would have mixed (exact)", "#1f77b4")):
         m = np.array([r[key][0] for r in rows])
         lo = np.array([r[key][1] for r in rows])
         hi = np.array([r[key][2] for r in rows])
-        ax.errorbar(tau, m, yerr=[m - lo, hi - m], marker="o", color=color, label=label, capsize=2)
-    ax.plot(tau, [r["peff"] for r in rows], "s--", color="grey", ms=3, label="summed p_eff / abandoned (Thm 1 bound)")
+        ax.errorbar(tau[ok], m[ok], yerr=[(m - lo)[ok], (hi - m)[ok]], marker="o", color=color, label=label,
+                    capsize=2)
+    peff = np.array([r["peff"] for r in rows])
+    ax.plot(tau[ok], peff[ok], "s--", color="grey", ms=3, label="summed p_eff / abandoned (Thm 1 bound)")
+    sav = np.array([r["saving"][0] for r in rows])
+    _mark_unfilled(ax, tau, sav, ok, np.concatenate([sav[ok], peff[ok]]))
     ax.axvline(default, color="k", ls=":", lw=1)
     ax.set_xlabel("tau_low")
     ax.set_ylabel("fraction")
@@ -91,13 +112,19 @@ def fig6a(rows: list[dict], default: float, path: Path) -> None:
 def fig6b(rows: list[dict], path: Path) -> None:
     """n0 sweep: savings and wrong abandonment vs probe size (paper Fig. 6b)."""
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    ok = np.array([r.get("filled", True) for r in rows], bool)
     n0 = np.array([r["n0"] for r in rows])
+    valid = []
     for key, label, color in (("saving", "rollout saving vs DS", "#d62728"),
                               ("token_saving", "token saving vs DS", "#9467bd"),
                               ("wrong", "abandoned that would have mixed", "#1f77b4")):
         m = np.array([r[key][0] for r in rows])
-        ax.errorbar(n0, m, yerr=[m - np.array([r[key][1] for r in rows]), np.array([r[key][2] for r in rows]) - m],
-                    marker="o", color=color, label=label, capsize=2)
+        lo = np.array([r[key][1] for r in rows])
+        hi = np.array([r[key][2] for r in rows])
+        ax.errorbar(n0[ok], m[ok], yerr=[(m - lo)[ok], (hi - m)[ok]], marker="o", color=color, label=label,
+                    capsize=2)
+        valid.extend(m[ok].tolist())
+    _mark_unfilled(ax, n0, np.array([r["saving"][0] for r in rows]), ok, valid)
     ax.set_xticks(n0)
     ax.set_xlabel("probe size n0")
     ax.set_ylabel("fraction")
@@ -129,12 +156,25 @@ def fig6c(bars: dict, B: int, budget: float, path: Path) -> None:
 
 
 def fig6d(series: dict, ks: list[int], path: Path) -> None:
-    """Savings vs DS as a function of k (paper Fig. 6d). ``series``: label -> list of (mean, lo, hi) per k."""
+    """Savings vs DS as a function of k (paper Fig. 6d).
+
+    ``series``: label -> list of (mean, lo, hi, filled) per k; ``filled`` False marks a k where SARA did not fill
+    every batch (drawn as a grey cross, not as a saving).
+    """
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    ks_a = np.asarray(ks, float)
+    all_x, all_y, all_ok, valid = [], [], [], []
     for label, vals in series.items():
         m = np.array([v[0] for v in vals])
-        ax.errorbar(ks, m, yerr=[m - np.array([v[1] for v in vals]), np.array([v[2] for v in vals]) - m],
-                    marker="o", capsize=2, label=label)
+        lo = np.array([v[1] for v in vals])
+        hi = np.array([v[2] for v in vals])
+        ok = np.array([v[3] if len(v) > 3 else True for v in vals], bool)
+        ax.errorbar(ks_a[ok], m[ok], yerr=[(m - lo)[ok], (hi - m)[ok]], marker="o", capsize=2, label=label)
+        all_x += ks_a.tolist()
+        all_y += m.tolist()
+        all_ok += ok.tolist()
+        valid += m[ok].tolist()
+    _mark_unfilled(ax, all_x, all_y, all_ok, valid)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks)
     ax.set_xticklabels([str(k) for k in ks])

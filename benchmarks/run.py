@@ -83,6 +83,15 @@ def summarize(rows: list[dict], ds_rows: list[dict]) -> dict:
     return out
 
 
+def _dagger(s: dict) -> str:
+    """A mark for cost ratios of runs that did not deliver B groups every step (not a saving)."""
+    return "" if _all_filled(s) else " (not filled)"
+
+
+def _all_filled(s: dict) -> bool:
+    return s["steps_filled"] == s["steps"]
+
+
 def _filled(s: dict) -> str:
     """'200/200' or '0/200 (budget 200)': steps that filled B, and why the others stopped."""
     other = ", ".join(f"{k} {v}" for k, v in sorted(s["stops"].items()) if k != "filled")
@@ -241,18 +250,20 @@ def main(argv=None) -> int:
                 pdir / "fig3c_effective_vs_rollouts.png")
     plots.fig6a([{"tau": r["tau_low"], "saving": _iv(r["saving"])[:3],
                   "wrong": _iv(r["summary"]["wrong_exact_rate"])[:3] if r["summary"]["wrong_exact_rate"] else [0] * 3,
-                  "peff": r["summary"]["peff_rate"].mean if r["summary"]["peff_rate"] else 0.0} for r in taus],
+                  "peff": r["summary"]["peff_rate"].mean if r["summary"]["peff_rate"] else 0.0,
+                  "filled": r["summary"]["steps_filled"] == r["summary"]["steps"]} for r in taus],
                 DEFAULTS.tau_low, pdir / "fig6a_tau_sweep.png")
     plots.fig6b([{"n0": r["n0"], "saving": _iv(r["saving"])[:3], "token_saving": _iv(r["token_saving"])[:3],
-                  "wrong": _iv(r["summary"]["wrong_exact_rate"])[:3] if r["summary"]["wrong_exact_rate"] else [0] * 3}
+                  "wrong": _iv(r["summary"]["wrong_exact_rate"])[:3] if r["summary"]["wrong_exact_rate"] else [0] * 3,
+                  "filled": r["summary"]["steps_filled"] == r["summary"]["steps"]}
                  for r in n0s], pdir / "fig6b_n0_sweep.png")
     plots.fig6c({n: (v.mean, v.lo, v.hi) for n, v in fb_iv.items()}, B, float(np.mean(ds_cost)),
                 pdir / "fig6c_fixed_budget.png")
     series = {}
     for dname in P["dists"]:
-        series[f"{dname} rollouts"] = [_iv(mean_ci(1.0 - sim.per_seed(grid[(dname, k)]["rows"]["SARA"], "rollouts")
-                                                   / sim.per_seed(grid[(dname, k)]["rows"]["DS"], "rollouts")))[:3]
-                                       for k in P["ks"]]
+        series[dname] = [_iv(mean_ci(1.0 - sim.per_seed(grid[(dname, k)]["rows"]["SARA"], "rollouts")
+                                     / sim.per_seed(grid[(dname, k)]["rows"]["DS"], "rollouts")))[:3]
+                         + [_all_filled(grid[(dname, k)]["summary"]["SARA"])] for k in P["ks"]]
     plots.fig6d(series, list(P["ks"]), pdir / "fig6d_savings_vs_k.png")
     if replay_res and 8 in replay_res["by_k"]:
         s8 = replay_res["by_k"][8]["summary"]
@@ -334,7 +345,8 @@ def write_report(P, args, grid, taus, n0s, fb_iv, ds_cost, dec, replay_res, ov, 
             s = e["summary"]
             rows.append([
                 dname, k, f"{e['theory']['phi']:.3f}", f"{s['uniform']['effective_fraction'].mean:.3f}",
-                f"{s['DS']['rollouts'].mean:.0f}", _f(s["SARA"]["rollouts_ratio"]), _f(s["SARA"]["tokens_ratio"]),
+                f"{s['DS']['rollouts'].mean:.0f}", _f(s["SARA"]["rollouts_ratio"]) + _dagger(s["SARA"]),
+                _f(s["SARA"]["tokens_ratio"]) + _dagger(s["SARA"]),
                 _f(s["SARA"]["rollouts_useful_ratio"]),
                 f"{s['SARA']['rounds_median']:.0f} / {s['DS']['rounds_median']:.0f}",
                 f"{s['SARA']['effective_fraction'].mean:.3f}",

@@ -323,7 +323,7 @@ def decidability(gammas: np.ndarray, k: int, tau_low: float, alpha0: float = 1.0
         res["decided_effective"][i] = mixed.mean()
         res["decided_saturated"][i] = sat.mean()
         correct = (mixed & full_mixed) | (sat & ~full_mixed)
-        res["agree"][i] = correct.sum() / max(decided.sum(), 1)
+        res["agree"][i] = correct.sum() / decided.sum() if decided.any() else np.nan
     return res
 
 

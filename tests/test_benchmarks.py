@@ -178,17 +178,27 @@ def test_quick_run_end_to_end(tmp_path):
     success, tokens = synthetic_bank(P=120)
     bank = tmp_path / "bank.npz"
     np.savez_compressed(bank, success=success, tokens=tokens)
+    # A minimal train_results.json in the shape benchmarks/train_runs.py writes (section 6 and its plot).
+    fake = {"uniform": (64, 0.25), "DS": (250, 1.0), "SARA": (190, 1.0)}
+    train = {"command": "python benchmarks/train_runs.py --steps 2", "task": "arithmetic", "config": {"seed": 0},
+             "environment": {"cpu": "test", "cores": 2, "torch": "x"},
+             "runs": {n: {"step": [1, 2], "reward": [0.5, 0.5], "raw_success": [0.2, 0.3],
+                          "cum_rollouts": [r, 2 * r], "cum_tokens": [10 * r, 20 * r], "effective_fraction": [f, f],
+                          "rounds": [1, 1], "wall_s": [1.0, 2.0], "eval_step": [0, 2], "eval_acc": [0.1, 0.2],
+                          "train_wall_s": 3.0} for n, (r, f) in fake.items()}}
+    (tmp_path / "train.json").write_text(json.dumps(train))
     out = tmp_path / "out"
     assert run.main(["--quick", "--out", str(out), "--bank", str(bank),
-                     "--train-results", str(tmp_path / "absent.json")]) == 0
+                     "--train-results", str(tmp_path / "train.json")]) == 0
     md = (out / "RESULTS.md").read_text()
     for heading in ("## Headline", "### Targets", "## 1. Simulated", "## 2. The savings theorem", "## 3. Mechanism",
                     "## 4. Replay", "## 5. Allocator overhead", "## 6. Real CPU training runs"):
         assert heading in md
-    assert "QUICK MODE" in md and "120 prompts x 16 completions" in md and "**Not run.**" in md
+    assert "QUICK MODE" in md and "120 prompts x 16 completions" in md
+    assert "| SARA | 2 | 380 | 3800 | 1.000 | 0.200 -> 0.300 | 0.100 -> 0.200 | 3 |" in md
     assert "Command: `python benchmarks/run.py --quick" in md
     for png in ("fig3a_decidability", "fig3c_effective_vs_rollouts", "fig6a_tau_sweep", "fig6b_n0_sweep",
-                "fig6c_fixed_budget", "fig6d_savings_vs_k", "overhead", "replay_cost"):
+                "fig6c_fixed_budget", "fig6d_savings_vs_k", "overhead", "replay_cost", "train_runs"):
         assert (out / "plots" / f"{png}.png").stat().st_size > 1000
     res = json.loads((out / "results.json").read_text())
     head = res["grid"]["u_shaped/k=8"]["summary"]
@@ -200,7 +210,8 @@ def test_quick_run_end_to_end(tmp_path):
 
 def test_quick_run_skips_replay_without_bank(tmp_path):
     out = tmp_path / "out"
-    assert run.main(["--quick", "--out", str(out), "--bank", str(tmp_path / "none.npz"), "--skip-overhead"]) == 0
+    assert run.main(["--quick", "--out", str(out), "--bank", str(tmp_path / "none.npz"), "--skip-overhead",
+                     "--train-results", str(tmp_path / "none.json")]) == 0
     md = (out / "RESULTS.md").read_text()
-    assert "**Skipped: no replay bank" in md
+    assert "**Skipped: no replay bank" in md and "**Not run.**" in md
     assert json.loads((out / "results.json").read_text())["replay"] is None
