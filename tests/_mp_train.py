@@ -1,4 +1,4 @@
-"""Launched by tests/test_multiprocess.py (and usable by hand): SaraGRPOTrainer on a tiny random Llama, several processes.
+"""Launched by tests/test_multiprocess.py (and usable by hand): SARA trainers on a tiny random Llama, several processes.
 
     accelerate launch --config_file examples/accelerate_configs/multi_cpu.yaml tests/_mp_train.py \
         --model-dir /tmp/tiny_llama --out /tmp/mp_out [--runs uniform,dynamic_sampling,sara,sara_small] [--fail-rank 1]
@@ -16,6 +16,7 @@ Runs (``num_generations`` k, ``per_device_train_batch_size``; B = 2 * per_device
     sara_small: k = 3, per_device 3 (B = 2), ``max_rollouts_per_round = 3``: at most one fresh prompt per round, so
         rounds with a single active prompt, rounds of 3 rollouts (uneven on 2 processes) and a final top-up round
         of 1 rollout (fewer requests than processes).
+    rloo_sara: as sara, with SaraRLOOTrainer.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 import sara_trl.trainer.mixin as sara_mixin  # noqa: E402
-from sara_trl import SaraConfig, SaraGRPOTrainer  # noqa: E402
+from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer  # noqa: E402
 
 # "always" / "never": success rate 1 / 0 (saturated); "coin": the parity of the first completion token (random model).
 MODES = ["always", "never", "coin", "coin"] * 6
@@ -53,6 +54,7 @@ RUNS = {
     "dynamic_sampling": dict(allocator="dynamic_sampling", num_generations=4, per_device_train_batch_size=6),
     "sara": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
     "sara_small": dict(allocator="sara", num_generations=3, per_device_train_batch_size=3, max_rollouts_per_round=3),
+    "rloo_sara": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),  # SaraRLOOTrainer
 }
 FAIL_MESSAGE = "reward function exploded on purpose on process {rank}"
 
@@ -159,13 +161,15 @@ def spy(trainer, tokenizer, record: dict) -> None:
 
 def train(name: str, model_dir: str, out: Path, fail_rank: int | None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    args = SaraConfig(
+    trainer_class, config_class = (SaraRLOOTrainer, SaraRLOOConfig) if name.startswith("rloo") else (
+        SaraGRPOTrainer, SaraConfig)
+    args = config_class(
         output_dir=str(out / name), use_cpu=True, bf16=False, report_to="none", max_steps=2,
         max_completion_length=6, logging_steps=1, save_strategy="no", learning_rate=1e-3,
         activation_checkpointing=False, ddp_find_unused_parameters=False, disable_tqdm=True,
         dataloader_num_workers=0, seed=0, budget_cap=16.0, **RUNS[name],
     )
-    trainer = SaraGRPOTrainer(model=model_dir, reward_funcs=make_reward(fail_rank), args=args,
+    trainer = trainer_class(model=model_dir, reward_funcs=make_reward(fail_rank), args=args,
                               train_dataset=dataset(), processing_class=tokenizer)
     record = {"generation_batch_size": args.generation_batch_size, "num_generations": args.num_generations,
               "rounds": [], "batches": []}

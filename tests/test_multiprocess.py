@@ -10,7 +10,7 @@ Two layers:
   than processes, errors on one or several ranks.
 - Launched (``@pytest.mark.multiprocess``): ``accelerate launch`` with ``examples/accelerate_configs/multi_cpu.yaml``
   starts 2 CPU processes (gloo) running ``tests/_mp_train.py``: SaraGRPOTrainer on the tiny random Llama, 2 steps
-  per allocator; each process writes what it decided, generated, trained and logged, and the test compares them.
+  per allocator (plus SaraRLOOTrainer with SARA); each process writes what it decided, generated, trained and logged, and the test compares them.
   A time limit kills the launch (whole process group) and fails the test rather than waiting.
 """
 
@@ -318,7 +318,7 @@ def launch(script_args: list[str], timeout_s: float) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def two_process_runs(tiny_model_dir, tmp_path_factory):
-    """One launch, 2 processes, 4 runs of 2 steps each (see tests/_mp_train.py); per rank the recorded JSON."""
+    """One launch, 2 processes, 5 runs of 2 steps each (see tests/_mp_train.py); per rank the recorded JSON."""
     out = tmp_path_factory.mktemp("mp_train")
     rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(out)], timeout_s=420)
     assert rc == 0, output[-6000:]
@@ -332,7 +332,7 @@ def group_view(batch: dict) -> list:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("run", ["uniform", "dynamic_sampling", "sara", "sara_small"])
+@pytest.mark.parametrize("run", ["uniform", "dynamic_sampling", "sara", "sara_small", "rloo_sara"])
 def test_two_processes_lockstep(run, two_process_runs):
     rank0, rank1 = (r["runs"][run] for r in two_process_runs)
     k, rows_total = rank0["num_generations"], rank0["generation_batch_size"]
@@ -367,7 +367,8 @@ def test_two_processes_lockstep(run, two_process_runs):
         for group, adv in zip(b0["groups"], advantages):
             success = np.asarray(group["success"], dtype=float)
             assert len(success) == k and not group["is_fill"]  # commit_min = k and enough budget: full groups
-            # GRPO's group-normalized advantages over the rows of both processes: zero-sum, signed like the reward.
+            # Group-relative advantages (GRPO: normalized; RLOO: leave-one-out) over the rows of both processes:
+            # zero-sum and signed like the reward, so each process trained its rows with the full group's statistics.
             assert adv.sum() == pytest.approx(0.0, abs=1e-5)
             assert np.array_equal(np.sign(np.round(adv, 6)), np.sign(success - success.mean()))
         assert b0["stats"]["rollouts_trained"] == rows_total
