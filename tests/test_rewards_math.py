@@ -40,9 +40,11 @@ needs_data = pytest.mark.skipif(shared_data_dir() is None, reason="shared data d
 def test_gold_as_completion_scores_one_and_wrong_answer_scores_zero(fname):
     records = read_jsonl(fname)
     golds = [r["answer"] for r in records]
-    good = math_reward([correct_completion(g) for g in golds], answer=golds)
     bad_answers = [wrong_answer(g) for g in golds]
-    bad = math_reward([correct_completion(w) for w in bad_answers], answer=golds)
+    # one batch, as a trainer sends it (completions sharing a gold answer are verified together)
+    comps = [correct_completion(g) for g in golds] + [correct_completion(w) for w in bad_answers]
+    out = math_reward(comps, answer=golds + golds)
+    good, bad = out[: len(golds)], out[len(golds) :]
     not_one = [(g, r) for g, r in zip(golds, good) if r != 1.0]
     not_zero = [(g, w, r) for g, w, r in zip(golds, bad_answers, bad) if r != 0.0]
     assert not not_one, f"{len(not_one)} gold answers did not verify: {not_one[:10]}"

@@ -236,6 +236,40 @@ def _math_row(row: dict, template: str, system_prompt: str | None, source: str, 
     return out
 
 
+_MESSAGES = datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")})
+
+
+def _math_features(extra: tuple[str, ...]) -> datasets.Features:
+    """Output schema, given explicitly so upstream column types (e.g. float answers) never leak through."""
+    f = {
+        "prompt": _MESSAGES,
+        "problem": datasets.Value("string"),
+        "answer": datasets.Value("string"),
+        "id": datasets.Value("string"),
+        "source": datasets.Value("string"),
+    }
+    optional = {
+        "level": datasets.Value("int64"),
+        "type": datasets.Value("string"),
+        "answer_alternatives": datasets.List(datasets.Value("string")),
+        "is_multiple_answer": datasets.Value("bool"),
+        "unit": datasets.Value("string"),
+    }
+    f.update({k: optional[k] for k in extra})
+    return datasets.Features(f)
+
+
+_COUNTDOWN_FEATURES = datasets.Features(
+    {
+        "prompt": _MESSAGES,
+        "target": datasets.Value("int64"),
+        "nums": datasets.List(datasets.Value("int64")),
+        "id": datasets.Value("string"),
+        "source": datasets.Value("string"),
+    }
+)
+
+
 def _finish_math(
     ds: datasets.Dataset, template: str | None, system_prompt: str | None, source: str, extra: tuple[str, ...] = ()
 ) -> datasets.Dataset:
@@ -248,6 +282,7 @@ def _finish_math(
             "extra": tuple(extra),
         },
         remove_columns=ds.column_names,
+        features=_math_features(tuple(extra)),
         desc=f"formatting {source}",
     )
     empty = sum(1 for a in ds["answer"] if not a)
@@ -422,6 +457,7 @@ def load_countdown(
             "source": f"countdown/{split}",
         },
         remove_columns=ds.column_names,
+        features=_COUNTDOWN_FEATURES,
         desc=f"formatting countdown/{split}",
     )
 

@@ -11,7 +11,9 @@ Two limits apply to each task:
 * a *soft* limit (``timeout_s``) inside the worker: ``signal.setitimer`` raises :class:`_SoftTimeout` (a
   ``BaseException``, so library code that catches ``Exception`` does not swallow it) in the worker's main thread;
   the worker survives and reports ``"timeout"``;
-* a *hard* limit (``timeout_s + grace_s``) enforced by the parent, which kills the worker.
+* a *hard* limit (``timeout_s + grace_s``; ``n * timeout_s + grace_s`` for ``n`` items sent together as a group)
+  enforced by the parent, which kills the worker. It counts from the moment the task is sent, so it includes
+  loading the task (importing the module of a function the worker's initializer did not import).
 
 Workers are fresh interpreters started with :class:`subprocess.Popen` (``python -c ...``), not with
 ``multiprocessing``: nothing of the parent is inherited (safe with CUDA, threads and open files), the parent's
@@ -126,12 +128,12 @@ def _worker_main(fd: int) -> None:  # pragma: no cover - runs in a child interpr
             continue
         if msg is None:
             return
-        task_id, func, args = msg
-        status, value = _run_task(func, args, soft_timeout_s)
+        task_id, func, items = msg
+        results = [_run_task(func, args, soft_timeout_s) for args in items]
         try:
-            conn.send((task_id, status, value))
+            conn.send((task_id, results))
         except Exception as e:  # unpicklable result
-            conn.send((task_id, ERROR, f"unpicklable result: {e}"[:500]))
+            conn.send((task_id, [(ERROR, f"unpicklable result: {e}"[:500])] * len(items)))
 
 
 _WORKER_CODE = "import sys; from sara_trl.rewards._pool import _worker_main; _worker_main(int(sys.argv[1]))"
@@ -249,21 +251,38 @@ class WorkerPool:
             self._workers = []
 
     # -- execution -------------------------------------------------------------------------------------------
-    def run(self, func: Callable, args_list: Sequence[tuple]) -> list[tuple[str, Any]]:
+    def run(
+        self, func: Callable, args_list: Sequence[tuple], groups: Sequence[Sequence[int]] | None = None
+    ) -> list[tuple[str, Any]]:
         """Run ``func(*args)`` for every ``args`` in ``args_list`` on the workers.
 
-        ``func`` and the arguments must be picklable (``func`` module-level). Tasks are independent; results come
-        back in input order. Concurrent callers (threads) are served one after the other.
+        ``func`` and the arguments must be picklable (``func`` module-level). Results come back in input order.
+        Concurrent callers (threads) are served one after the other.
+
+        Args:
+            func: module-level callable.
+            args_list: ``(N,)`` argument tuples.
+            groups: optional partition of ``range(N)`` into lists of indices that travel to one worker together
+                (e.g. all completions that share a gold answer, so the worker parses it once). Each item still gets
+                its own soft limit; the hard limit of a group is ``len(group) * timeout_s + grace_s``, and a hard
+                kill marks the whole group as timed out. Default: one item per message.
 
         Returns:
             One ``(status, value)`` per task: ``("ok", result)``, ``("timeout", None)`` (soft or hard limit hit) or
             ``("error", message)`` (the task raised, or its worker died).
 
         Raises:
+            ValueError: ``groups`` is not a partition of ``range(N)``.
             RuntimeError: a worker could not be started (its initializer failed or it did not become ready within
                 ``startup_timeout_s``).
         """
         n = len(args_list)
+        if groups is None:
+            groups = [[i] for i in range(n)]
+        else:
+            groups = [list(g) for g in groups if len(g)]
+            if sorted(i for g in groups for i in g) != list(range(n)):
+                raise ValueError("groups must partition range(len(args_list))")
         if n == 0:
             return []
         with self._lock:
@@ -271,7 +290,7 @@ class WorkerPool:
             self.counters["tasks"] += n
             if self.num_workers == 0:
                 return self._run_inline(func, args_list)
-            return self._run_workers(func, args_list)
+            return self._run_workers(func, args_list, groups)
 
     def _run_inline(self, func, args_list):
         if not self._initialized_inline and self.initializer is not None:
@@ -291,36 +310,41 @@ class WorkerPool:
         elif status == ERROR:
             self.counters["errors"] += 1
 
-    def _run_workers(self, func, args_list):
-        n = len(args_list)
-        results: list[tuple[str, Any] | None] = [None] * n
-        pending = deque(range(n))
-        hard = self.timeout_s + self.grace_s
-        # start workers lazily, never more than there are tasks to run
-        while len(self._workers) < min(self.num_workers, n):
+    def _finish(self, results, group, outcome):
+        for i, (status, value) in zip(group, outcome):
+            results[i] = (status, value)
+            self._count(status)
+
+    def _run_workers(self, func, args_list, groups):
+        n_groups = len(groups)
+        results: list[tuple[str, Any] | None] = [None] * len(args_list)
+        pending = deque(range(n_groups))
+        # start workers lazily, never more than there are messages to send
+        while len(self._workers) < min(self.num_workers, n_groups):
             self._workers.append(self._spawn())
         done = 0
-        while done < n:
+        while done < n_groups:
             now = time.monotonic()
             for w in list(self._workers):
                 if w.ready and w.task is None and pending:
-                    idx = pending.popleft()
+                    gi = pending.popleft()
+                    group = groups[gi]
                     try:
-                        payload = pickle.dumps((idx, func, tuple(args_list[idx])))
+                        payload = pickle.dumps((gi, func, [tuple(args_list[i]) for i in group]))
                     except Exception as e:  # unpicklable task: report, do not kill anything
-                        results[idx] = (ERROR, f"cannot pickle task: {type(e).__name__}: {e}"[:500])
-                        self.counters["errors"] += 1
+                        msg = f"cannot pickle task: {type(e).__name__}: {e}"[:500]
+                        self._finish(results, group, [(ERROR, msg)] * len(group))
                         done += 1
                         continue
                     try:
                         w.conn.send_bytes(payload)
                     except OSError:  # the worker is gone: retry the task on a fresh one
-                        pending.appendleft(idx)
+                        pending.appendleft(gi)
                         self._replace(w)
                         continue
-                    w.task = idx
-                    w.deadline = now + hard
-            if done >= n:
+                    w.task = gi
+                    w.deadline = now + len(group) * self.timeout_s + self.grace_s
+            if done >= n_groups:
                 break
             # wait for a message or the nearest deadline
             deadlines = [w.deadline for w in self._workers if w.task is not None]
@@ -332,8 +356,8 @@ class WorkerPool:
                     msg = conn.recv()
                 except (EOFError, OSError):
                     if w.task is not None:
-                        results[w.task] = (ERROR, "worker process died")
-                        self.counters["errors"] += 1
+                        group = groups[w.task]
+                        self._finish(results, group, [(ERROR, "worker process died")] * len(group))
                         done += 1
                     elif not w.ready:
                         self._workers.remove(w)
@@ -347,18 +371,20 @@ class WorkerPool:
                     self._workers.remove(w)
                     w.kill()
                     raise RuntimeError(f"verifier worker initialization failed: {msg[1]}")
-                else:
-                    task_id, status, value = msg
-                    if w.task is not None and task_id in (w.task, None):
-                        results[w.task] = (status, value)
-                        self._count(status)
-                        done += 1
-                        w.task = None
+                elif w.task is not None:
+                    group = groups[w.task]
+                    if len(msg) == 3:  # (None, ERROR, message): the worker could not load the task
+                        outcome = [(msg[1], msg[2])] * len(group)
+                    else:
+                        outcome = msg[1]
+                    self._finish(results, group, outcome)
+                    done += 1
+                    w.task = None
             now = time.monotonic()
             for w in list(self._workers):
                 if w.task is not None and now > w.deadline:
-                    results[w.task] = (TIMEOUT, None)
-                    self.counters["timeouts"] += 1
+                    group = groups[w.task]
+                    self._finish(results, group, [(TIMEOUT, None)] * len(group))
                     self.counters["kills"] += 1
                     done += 1
                     w.task = None
