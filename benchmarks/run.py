@@ -489,7 +489,8 @@ def write_report(P, args, grid, taus, n0s, fb_iv, ds_cost, dec, replay_res, ov, 
     else:
         L.append("Wall time of the allocation logic alone per round (the rollout source is a precomputed table and "
                  "its time is excluded), SARA, U-shaped, k=8, rounds binned by the number of prompts they decide "
-                 "(within a factor sqrt(2) of the target). Single process, timings on a shared 2-core machine.")
+                 "(within a factor sqrt(2) of the target). Each step is run 3 times from identical state and each round keeps "
+                 "its fastest run (the machine is shared; time spent descheduled is not the allocator's cost).")
         L.append("")
         L.append(md_table(["prompts per round (target)", "rounds measured", "mean prompts in bin", "median ms/round",
                            "p90 ms/round"],
