@@ -41,9 +41,12 @@ def _worker(model_dir: str, out_dir: str) -> None:
     )
     args = SaraConfig(
         output_dir=out_dir, use_cpu=True, bf16=False, report_to="none", max_steps=2, num_generations=4,
-        per_device_train_batch_size=4, max_completion_length=6, logging_steps=1, save_strategy="no",
+        per_device_train_batch_size=6, max_completion_length=6, logging_steps=1, save_strategy="no",
         learning_rate=1e-3, activation_checkpointing=False, ddp_find_unused_parameters=False, disable_tqdm=True,
         seed=0, budget_cap=12.0,
+        # B = 12 / 4 = 3 groups; the first round probes ceil(3 / p_eff(0, 0)) = ceil(3 / 0.6) = 5 fresh prompts with
+        # n0 = 1 rollout each: an odd request list, so the padding to a multiple of the world size is exercised.
+        n0=1,
     )
     trainer = SaraGRPOTrainer(model=model_dir, reward_funcs=mode_reward, args=args, train_dataset=data,
                               processing_class=AutoTokenizer.from_pretrained(model_dir))
@@ -108,12 +111,13 @@ def test_two_processes_lock_step(tmp_path, tiny_model_dir):
     # Identical decisions, prompts and outcomes on both processes ...
     assert ranks[0]["allocator"] == ranks[1]["allocator"] and ranks[0]["stream"] == ranks[1]["stream"]
     assert ranks[0]["records"] == ranks[1]["records"] and ranks[0]["requests"] == ranks[1]["requests"]
-    # ... each trained on half of the B*k = 8 rows, and the replicas stayed in sync.
-    assert ranks[0]["rows"] == ranks[1]["rows"] == [4, 4]
+    # ... each trained on half of the B*k = 12 rows, and the replicas stayed in sync.
+    assert ranks[0]["rows"] == ranks[1]["rows"] == [6, 6]
     assert ranks[0]["param_sum"] == pytest.approx(ranks[1]["param_sum"], rel=0, abs=1e-9)
     # Each round's requests were split into two equal chunks (odd totals padded by one discarded rollout), and each
     # process scored only its own chunk, once.
     requests = ranks[0]["requests"]
+    assert requests[0] == 5
     assert ranks[0]["reward_rollouts"] == ranks[1]["reward_rollouts"] == sum((n + 1) // 2 for n in requests)
     assert sum(requests) == ranks[0]["allocator"]["total_rollouts"]
     logs = ranks[0]["logs"]
