@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 
 def _limit_threads() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
+from pathlib import Path
 
 import pytest
 
@@ -32,11 +32,11 @@ def test_smollm2_gguf_conversion_is_a_plain_checkpoint(tmp_path):
 
     path = smollm2_checkpoint()
     assert smollm2_checkpoint() == path  # cached
-    config = json.loads(open(os.path.join(path, "config.json")).read())
+    config = json.loads(Path(path, "config.json").read_text())
     assert "quantization_config" not in config and config["model_type"] == "llama"
-    info = json.loads(open(os.path.join(path, "sara_trl_conversion.json")).read())
+    info = json.loads(Path(path, "sara_trl_conversion.json").read_text())
     assert info["num_parameters"] == 134_515_008 and info["dtype"] == "float32"
-    assert os.path.isfile(os.path.join(path, "tokenizer.json"))
+    assert Path(path, "tokenizer.json").is_file()
 
 
 def test_one_real_sara_step(tmp_path):

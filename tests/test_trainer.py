@@ -3,6 +3,8 @@ the trained batch, reward calls, the accounting in the logged metrics, and the m
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -118,8 +120,7 @@ def test_two_steps(kind, allocator, tiny_model_dir, tokenizer, cpu_trainer_kwarg
     # Model card: the `sara` tag and both citations.
     assert "sara" in trainer.model.model_tags
     trainer.create_model_card(model_name="tiny")
-    card = (trainer.args.output_dir + "/README.md")
-    text = open(card).read()
+    text = Path(trainer.args.output_dir, "README.md").read_text()
     assert "- sara" in text and "2607.26253" in text and "nomand2026sara" in text
     assert ("shao2024deepseekmath" if kind == "grpo" else "ahmadian2024back") in text
 

@@ -103,7 +103,7 @@ def test_two_processes_lock_step(tmp_path, tiny_model_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run(
         [torchrun, "--nproc_per_node", "2", "--master_port", str(_free_port()), __file__, tiny_model_dir, str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=900,
+        env=env, capture_output=True, text=True, timeout=900, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

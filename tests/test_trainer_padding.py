@@ -42,11 +42,11 @@ def rloo_advantages(rewards) -> np.ndarray:
 SCENARIOS = {
     # Every prompt mixes in its probe ("10"); with commit_min = 3 SARA tops each committed prompt up by one rollout
     # ("1"): two groups of three real rows [1, 0, 1], each padded with one row.
-    "short": dict(scripts=["1011"] * 8, config=dict(commit_min=3), groups=[[1, 0, 1], [1, 0, 1]]),
+    "short": {"scripts": ["1011"] * 8, "config": {"commit_min": 3}, "groups": [[1, 0, 1], [1, 0, 1]]},
     # Only prompt 0 can mix; one round only: it is committed with its two probe rollouts [1, 0] (commit_min = 2),
     # the three "00" prompts are abandoned (p_eff(2, 0) = 0.4 < 0.45), and the second group is a fill group.
-    "fill": dict(scripts=["1011"] + ["0000"] * 7, config=dict(commit_min=2, max_rounds=1, shuffle_dataset=False),
-                 groups=[[1, 0], []]),
+    "fill": {"scripts": ["1011"] + ["0000"] * 7, "config": {"commit_min": 2, "max_rounds": 1, "shuffle_dataset": False},
+             "groups": [[1, 0], []]},
 }
 
 

@@ -10,9 +10,18 @@ import pytest
 import torch
 
 from sara_trl.allocation import Group, StepStats
-from sara_trl.trainer.metrics import STEP_METRICS, correct_padding_metrics, log_step_metrics
+from sara_trl.trainer.metrics import (
+    STEP_METRICS,
+    correct_padding_metrics,
+    log_step_metrics,
+)
 from sara_trl.trainer.mixin import build_row_plan
-from sara_trl.trainer.rollout import RolloutCache, binarize, reward_score, std_mixed_labels
+from sara_trl.trainer.rollout import (
+    RolloutCache,
+    binarize,
+    reward_score,
+    std_mixed_labels,
+)
 
 NAN = float("nan")
 

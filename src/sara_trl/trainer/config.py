@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
 
 from trl import GRPOConfig, RLOOConfig
 
@@ -89,7 +88,7 @@ class _SaraArguments:
             "help": "SARA abandon threshold (paper Eq. 3): abandon an unmixed prompt once p_eff < tau_low. In [0, 1)."
         },
     )
-    commit_min: Optional[int] = field(
+    commit_min: int | None = field(
         default=None,
         metadata={
             "help": "Commit floor: commit a mixed group once it holds this many rollouts (2 <= commit_min <= k). "
@@ -112,7 +111,7 @@ class _SaraArguments:
     round_increment: int = field(
         default=1, metadata={"help": "Rollouts added per round to a continuing, still-unmixed prompt, >= 1."}
     )
-    max_rollouts_per_round: Optional[int] = field(
+    max_rollouts_per_round: int | None = field(
         default=None,
         metadata={"help": "Capacity of one batched generation call in rollouts (>= k); None means no cap."},
     )
@@ -129,14 +128,14 @@ class _SaraArguments:
             "sum, or the raw value of `success_reward_func`. NaN scores are unscorable."
         },
     )
-    success_reward_func: Optional[str] = field(
+    success_reward_func: str | None = field(
         default=None,
         metadata={
             "help": "Name of the reward function whose raw value alone decides success; None uses the weighted "
             "reward sum."
         },
     )
-    stream_seed: Optional[int] = field(
+    stream_seed: int | None = field(
         default=None,
         metadata={"help": "Seed of the fresh-prompt stream (its own generator, same on every process); None = seed."},
     )

@@ -58,7 +58,11 @@ from trl.extras.profiling import profiling_context
 from trl.trainer.utils import get_config_model_id
 
 from sara_trl.allocation import Allocator, Group, PromptStream, StepResult
-from sara_trl.trainer.metrics import correct_padding_metrics, log_step_metrics, zero_padding_rows
+from sara_trl.trainer.metrics import (
+    correct_padding_metrics,
+    log_step_metrics,
+    zero_padding_rows,
+)
 from sara_trl.trainer.progress import RoundProgress
 from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn
 

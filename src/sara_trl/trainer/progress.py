@@ -24,7 +24,7 @@ class RoundProgress:
         self.scored = 0
         self._bar = None
 
-    def __enter__(self) -> "RoundProgress":
+    def __enter__(self) -> RoundProgress:
         if self.enabled:
             self._bar = tqdm(desc=f"SARA step {self.step}", unit="round", leave=False, dynamic_ncols=True)
         return self

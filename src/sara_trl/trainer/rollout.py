@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from accelerate.utils import gather_object
 
 from sara_trl.allocation import RoundOutcome
-from sara_trl.trainer.distributed import match_reward_gather, raise_if_any_failed, split_round
+from sara_trl.trainer.distributed import (
+    match_reward_gather,
+    raise_if_any_failed,
+    split_round,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer.mixin import SaraTrainerMixin
@@ -174,7 +179,7 @@ def _capture_extra_logs(trainer: Any):
 
 
 def make_rollout_fn(
-    trainer: "SaraTrainerMixin", cache: RolloutCache, on_round: Callable[[int, int, np.ndarray], None] | None = None
+    trainer: SaraTrainerMixin, cache: RolloutCache, on_round: Callable[[int, int, np.ndarray], None] | None = None
 ) -> Callable[[np.ndarray, np.ndarray], RoundOutcome]:
     """Build the step's ``rollout_fn`` (see :class:`sara_trl.allocation.types.RolloutFn`).
 
