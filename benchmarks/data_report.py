@@ -119,6 +119,69 @@ def check(name: str, records: list[dict], verifier: MathReward) -> dict:
     return out
 
 
+def measure_overhead(data_dir: Path, n: int = 200, k: int = 8) -> dict:
+    """Wall-clock cost of the bounded-time machinery (seconds; noisy on a shared machine).
+
+    * ``cold_start``: first call of a fresh pool (worker interpreters start, import math-verify, warm up);
+    * ``pool`` vs ``inline``: ``n`` MATH500 comparisons (gold vs. its own correct completion) through the worker
+      processes vs. math-verify in the calling thread (``num_workers=0``, no hard limit), both with cold caches;
+    * ``message_us``: pool messaging cost per task (trivial tasks sent 16 per message, as ``math_reward`` does);
+    * ``grpo_batch``: ``n // k`` prompts x ``k`` completions (half right, half wrong), one call, as a trainer sends it;
+    * ``fast_path_us``: microseconds per completion for integer answers (GSM8K), which never reach a worker.
+    """
+    from sara_trl.rewards import _math_worker, shutdown_verifiers
+    from sara_trl.rewards.math_verifier import _RESULTS, default_num_workers
+
+    golds = [r["answer"] for r in read(data_dir / "math500.jsonl")][:n]
+    comps = [completion(g) for g in golds]
+    out = {"n": n, "k": k}
+    shutdown_verifiers()
+    _RESULTS.clear()
+    pooled = MathReward()
+    warm = ([completion(str(i)) for i in range(8)], [rf"\frac{{{i}}}{{7}}" for i in range(8)])
+    t0 = time.perf_counter()
+    pooled(*warm)  # starts every worker
+    out["cold_start"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pooled(comps, answer=golds)
+    out["pool"] = time.perf_counter() - t0
+    # messaging alone: trivial tasks in messages of 16, as math_reward sends them
+    from sara_trl.rewards._pool import get_pool
+
+    pool = get_pool(out_workers := default_num_workers(), pooled.timeout_s, pooled.grace_s, None, None)
+    pool.run(repr, [(0,)] * out_workers)
+    m = 2000
+    t0 = time.perf_counter()
+    pool.run(repr, [(i,) for i in range(m)], groups=[list(range(i, min(i + 16, m))) for i in range(0, m, 16)])
+    out["message_us"] = 1e6 * (time.perf_counter() - t0) / m
+    pool.close()
+    _RESULTS.clear()
+    _math_worker.parse_answer.cache_clear()
+    inline = MathReward(num_workers=0)
+    inline(*warm)
+    t0 = time.perf_counter()
+    inline(comps, answer=golds)
+    out["inline"] = time.perf_counter() - t0
+    _RESULTS.clear()
+    shutdown_verifiers()
+    pooled(*warm)
+    group_golds = golds[: n // k]
+    batch_c, batch_g = [], []
+    for g in group_golds:
+        for j in range(k):
+            batch_c.append(completion(g if j % 2 == 0 else perturb(g)))
+            batch_g.append(g)
+    t0 = time.perf_counter()
+    pooled(batch_c, answer=batch_g)
+    out["grpo_batch"] = time.perf_counter() - t0
+    ints = [r["answer"] for r in read(data_dir / "gsm8k_test.jsonl")]
+    t0 = time.perf_counter()
+    pooled([completion(a) for a in ints], answer=ints)
+    out["fast_path_us"] = 1e6 * (time.perf_counter() - t0) / len(ints)
+    out["workers"] = default_num_workers()
+    return out
+
+
 def pct(a: int, n: int) -> str:
     return f"{100.0 * a / n:.1f} %" if n else "n/a"
 
@@ -127,7 +190,7 @@ def esc(s) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
-def render(results: list[dict], data_dir: Path, total_s: float) -> str:
+def render(results: list[dict], data_dir: Path, total_s: float, overhead: dict | None = None) -> str:
     lines = [
         "# Data report: gold answers vs. `sara_trl.rewards.math_reward`",
         "",
@@ -139,6 +202,12 @@ def render(results: list[dict], data_dir: Path, total_s: float) -> str:
         "",
         f"Data: `{data_dir.name}/` files; Python {platform.python_version()}; total {total_s:.1f} s.",
         "",
+        "How to read the failure lists: `unparseable_gold` means math-verify cannot read the gold answer even after",
+        "`normalize_math_answer`, so `math_reward` returns None (unscorable; the allocator ignores such rollouts).",
+        "`timeout` means sympy needed more than the soft limit (5 s) for the comparison; the reward is None and the",
+        "event is counted in `sara_trl.rewards.stats()`. A perturbed answer reported `correct` is a false positive",
+        "unless the perturbation only changed a redundant second form of the answer (e.g. `\\dfrac23 \\approx 0.68`).",
+        "",
         "| dataset | records | self-verify correct | unparseable gold | timeout/error | perturbed rejected | seconds |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -149,16 +218,45 @@ def render(results: list[dict], data_dir: Path, total_s: float) -> str:
             f"| {r['name']} | {n} | {s['correct']} ({pct(s['correct'], n)}) | {s['unparseable_gold']} | "
             f"{s['timeout'] + s['error']} | {p['wrong']} ({pct(p['wrong'], n)}) | {r['seconds']:.1f} |"
         )
+    if overhead:
+        o = overhead
+        lines += [
+            "",
+            "## Verifier overhead",
+            "",
+            f"Wall-clock seconds on this machine ({o['workers']} verifier workers; shared CPU, so treat as rough):",
+            "",
+            "| measurement | seconds |",
+            "| --- | ---: |",
+            f"| cold start of the worker pool (first call) | {o['cold_start']:.2f} |",
+            f"| {o['n']} MATH500 comparisons, worker processes (hard time limit) | {o['pool']:.2f} |",
+            f"| {o['n']} MATH500 comparisons, inline in the calling thread (no hard limit) | {o['inline']:.2f} |",
+            f"| pool messaging per task (trivial tasks, 16 per message) | {o['message_us'] / 1e6:.6f} |",
+            f"| GRPO-like batch: {o['n'] // o['k']} prompts x {o['k']} completions, one call | {o['grpo_batch']:.2f} |",
+            f"| integer answers (fast path, no worker), per completion | {o['fast_path_us'] / 1e6:.6f} |",
+        ]
     for r in results:
         lines += ["", f"## {r['name']}", ""]
         if r["self_failures"]:
-            lines += ["Self-verify failures:", "", "| id | gold | normalized | status | reason |", "| --- | --- | --- | --- | --- |"]
-            lines += [f"| {esc(a)} | `{esc(b)}` | `{esc(c)}` | {d} | {esc(e)} |" for a, b, c, d, e in r["self_failures"]]
+            lines += [
+                "Self-verify failures:",
+                "",
+                "| id | gold | normalized | status | reason |",
+                "| --- | --- | --- | --- | --- |",
+            ]
+            lines += [
+                f"| {esc(a)} | `{esc(b)}` | `{esc(c)}` | {d} | {esc(e)} |" for a, b, c, d, e in r["self_failures"]
+            ]
         else:
             lines.append(f"All {r['n']} gold answers verify against themselves.")
         lines.append("")
         if r["perturbed_failures"]:
-            lines += ["Perturbed answers not rejected:", "", "| id | gold | perturbed | status |", "| --- | --- | --- | --- |"]
+            lines += [
+                "Perturbed answers not rejected:",
+                "",
+                "| id | gold | perturbed | status |",
+                "| --- | --- | --- | --- |",
+            ]
             lines += [f"| {esc(a)} | `{esc(b)}` | `{esc(c)}` | {d} |" for a, b, c, d in r["perturbed_failures"]]
         else:
             lines.append(f"All {r['n']} perturbed answers are rejected.")
@@ -180,7 +278,8 @@ def render(results: list[dict], data_dir: Path, total_s: float) -> str:
                 "",
                 f"Multiple-answer records: {r['multiple_answer']} (compared as sets/tuples by math-verify); records "
                 f"with a unit outside the answer: {r['with_unit']}; records with a numeric tolerance "
-                f"(not applied by the verifier, which compares to 6 significant decimals): "
+                "(not applied: math-verify compares numbers to 6 decimal places, and `math_reward` additionally "
+                "requires a relative agreement of 1e-4 for numbers below 1 in magnitude): "
                 + (", ".join(f"{esc(i)} (`{esc(g)}`, error {esc(e)})" for i, g, e in r["with_tolerance"]) or "none")
                 + ".",
             ]
@@ -193,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "DATA_REPORT.md"))
     ap.add_argument("--include-train", action="store_true", help="also check MATH train (7,500 records)")
     ap.add_argument("--timeout", type=float, default=5.0, help="soft verifier limit per comparison, seconds")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the verifier overhead measurement")
     args = ap.parse_args(argv)
     data_dir = find_shared_data_dir(required=True)
     verifier = MathReward(timeout_s=args.timeout)
@@ -209,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         results.append(res)
-    Path(args.out).write_text(render(results, data_dir, time.perf_counter() - t0), encoding="utf-8")
+    overhead = None if args.no_overhead else measure_overhead(data_dir)
+    if overhead:
+        print("overhead:", {k: round(v, 4) if isinstance(v, float) else v for k, v in overhead.items()})
+    Path(args.out).write_text(render(results, data_dir, time.perf_counter() - t0, overhead), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
 

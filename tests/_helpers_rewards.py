@@ -48,12 +48,12 @@ def wrong_answer(gold: str) -> str:
             pass
     unit = re.search(r"\s*\\(?:mbox|text)\{[^{}]*\}(\^\d)?$", g)
     if unit and unit.start() > 0 and _DIGIT.search(g[: unit.start()]):
-        return wrong_answer(g[: unit.start()]) + g[unit.start():]  # change the value, keep the unit
+        return wrong_answer(g[: unit.start()]) + g[unit.start() :]  # change the value, keep the unit
     digits = list(_DIGIT.finditer(g))
     if digits:
         m = digits[-1]
         d = int(m.group(0))
-        return g[: m.start()] + str((d + 1) % 10 if d != 0 else 7) + g[m.end():]
+        return g[: m.start()] + str((d + 1) % 10 if d != 0 else 7) + g[m.end() :]
     letter = re.fullmatch(r"\\text\{\s*\(?([A-E])\)?\s*\}|\(?([A-E])\)?", g)
     if letter:
         c = letter.group(1) or letter.group(2)
@@ -66,6 +66,7 @@ def wrong_answer(gold: str) -> str:
 
 # --- Countdown --------------------------------------------------------------------------------------------------
 
+
 def _solve(items, target):
     """items: list of (value, expression string). Depth-first search over pair merges, floats for speed."""
     if len(items) == 1:
@@ -75,8 +76,12 @@ def _solve(items, target):
         for j in range(i + 1, n):
             rest = [items[k] for k in range(n) if k != i and k != j]
             (a, ea), (b, eb) = items[i], items[j]
-            cands = [(a + b, f"({ea} + {eb})"), (a * b, f"({ea} * {eb})"), (a - b, f"({ea} - {eb})"),
-                     (b - a, f"({eb} - {ea})")]
+            cands = [
+                (a + b, f"({ea} + {eb})"),
+                (a * b, f"({ea} * {eb})"),
+                (a - b, f"({ea} - {eb})"),
+                (b - a, f"({eb} - {ea})"),
+            ]
             if b != 0:
                 cands.append((a / b, f"({ea} / {eb})"))
             if a != 0:
@@ -98,6 +103,7 @@ def solve_countdown(nums, target) -> str | None:
 
 
 # --- worker-pool probes (module-level so worker processes can import them) ---------------------------------------
+
 
 def pool_echo(x):
     return x

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from _helpers_rewards import solve_countdown
 
 from sara_trl.data import ARITHMETIC_INSTRUCTION, make_arithmetic_dataset, make_countdown_dataset, make_countdown_tasks
 from sara_trl.rewards import countdown_reward, evaluate_expression, numeric_reward
-
-from _helpers_rewards import solve_countdown
 
 
 def test_countdown_deterministic_per_seed():
@@ -56,8 +55,7 @@ def test_countdown_invalid_arguments():
     with pytest.raises(ValueError):
         make_countdown_tasks(-1)
     with pytest.raises(RuntimeError):  # 1 and 1 can never reach 1000
-        make_countdown_tasks(1, num_count=2, min_number=1, max_number=1, min_target=1000, max_target=2000,
-                             max_tries=50)
+        make_countdown_tasks(1, num_count=2, min_number=1, max_number=1, min_target=1000, max_target=2000, max_tries=50)
 
 
 def test_arithmetic_dataset():
@@ -69,14 +67,22 @@ def test_arithmetic_dataset():
         a, op, b = row["expression"].split()
         assert op == "+" and 0 <= int(a) <= 9 and 0 <= int(b) <= 9
         assert row["answer"] == str(int(a) + int(b))
-        assert row["prompt"] == [{"role": "user", "content": ARITHMETIC_INSTRUCTION.replace("{expression}",
-                                                                                            row["expression"])}]
+        assert row["prompt"] == [
+            {"role": "user", "content": ARITHMETIC_INSTRUCTION.replace("{expression}", row["expression"])}
+        ]
     assert numeric_reward([f"The sum is {x}." for x in ds["answer"]], answer=ds["answer"]) == [1.0] * 100
 
 
 def test_arithmetic_precedence_and_options():
-    ds = make_arithmetic_dataset(200, seed=7, ops=("+", "-", "*"), num_operands=3, max_operand=12,
-                                 instruction="Compute {expression}.", system_prompt="You are a calculator.")
+    ds = make_arithmetic_dataset(
+        200,
+        seed=7,
+        ops=("+", "-", "*"),
+        num_operands=3,
+        max_operand=12,
+        instruction="Compute {expression}.",
+        system_prompt="You are a calculator.",
+    )
     for row in ds:
         value, _ = evaluate_expression(row["expression"])  # independent evaluator (exact, precedence-aware)
         assert row["answer"] == str(int(value))

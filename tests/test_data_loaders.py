@@ -6,6 +6,7 @@ import json
 from collections import Counter
 
 import pytest
+from _helpers_rewards import correct_completion, read_jsonl, shared_data_dir, solve_countdown
 
 from sara_trl.data import (
     DATASET_NAMES,
@@ -24,8 +25,6 @@ from sara_trl.data import (
     shared_data_file,
 )
 from sara_trl.rewards import countdown_reward, math_reward
-
-from _helpers_rewards import correct_completion, read_jsonl, shared_data_dir, solve_countdown
 
 pytestmark = pytest.mark.skipif(shared_data_dir() is None, reason="shared data directory not found")
 
@@ -62,8 +61,13 @@ def test_math_loaders_rows_columns_and_answers(data_dir, name, fname, rows, extr
     assert "\\boxed{}" in first[0]["content"]
 
 
-@pytest.mark.parametrize("name,fname,rows", [("countdown", "countdown_3to4_train_head.jsonl", 11024),
-                                             ("countdown_test", "countdown_tinyzero_test.jsonl", 1024)])
+@pytest.mark.parametrize(
+    "name,fname,rows",
+    [
+        ("countdown", "countdown_3to4_train_head.jsonl", 11024),
+        ("countdown_test", "countdown_tinyzero_test.jsonl", 1024),
+    ],
+)
 def test_countdown_loader(data_dir, name, fname, rows):
     ds = load_dataset_by_name(name, data_dir=data_dir)
     assert len(ds) == rows
@@ -131,13 +135,30 @@ def test_errors(data_dir, tmp_path):
 
 
 def test_hub_sources_are_declared_for_every_loader():
-    for key in [("math", "train"), ("math", "math500"), ("gsm8k", "test"), ("aime24", "test"), ("amc23", "test"),
-                ("minerva", "test"), ("olympiadbench", "test"), ("countdown", "train"), ("countdown", "test")]:
+    for key in [
+        ("math", "train"),
+        ("math", "math500"),
+        ("gsm8k", "test"),
+        ("aime24", "test"),
+        ("amc23", "test"),
+        ("minerva", "test"),
+        ("olympiadbench", "test"),
+        ("countdown", "train"),
+        ("countdown", "test"),
+    ]:
         assert key in HUB_SOURCES
     assert HUB_SOURCES[("countdown", "test")].rows == (327680, 328704)
     assert HUB_SOURCES[("gsm8k", "test")].config == "main"
-    assert set(DATASET_NAMES) >= {"math", "math500", "gsm8k", "aime24", "amc23", "minerva", "olympiadbench",
-                                  "countdown"}
+    assert set(DATASET_NAMES) >= {
+        "math",
+        "math500",
+        "gsm8k",
+        "aime24",
+        "amc23",
+        "minerva",
+        "olympiadbench",
+        "countdown",
+    }
 
 
 def _write_jsonl(path, rows):
@@ -154,14 +175,19 @@ def test_upstream_hub_schemas_are_mapped(tmp_path):
     amc = _write_jsonl(tmp_path / "amc.jsonl", [{"id": 0, "question": "Q", "answer": 27.0, "url": "u"}])
     ds = load_amc23(path=amc)
     assert ds[0]["answer"] == "27" and ds[0]["id"] == "0"
-    oly = _write_jsonl(tmp_path / "oly.jsonl", [{"id": 7, "question": "Q", "final_answer": ["$69$,$84$"],
-                                                "is_multiple_answer": True, "unit": None}])
+    oly = _write_jsonl(
+        tmp_path / "oly.jsonl",
+        [{"id": 7, "question": "Q", "final_answer": ["$69$,$84$"], "is_multiple_answer": True, "unit": None}],
+    )
     ds = load_olympiadbench(path=oly)
     assert ds[0]["answer"] == "69,84" and ds[0]["is_multiple_answer"] is True and ds[0]["unit"] == ""
-    mth = _write_jsonl(tmp_path / "math.jsonl", [
-        {"problem": "P", "level": "Level 3", "type": "Number Theory", "solution": r"so \boxed{\frac{1}{2}}."},
-        {"problem": "P2", "level": "Level ?", "type": "Algebra", "solution": r"\boxed{5}"},
-    ])
+    mth = _write_jsonl(
+        tmp_path / "math.jsonl",
+        [
+            {"problem": "P", "level": "Level 3", "type": "Number Theory", "solution": r"so \boxed{\frac{1}{2}}."},
+            {"problem": "P2", "level": "Level ?", "type": "Algebra", "solution": r"\boxed{5}"},
+        ],
+    )
     ds = load_math("train", path=mth)
     assert ds["answer"] == [r"\frac{1}{2}", "5"] and ds["level"] == [3, None]
     assert len(load_math("train", path=mth, levels=[3])) == 1

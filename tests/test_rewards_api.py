@@ -9,6 +9,7 @@ import pickle
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
+from _helpers_rewards import correct_completion, wrong_answer
 
 from sara_trl.rewards import (
     REWARD_FUNCS,
@@ -27,8 +28,6 @@ from sara_trl.rewards import (
     reset_stats,
     stats,
 )
-
-from _helpers_rewards import correct_completion, wrong_answer
 
 
 # --- numeric ----------------------------------------------------------------------------------------------------
@@ -114,8 +113,16 @@ def test_registry():
 
 @pytest.mark.parametrize(
     "func",
-    [math_reward, countdown_reward, numeric_reward, format_reward, MathReward(timeout_s=3.0), CountdownReward(),
-     NumericReward(), FormatReward(value=0.5)],
+    [
+        math_reward,
+        countdown_reward,
+        numeric_reward,
+        format_reward,
+        MathReward(timeout_s=3.0),
+        CountdownReward(),
+        NumericReward(),
+        FormatReward(value=0.5),
+    ],
     ids=lambda f: getattr(f, "__name__", type(f).__name__) + ("" if callable(f) and hasattr(f, "__code__") else "_obj"),
 )
 def test_rewards_pickle_and_keep_their_name(func):
@@ -128,7 +135,16 @@ def test_rewards_pickle_and_keep_their_name(func):
 
 
 # --- concurrency: threads, asyncio, processes -------------------------------------------------------------------
-GOLDS = [r"\frac{3}{4}", "(1,2)", r"\sqrt{2}", "12", r"10,\!080", r"\text{(B)}", "x^2+1", r"\begin{pmatrix}1\\2\end{pmatrix}"]
+GOLDS = [
+    r"\frac{3}{4}",
+    "(1,2)",
+    r"\sqrt{2}",
+    "12",
+    r"10,\!080",
+    r"\text{(B)}",
+    "x^2+1",
+    r"\begin{pmatrix}1\\2\end{pmatrix}",
+]
 
 
 def batch():
@@ -158,8 +174,9 @@ def _score_math_uncached(args):
 
 
 def _score_countdown(_):
-    return countdown_reward(["<answer>(1 + 2) * 3</answer>", "<answer>1 + 2 + 3</answer>"], target=[9, 9],
-                            nums=[[1, 2, 3]] * 2)
+    return countdown_reward(
+        ["<answer>(1 + 2) * 3</answer>", "<answer>1 + 2 + 3</answer>"], target=[9, 9], nums=[[1, 2, 3]] * 2
+    )
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from _helpers_rewards import read_jsonl, shared_data_dir, solve_countdown
 
 from sara_trl.rewards import Status, countdown_reward, countdown_success, evaluate_expression
 from sara_trl.rewards.countdown import ExpressionError
-
-from _helpers_rewards import read_jsonl, shared_data_dir, solve_countdown
 
 needs_data = pytest.mark.skipif(shared_data_dir() is None, reason="shared data directory not found")
 
@@ -34,13 +33,16 @@ def test_every_test_task_is_solved_and_scores_one(test_tasks):
     assert len(tasks) == 1024
     unsolved = [t for t, s in zip(tasks, sols) if s is None]
     assert not unsolved, f"brute force found no solution for {len(unsolved)} tasks, e.g. {unsolved[:3]}"
-    out = countdown_reward([wrap(s) for s in sols], target=[t["target"] for t in tasks], nums=[t["nums"] for t in tasks])
+    out = countdown_reward(
+        [wrap(s) for s in sols], target=[t["target"] for t in tasks], nums=[t["nums"] for t in tasks]
+    )
     assert out == [1.0] * len(tasks)
     # conversational format and the "= target" tail
     conv = [[{"role": "assistant", "content": wrap(f"{s} = {t['target']}")}] for s, t in zip(sols[:50], tasks[:50])]
-    assert countdown_reward(conv, target=[t["target"] for t in tasks[:50]], nums=[t["nums"] for t in tasks[:50]]) == [
-        1.0
-    ] * 50
+    assert (
+        countdown_reward(conv, target=[t["target"] for t in tasks[:50]], nums=[t["nums"] for t in tasks[:50]])
+        == [1.0] * 50
+    )
 
 
 @needs_data
@@ -54,6 +56,7 @@ def test_wrong_answers_on_test_tasks_score_zero(test_tasks):
 
     # wrong target
     assert score(sols, [t + 1 for t in targets]) == [0.0] * len(tasks)
+
     # a number used twice in place of a different one
     def reuse_first(n):
         j = next(i for i, x in enumerate(n) if x != n[0])

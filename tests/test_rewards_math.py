@@ -6,6 +6,17 @@ import os
 import time
 
 import pytest
+from _helpers_rewards import (
+    correct_completion,
+    pool_crash,
+    pool_echo,
+    pool_raise,
+    pool_sleep,
+    pool_sleep_uninterruptible,
+    read_jsonl,
+    shared_data_dir,
+    wrong_answer,
+)
 
 from sara_trl.rewards import (
     MathReward,
@@ -18,18 +29,6 @@ from sara_trl.rewards import (
     stats,
 )
 from sara_trl.rewards._pool import WorkerPool
-
-from _helpers_rewards import (
-    correct_completion,
-    pool_crash,
-    pool_echo,
-    pool_raise,
-    pool_sleep,
-    pool_sleep_uninterruptible,
-    read_jsonl,
-    shared_data_dir,
-    wrong_answer,
-)
 
 needs_data = pytest.mark.skipif(shared_data_dir() is None, reason="shared data directory not found")
 
@@ -235,6 +234,19 @@ def test_pool_soft_timeout_keeps_worker_and_reports_errors():
         status, msg = pool.run(pool_crash, [()])[0]
         assert status == "error" and "died" in msg
         assert pool.run(pool_echo, [(5,)]) == [("ok", 5)]
+    finally:
+        pool.close()
+
+
+def test_pool_groups_share_a_message_but_keep_per_item_limits():
+    pool = WorkerPool(num_workers=1, timeout_s=0.5, grace_s=3.0, memory_limit_mb=None)
+    try:
+        # one group: the slow item hits its own soft limit, the others still succeed
+        out = pool.run(pool_sleep, [(0.0,), (10.0,), (0.0,)], groups=[[0, 1, 2]])
+        assert out == [("ok", "finished"), ("timeout", None), ("ok", "finished")]
+        assert pool.counters["kills"] == 0
+        with pytest.raises(ValueError, match="partition"):
+            pool.run(pool_echo, [(1,), (2,)], groups=[[0]])
     finally:
         pool.close()
 

@@ -8,8 +8,8 @@ matching reward reads (:func:`sara_trl.rewards.countdown_reward`: ``target``, ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 import datasets
 import numpy as np
@@ -147,8 +147,9 @@ def make_countdown_dataset(
         num_tasks, seed, num_count, min_number, max_number, min_target, max_target, ops, integer_steps
     )
     rows = {
-        "prompt": [chat_prompt(fill_template(template, numbers=t["nums"], target=t["target"]), system_prompt)
-                   for t in tasks],
+        "prompt": [
+            chat_prompt(fill_template(template, numbers=t["nums"], target=t["target"]), system_prompt) for t in tasks
+        ],
         "target": [t["target"] for t in tasks],
         "nums": [t["nums"] for t in tasks],
         "solution_expr": [t["solution_expr"] for t in tasks],

@@ -18,7 +18,8 @@ Output columns (all loaders):
 
 Math loaders add ``problem`` and ``answer`` (string, no ``\boxed{}``; the column :func:`sara_trl.rewards.math_reward`
 reads); MATH adds ``level`` (int 1-5 or None) and ``type`` (subject); Minerva can add ``answer_alternatives`` (list
-of further accepted answers, also read by ``math_reward``; opt-in, see :func:`load_minerva`); OlympiadBench adds ``is_multiple_answer`` and ``unit``.
+of further accepted answers, also read by ``math_reward``; opt-in, see :func:`load_minerva`); OlympiadBench adds
+``is_multiple_answer`` and ``unit``.
 Countdown adds ``target`` (int) and ``nums`` (list of int), read by :func:`sara_trl.rewards.countdown_reward`.
 """
 
@@ -27,9 +28,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import datasets
 
@@ -287,7 +289,9 @@ def _finish_math(
     )
     empty = sum(1 for a in ds["answer"] if not a)
     if empty:
-        logger.warning("%s: %d of %d rows have no gold answer (math_reward gives None for them)", source, empty, len(ds))
+        logger.warning(
+            "%s: %d of %d rows have no gold answer (math_reward gives None for them)", source, empty, len(ds)
+        )
     return ds
 
 

@@ -72,9 +72,7 @@ def find_shared_data_dir(required: bool = True) -> Path | None:
             return c.resolve()
     if required:
         tried = ", ".join(str(c) for c in _candidates())
-        raise FileNotFoundError(
-            f"shared data directory not found (set ${SHARED_DATA_ENV}); tried {tried}"
-        )
+        raise FileNotFoundError(f"shared data directory not found (set ${SHARED_DATA_ENV}); tried {tried}")
     return None
 
 

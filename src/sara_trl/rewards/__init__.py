@@ -36,7 +36,7 @@ process. Timeouts give ``None`` and are counted separately: see :func:`stats`.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .countdown import CountdownReward, countdown_reward, countdown_success, evaluate_expression
 from .extract import extract_math_answer, last_boxed, normalize_math_answer

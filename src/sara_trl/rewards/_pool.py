@@ -37,9 +37,10 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as _wait
-from typing import Any, Callable, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 

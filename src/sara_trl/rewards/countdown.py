@@ -16,9 +16,9 @@ is walked by :func:`evaluate_expression`, which accepts only
 Everything else is ``WRONG``: ``**``, ``//``, ``%``, names, calls, attributes, subscripts, comparisons, more than one
 ``=``. Resource bounds make every input finish in microseconds to milliseconds: the answer is at most
 ``max_answer_chars`` (default 256) characters and may only contain digits, ``+ - * / ( ) =``, whitespace and the
-symbols ``× ÷ −`` (read as ``* / -``); parentheses nest at most 16 deep and the tree is at most 64 deep; the multiset of literals is compared with
-``nums`` *before* any arithmetic, so at most ``len(nums)`` numbers (no larger than the largest of ``nums``) are ever
-combined. Division by zero gives ``WRONG`` (reward 0.0).
+symbols ``× ÷ −`` (read as ``* / -``); parentheses nest at most 16 deep and the tree is at most 64 deep; the
+multiset of literals is compared with ``nums`` *before* any arithmetic, so at most ``len(nums)`` numbers (no larger
+than the largest of ``nums``) are ever combined. Division by zero gives ``WRONG`` (reward 0.0).
 
 Gold validation: ``target`` must be an integer and ``nums`` a non-empty list of non-negative integers (at most 16),
 else the verdict is ``UNPARSEABLE_GOLD`` (reward ``None``).
@@ -255,9 +255,7 @@ class CountdownReward:
             ValueError: mismatched lengths.
         """
         if not (len(completions) == len(target) == len(nums)):
-            raise ValueError(
-                f"got {len(completions)} completions, {len(target)} targets and {len(nums)} nums lists"
-            )
+            raise ValueError(f"got {len(completions)} completions, {len(target)} targets and {len(nums)} nums lists")
         out = [
             countdown_success(c, t, ns, max_answer_chars=self.max_answer_chars)
             for c, t, ns in zip(completions, target, nums)

@@ -144,9 +144,7 @@ def extract_math_answer(text: str) -> str | None:
     return extract_answer_phrase(text)
 
 
-_CHOICE = re.compile(
-    r"^\s*(?:\\text(?:bf)?\s*\{\s*)?\(?\s*(?:\\text(?:bf)?\s*\{\s*)?([A-E])\s*\}?\s*\)?\s*\}?\s*$"
-)
+_CHOICE = re.compile(r"^\s*(?:\\text(?:bf)?\s*\{\s*)?\(?\s*(?:\\text(?:bf)?\s*\{\s*)?([A-E])\s*\}?\s*\)?\s*\}?\s*$")
 _ENOTATION = re.compile(r"^([-+]?\d+(?:\.\d*)?|[-+]?\.\d+)\s*[eE]\s*([-+]?\d+)$")
 _NP_FUNC = re.compile(r"\bnp\.(arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|exp|log|sqrt)\b")
 _SUB_COMMAND = re.compile(r"_\{\s*\\(max|min)\s*\}")

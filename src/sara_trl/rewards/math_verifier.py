@@ -40,7 +40,7 @@ DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_GRACE_S = 2.0
 DEFAULT_MAX_ANSWER_CHARS = 1000
 _CACHE_SIZE = 1 << 16
-_GROUP_SIZE = 8  # comparisons per worker message (same gold answer); bounds what one hard kill can cost
+_MAX_CHUNK = 16  # comparisons per worker message; bounds what one hard kill can cost
 
 _LITERAL = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)$")
 
@@ -272,15 +272,14 @@ class MathReward:
         if todo:
             from . import _math_worker
 
-            # completions that share a gold answer travel together, so a worker parses that gold once
+            # Sorted by gold answer and sent in chunks: completions that share a gold answer mostly land on one
+            # worker (which parses that gold once), and one message carries several comparisons (each message
+            # costs a round trip). Chunks are small enough to keep every worker busy.
             keys = sorted(todo, key=lambda k: k[1])
-            groups: list[list[int]] = []
-            for i, key in enumerate(keys):
-                if groups and keys[groups[-1][0]][1] == key[1] and len(groups[-1]) < _GROUP_SIZE:
-                    groups[-1].append(i)
-                else:
-                    groups.append([i])
-            results = self._pool().run(_math_worker.check_answer, keys, groups=groups)
+            pool = self._pool()
+            chunk = max(1, min(_MAX_CHUNK, -(-len(keys) // (4 * max(1, pool.num_workers)))))
+            groups = [list(range(i, min(i + chunk, len(keys)))) for i in range(0, len(keys), chunk)]
+            results = pool.run(_math_worker.check_answer, keys, groups=groups)
             for key, (status, value) in zip(keys, results):
                 if status == _POOL_OK:
                     st = Status(value)

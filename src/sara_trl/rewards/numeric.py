@@ -1,4 +1,5 @@
-r"""Numeric-answer verifier for short arithmetic tasks (the quickstart task of :func:`sara_trl.data.make_arithmetic_dataset`).
+r"""Numeric-answer verifier for short arithmetic tasks (the quickstart task,
+:func:`sara_trl.data.make_arithmetic_dataset`).
 
 The prediction is the content of the last ``\boxed{}`` if the completion has one, otherwise the **last** number in
 the completion (so "3 + 5 = 8" and "The answer is 8." both give 8, and surrounding words do not matter). Numbers are
@@ -114,7 +115,9 @@ class NumericReward:
 _DEFAULT = NumericReward()
 
 
-def numeric_reward(completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs: Any) -> list[float | None]:
+def numeric_reward(
+    completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs: Any
+) -> list[float | None]:
     """Numeric-answer reward; see :meth:`NumericReward.__call__`.
 
     Example:

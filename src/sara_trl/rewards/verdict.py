@@ -82,9 +82,7 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, dict):  # a single message, tolerated
         completion = [completion]
     if not isinstance(completion, (list, tuple)):
-        raise ValueError(
-            f"a completion must be a string or a list of chat messages, got {type(completion).__name__}"
-        )
+        raise ValueError(f"a completion must be a string or a list of chat messages, got {type(completion).__name__}")
     messages = []
     for m in completion:
         if not isinstance(m, dict):
