@@ -73,7 +73,7 @@ def test_sara_round_by_round_on_scripted_outcomes():
     seqs = [[1, 0, 1, 1, 1, 1, 1, 1], [0] * 8, [0, 0, 1, 0, 0, 0, 0, 0]]
     src = Scripted(seqs)
     alloc = Allocator(AllocationConfig(allocator="sara", yield_decay=1.0))
-    alloc._kept_count, alloc._decided_count = 1e9, 1e9  # yield estimate 1: one fresh prompt per missing commit
+    alloc._mix_num[0] = alloc._mix_den[0] = 1e9  # fresh-prompt mix rate 1: one fresh prompt per missing commit
     res = alloc.collect(src, PromptStream(3, shuffle=False, wrap=False), B=2)
     assert src.calls[0] == ([0, 1], [2, 2])
     # Expected commits: 1 (mixed prompt 0) + p_eff(2, 0) = 6/9 (prompt 1) < 2 -> one fresh prompt is probed.
@@ -257,7 +257,7 @@ def test_unscorable_rollouts_cost_but_do_not_move_the_posterior():
     src = Scripted([[np.nan, np.nan, 0, 0], [1, 0, 1, 0]])
     cfg = AllocationConfig(k=4, n0=2, tau_low=0.3, yield_decay=1.0)
     alloc = Allocator(cfg)
-    alloc._kept_count, alloc._decided_count = 1e9, 1e9
+    alloc._mix_num[0] = alloc._mix_den[0] = 1e9
     res = alloc.collect(src, PromptStream(2, shuffle=False, wrap=False), B=2)
     # After the probe prompt 0 has no scored outcome: p_eff(0, 0, k=2) = 1/3 (uniform prior) >= 0.3 -> continue.
     assert 0 in list(src.calls[1][0])
@@ -331,3 +331,23 @@ def test_core_imports_no_torch():
     code = "import sys, sara_trl.allocation; bad=[m for m in ('torch','trl','transformers') if m in sys.modules]; print(bad)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_refill_model_learns_phi_for_dynamic_sampling():
+    g = u_shaped_gammas(20000, seed=21)
+    alloc, stream, task = Allocator(AllocationConfig(allocator="dynamic_sampling")), PromptStream(len(g), seed=2), SimulatedTask(g, seed=3)
+    for _ in range(10):
+        alloc.collect(task, stream, 64)
+    # decayed counts hold ~2 steps x ~240 prompts: standard error ~0.02
+    assert abs(alloc.yield_estimate() - phi(g, 8)) < 0.08
+
+
+def test_budget_is_not_spent_on_probes_that_cannot_be_completed():
+    """k=4, tau_low=0.45: every unmixed probe is abandoned at n0 = n_a = 2, so few prompts are kept; fresh draws
+    must still leave budget to top up the mixed ones (a starved step would return fill groups)."""
+    g = u_shaped_gammas(50000, seed=5)
+    alloc, stream, task = Allocator(AllocationConfig(k=4)), PromptStream(len(g), seed=2), SimulatedTask(g, seed=3)
+    stats = [alloc.collect(task, stream, 32).stats for _ in range(15)]
+    assert np.mean([s.effective_fraction for s in stats[1:]]) > 0.9
+    for s in stats:
+        assert_accounting(s)

@@ -54,6 +54,7 @@ class _Ledger:
         self.status = np.zeros(cap, np.int8)
         self.p = np.ones(cap, np.float64)  # p_eff after the latest decision
         self.round_decided = np.zeros(cap, np.int64)
+        self.n_before = np.zeros(cap, np.int64)  # rollouts before the latest round that served the slot
         self.kept_order: list[int] = []  # slots in the order they were committed / kept
         self.r_slot: list[np.ndarray] = []
         self.r_success: list[np.ndarray] = []
@@ -66,7 +67,7 @@ class _Ledger:
         need = self.size + len(pids)
         if need > len(self.pid):
             new = max(need, 2 * len(self.pid))
-            for name in ("pid", "n", "nsc", "s", "status", "p", "round_decided"):
+            for name in ("pid", "n", "nsc", "s", "status", "p", "round_decided", "n_before"):
                 arr = getattr(self, name)
                 grown = np.zeros(new, arr.dtype) if name != "p" else np.ones(new, arr.dtype)
                 grown[: len(arr)] = arr
@@ -82,6 +83,7 @@ class _Ledger:
         out = RoundOutcome.coerce(self.rollout_fn(self.pid[slots].copy(), counts.copy()), total)
         rs = np.repeat(slots, counts)
         scored = ~np.isnan(out.success)
+        self.n_before[slots] = self.n[slots]
         self.n[slots] += counts
         self.nsc[: self.size] += np.bincount(rs, weights=scored, minlength=self.size).astype(np.int64)
         self.s[: self.size] += np.bincount(rs, weights=scored & (out.success == 1.0), minlength=self.size).astype(
@@ -163,10 +165,21 @@ class Allocator:
     def __init__(self, config: AllocationConfig | None = None):
         self.config = config or AllocationConfig()
         k = self.config.k
-        # Prior guess of the kept share: the prior-predictive probability of an effective group, p_eff(0, 0).
-        self._prior_yield = float(p_eff_unchecked(0, 0, k, self.config.prior_alpha, self.config.prior_beta))
-        self._kept_count = 0.0
-        self._decided_count = 0.0
+        cfg = self.config
+        # Refill model (cross-step, decayed by yield_decay each step): for an unmixed prompt with n rollouts, the
+        # share that went on to mix ("mix rate"; n = 0 is a fresh prompt), and the rollouts a fresh prompt costs
+        # until it is resolved. Priors (weight one prompt): the Beta-prior predictive p_eff(n, 0), and a probe
+        # plus a top-up to the commit floor for the p_eff(0, 0) share that mixes.
+        n = np.arange(k + 1)
+        self._mix_prior = p_eff_unchecked(n, 0, k, cfg.prior_alpha, cfg.prior_beta)
+        self._mix_num = np.zeros(k + 1)
+        self._mix_den = np.zeros(k + 1)
+        self._cost_prior = float(cfg.n0 + self._mix_prior[0] * (cfg.commit_floor - cfg.n0))
+        self._cost_num = 0.0
+        self._cost_den = 0.0
+        # Rollout counts at which a still-unmixed prompt is observed: 0, n0, n0 + inc, ... (capped at k).
+        self._checkpoints = np.unique(np.minimum(np.r_[0, np.arange(cfg.n0, k + cfg.round_increment,
+                                                                  cfg.round_increment)], k))
         self.total_rollouts = 0
         self.total_tokens = 0
         self.steps = 0
@@ -174,21 +187,37 @@ class Allocator:
         self._ext = Extensions(self.config) if extensions_enabled(self.config) else None
 
     # ----------------------------------------------------------------------------------------------- state
+    def mix_rate(self) -> np.ndarray:
+        """Estimated share of unmixed prompts with n rollouts that go on to mix, ``(k + 1,)`` indexed by n
+        (n = 0: a fresh prompt, i.e. the kept share for SARA and Phi for dynamic sampling). Floored at 1/64."""
+        est = (self._mix_num + self._mix_prior) / (self._mix_den + 1.0)
+        return np.clip(est, 1.0 / 64, 1.0)
+
     def yield_estimate(self) -> float:
-        """Estimated share of freshly drawn prompts that will be kept (one pseudo-prompt of prior weight)."""
-        est = (self._kept_count + self._prior_yield) / (self._decided_count + 1.0)
-        return float(min(1.0, max(est, 1.0 / 64)))
+        """Estimated share of freshly drawn prompts that will be kept: ``mix_rate()[0]``."""
+        return float(self.mix_rate()[0])
+
+    def fresh_cost_estimate(self) -> float:
+        """Estimated rollouts a fresh prompt costs until it is committed or abandoned (one pseudo-prompt of prior)."""
+        return (self._cost_num + self._cost_prior) / (self._cost_den + 1.0)
 
     def state_dict(self) -> dict:
-        state = {"kept_count": self._kept_count, "decided_count": self._decided_count,
-                 "total_rollouts": self.total_rollouts, "total_tokens": self.total_tokens, "steps": self.steps}
+        state = {"mix_num": self._mix_num.tolist(), "mix_den": self._mix_den.tolist(), "cost_num": self._cost_num,
+                 "cost_den": self._cost_den, "total_rollouts": self.total_rollouts,
+                 "total_tokens": self.total_tokens, "steps": self.steps}
         if self._ext is not None:
             state["extensions"] = self._ext.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self._kept_count = float(state["kept_count"])
-        self._decided_count = float(state["decided_count"])
+        """Restore :meth:`state_dict`. Raises ``ValueError`` if it was saved for another group size k."""
+        if len(state["mix_num"]) != self.config.k + 1:
+            raise ValueError(f"allocator state was saved for k={len(state['mix_num']) - 1}, this allocator has "
+                             f"k={self.config.k}")
+        self._mix_num = np.asarray(state["mix_num"], dtype=np.float64)
+        self._mix_den = np.asarray(state["mix_den"], dtype=np.float64)
+        self._cost_num = float(state["cost_num"])
+        self._cost_den = float(state["cost_den"])
         self.total_rollouts = int(state["total_rollouts"])
         self.total_tokens = int(state["total_tokens"])
         self.steps = int(state["steps"])
@@ -204,9 +233,21 @@ class Allocator:
         """Fresh prompts: the stream's next ``count``, or the predictive selector's pick when enabled."""
         return stream.take(count) if self._ext is None else self._ext.take_fresh(stream, count)
 
-    def _observe(self, kept: int, decided: int) -> None:
-        self._kept_count += kept
-        self._decided_count += decided
+    def _resolve(self, last_unmixed: np.ndarray, mixed: np.ndarray, cost: np.ndarray) -> None:
+        """Feed the refill model with prompts whose fate became known this round.
+
+        Args:
+            last_unmixed: ``(P,)`` the largest rollout count at which each prompt was still unmixed.
+            mixed: ``(P,)`` bool, whether it mixed (committed or certain to commit) or was abandoned.
+            cost: ``(P,)`` rollouts it costs in all (a mixed prompt: topped up to the commit floor).
+        """
+        if len(mixed) == 0:
+            return
+        seen = self._checkpoints[:, None] <= last_unmixed[None, :]  # (checkpoints, P)
+        self._mix_den[self._checkpoints] += seen.sum(axis=1)
+        self._mix_num[self._checkpoints] += (seen & mixed[None, :]).sum(axis=1)
+        self._cost_num += float(cost.sum())
+        self._cost_den += len(cost)
 
     # ----------------------------------------------------------------------------------------------- collect
     def collect(self, rollout_fn: RolloutCallable, stream: PromptStream, B: int) -> StepResult:
@@ -228,8 +269,8 @@ class Allocator:
         if not isinstance(B, (int, np.integer)) or B < 1:
             raise ValueError(f"B must be a positive integer number of groups, got {B!r}")
         B = int(B)
-        self._kept_count *= self.config.yield_decay
-        self._decided_count *= self.config.yield_decay
+        for name in ("_mix_num", "_mix_den", "_cost_num", "_cost_den"):
+            setattr(self, name, getattr(self, name) * self.config.yield_decay)
         ledger = _Ledger(rollout_fn)
         if self._ext is not None:
             self._ext.begin_step(stream)
@@ -262,7 +303,7 @@ class Allocator:
         ledger.kept_order.extend(slots.tolist())
         mixed = (ledger.s[slots] > 0) & (ledger.s[slots] < ledger.nsc[slots])
         ledger.p[slots] = mixed.astype(np.float64)
-        self._observe(len(slots), len(slots))
+        self._resolve(np.zeros(len(slots), np.int64), mixed, np.full(len(slots), k))
         return ("filled" if len(slots) == B else "stream"), 0.0
 
     def _dynamic_sampling(self, ledger: _Ledger, stream: PromptStream, B: int):
@@ -291,16 +332,17 @@ class Allocator:
             ledger.p[slots] = mixed.astype(np.float64)
             ledger.round_decided[slots] = ledger.rounds
             ledger.kept_order.extend(slots[mixed].tolist())
-            self._observe(int(mixed.sum()), len(slots))
+            self._resolve(np.zeros(len(slots), np.int64), mixed, np.full(len(slots), k))
 
     def _sara(self, ledger: _Ledger, stream: PromptStream, B: int):
         """SARA (paper Alg. 1): probe fresh prompts with n0 rollouts, then commit / abandon / continue each round.
 
         Per round: mixed prompts below the commit floor are topped up to it in one go (they are certain to be
         effective, Prop. 2), at most as many as still needed; unmixed prompts get ``round_increment`` more rollouts;
-        fresh prompts are drawn so that the expected number of commits (1 per mixed prompt, p_eff per unmixed one,
-        the running kept share per fresh one) covers the remaining need. When the budget cap or the per-round
-        capacity binds, requests are served in decreasing p_eff order, fresh prompts last.
+        fresh prompts are drawn so that the expected number of commits covers the remaining need (1 per mixed
+        prompt, the learned mix rate at its rollout count per unmixed one and per fresh one, see :meth:`mix_rate`),
+        but never more than the remaining budget can complete at the learned cost per fresh prompt. When the budget
+        cap or the per-round capacity binds, requests are served in decreasing p_eff order, fresh prompts last.
         """
         cfg, k = self.config, self.config.k
         floor_ = cfg.commit_floor
@@ -317,30 +359,33 @@ class Allocator:
             mixed = (s > 0) & (s < nsc)
             # Priority: mixed first (most rollouts first), then unmixed by decreasing p_eff; ties by draw order.
             prio = np.lexsort((act, -np.where(mixed, n, 0), -np.where(mixed, 2.0, p)))
-            act, n, p, mixed = act[prio], n[prio], p[prio], mixed[prio]
+            act, n, mixed = act[prio], n[prio], mixed[prio]
             counts = np.where(mixed, floor_ - n, np.minimum(cfg.round_increment, k - n))
             n_mixed = int(mixed.sum())
             serve = np.zeros(len(act), bool)
             serve[np.flatnonzero(mixed)[:need]] = True
             if n_mixed < need:
                 serve[~mixed] = True
-            expected = min(n_mixed, need) + float(p[serve & ~mixed].sum())
-            fresh_wanted = _ceil(max(0.0, need - expected) / self.yield_estimate())
-            # Budget and capacity: keep a prefix of the priority order, then fresh prompts with what is left.
-            room = budget - ledger.generated
-            if cfg.max_rollouts_per_round is not None:
-                room = min(room, cfg.max_rollouts_per_round)
+            rate = self.mix_rate()
+            expected = min(n_mixed, need) + float(rate[n[serve & ~mixed]].sum())
+            fresh_wanted = _ceil(max(0.0, need - expected) / rate[0])
+            # Budget and capacity: keep a prefix of the priority order, then fresh prompts with what is left; fresh
+            # prompts only as many as the budget left after the pending top-ups can see through.
+            left = budget - ledger.generated
+            room = left if cfg.max_rollouts_per_round is None else min(left, cfg.max_rollouts_per_round)
             c_slots, c_counts = act[serve], counts[serve]
             fits = np.cumsum(c_counts) <= room
             c_slots, c_counts = c_slots[fits], c_counts[fits]
             room -= int(c_counts.sum())
-            fresh = min(fresh_wanted, room // cfg.n0)
+            completable = int((left - int(counts[mixed].sum())) // self.fresh_cost_estimate())
+            fresh = max(0, min(fresh_wanted, room // cfg.n0, completable))
             pids = self._take(stream, fresh) if fresh > 0 else np.zeros(0, np.int64)
             if len(c_slots) == 0 and len(pids) == 0:
                 # Nothing to generate: either the stream ran dry or the budget/capacity left no room.
                 return ("stream" if fresh > 0 else "budget"), expected_lost
             new = ledger.add(pids)
             slots = np.concatenate([c_slots, new])
+            was_mixed = (ledger.s[slots] > 0) & (ledger.s[slots] < ledger.nsc[slots])
             ledger.generate(slots, np.concatenate([c_counts, np.full(len(new), cfg.n0, np.int64)]))
 
             if self._ext is None:
@@ -357,4 +402,12 @@ class Allocator:
             ledger.round_decided[abandoned] = ledger.rounds
             ledger.kept_order.extend(committed.tolist())
             expected_lost += float(p_new[dec == ABANDON].sum())
-            self._observe(len(committed), len(committed) + len(abandoned))
+            # Refill model: prompts that mixed this round (certain to commit) and prompts abandoned this round.
+            now_mixed = (ledger.s[slots] > 0) & (ledger.s[slots] < ledger.nsc[slots]) & ~was_mixed
+            resolved = now_mixed | (dec == ABANDON)
+            r = slots[resolved]
+            self._resolve(
+                last_unmixed=np.where(now_mixed[resolved], ledger.n_before[r], ledger.n[r]),
+                mixed=now_mixed[resolved],
+                cost=np.where(now_mixed[resolved], np.maximum(ledger.n[r], floor_), ledger.n[r]),
+            )
