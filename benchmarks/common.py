@@ -60,7 +60,7 @@ def fmt_ci(iv: Interval, digits: int = 3, pct: bool = False) -> str:
     """``mean [lo, hi]`` with ``digits`` decimals (``pct``: as percentages)."""
     f = 100.0 if pct else 1.0
     suffix = "%" if pct else ""
-    if iv.n == 1 or iv.hi == iv.lo:
+    if iv.n == 1 or (iv.hi - iv.lo) * f < 10.0 ** (-digits):
         return f"{iv.mean * f:.{digits}f}{suffix}"
     return f"{iv.mean * f:.{digits}f}{suffix} [{iv.lo * f:.{digits}f}, {iv.hi * f:.{digits}f}]"
 
