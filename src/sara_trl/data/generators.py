@@ -163,9 +163,9 @@ def _countdown_features() -> datasets.Features:
     msg = {"role": datasets.Value("string"), "content": datasets.Value("string")}
     return datasets.Features(
         {
-            "prompt": datasets.List(msg),
+            "prompt": [msg],
             "target": datasets.Value("int64"),
-            "nums": datasets.List(datasets.Value("int64")),
+            "nums": datasets.Sequence(datasets.Value("int64")),
             "solution_expr": datasets.Value("string"),
             "id": datasets.Value("string"),
             "source": datasets.Value("string"),
@@ -245,7 +245,7 @@ def make_arithmetic_dataset(
     msg = {"role": datasets.Value("string"), "content": datasets.Value("string")}
     features = datasets.Features(
         {
-            "prompt": datasets.List(msg),
+            "prompt": [msg],
             "answer": datasets.Value("string"),
             "expression": datasets.Value("string"),
             "id": datasets.Value("string"),

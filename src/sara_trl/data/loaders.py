@@ -238,7 +238,8 @@ def _math_row(row: dict, template: str, system_prompt: str | None, source: str, 
     return out
 
 
-_MESSAGES = datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")})
+# a list of message structs; the ``[{...}]`` spelling means the same in datasets 3.x and 4.x+
+_MESSAGES = [{"role": datasets.Value("string"), "content": datasets.Value("string")}]
 
 
 def _math_features(extra: tuple[str, ...]) -> datasets.Features:
@@ -253,7 +254,7 @@ def _math_features(extra: tuple[str, ...]) -> datasets.Features:
     optional = {
         "level": datasets.Value("int64"),
         "type": datasets.Value("string"),
-        "answer_alternatives": datasets.List(datasets.Value("string")),
+        "answer_alternatives": datasets.Sequence(datasets.Value("string")),
         "is_multiple_answer": datasets.Value("bool"),
         "unit": datasets.Value("string"),
     }
@@ -265,7 +266,7 @@ _COUNTDOWN_FEATURES = datasets.Features(
     {
         "prompt": _MESSAGES,
         "target": datasets.Value("int64"),
-        "nums": datasets.List(datasets.Value("int64")),
+        "nums": datasets.Sequence(datasets.Value("int64")),
         "id": datasets.Value("string"),
         "source": datasets.Value("string"),
     }
