@@ -142,3 +142,29 @@ def test_sara_abandons_saturated_prompts_and_reports_raw_success(tiny_model_dir,
     scored = [(r.s, r.n) for r in step.records]
     assert entry["sara/raw_success_rate"] == pytest.approx(sum(s for s, _ in scored) / sum(n for _, n in scored))
     assert entry["sara/expected_lost"] == pytest.approx(sum(r.p_eff for r in abandoned))
+
+
+def test_evaluation_passes_through_and_generation_reuse(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    """Evaluation is TRL's own path (no allocator, no sara/* metrics); with gradient accumulation and
+    num_iterations = 2 one collection feeds 4 micro-steps (2 optimizer steps), as in TRL."""
+    args = SaraConfig(**cpu_trainer_kwargs(
+        per_device_train_batch_size=4, gradient_accumulation_steps=2, num_iterations=2, budget_cap=12.0,
+        per_device_eval_batch_size=8, eval_strategy="no",
+    ))
+    data = mode_dataset()
+    trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=mode_reward, args=args, train_dataset=data,
+                              eval_dataset=data.select(range(4)), processing_class=tokenizer)
+    batches = spy_batches(trainer)
+    REWARD_CALLS.update(rollouts=0, calls=0)
+    metrics = trainer.evaluate()
+    assert REWARD_CALLS["rollouts"] == 4 * args.num_generations  # every eval prompt x k, scored once, by TRL
+    assert "eval_reward" in metrics and not any(name.startswith("eval_sara/") for name in metrics)
+    assert trainer.sara_allocator.steps == 0 and trainer.sara_last_step is None
+
+    trainer.train()
+
+    assert trainer.state.global_step == 2 and trainer.sara_allocator.steps == 1 and len(batches) == 1
+    output = batches[0]["output"]
+    assert output["prompt_ids"].shape[0] == args.generation_batch_size == 8
+    assert "old_per_token_logps" in output  # num_iterations > 1: TRL keeps the sampling-time log-probs
+    assert REWARD_CALLS["rollouts"] == 4 * args.num_generations + trainer.sara_allocator.total_rollouts
