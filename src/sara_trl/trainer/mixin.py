@@ -90,7 +90,8 @@ def build_row_plan(groups: list[Group], k: int) -> tuple[np.ndarray, np.ndarray]
         ids = np.asarray(group.rollout_ids, dtype=np.int64)
         if len(ids) > k:
             raise ValueError(f"group of prompt {group.prompt_id} holds {len(ids)} rollouts, more than k={k}")
-        prompt_ids.extend([group.prompt_id] * k)
+        # A fill group's rows are all masked; its prompt only has to exist (the core uses a drawn prompt).
+        prompt_ids.extend([max(int(group.prompt_id), 0)] * k)
         rollout_ids.extend(ids.tolist() + [-1] * (k - len(ids)))
     return np.asarray(prompt_ids, dtype=np.int64), np.asarray(rollout_ids, dtype=np.int64)
 
