@@ -22,7 +22,7 @@ from sara_trl.allocation import (
     decide,
     u_shaped_gammas,
 )
-from sara_trl.allocation.empirical_bayes import OutcomeTable, fit_prior
+from sara_trl.allocation.empirical_bayes import OutcomeTable, PredictiveBuffer, fit_prior, fit_prior_counts
 from sara_trl.allocation.extensions import Extensions
 from sara_trl.allocation.history import PromptHistory, select_candidates
 from sara_trl.allocation.optimal_stopping import (
@@ -154,7 +154,8 @@ def test_asymmetric_prior_needs_two_thresholds():
     n = np.arange(9)
     pf = p_eff_mixture(prior, n, np.zeros(9, np.int64), 8)
     pp = p_eff_mixture(prior, n, n, 8)
-    abandoned = [pf[i] for i in range(2, 8) if sol.abandon_f[0, i]] + [pp[i] for i in range(2, 8) if sol.abandon_p[0, i]]
+    abandoned = [pf[i] for i in range(2, 8) if sol.abandon_f[0, i]] + \
+        [pp[i] for i in range(2, 8) if sol.abandon_p[0, i]]
     continued = [pf[i] for i in range(2, 8) if not sol.abandon_f[0, i]] + \
         [pp[i] for i in range(2, 8) if not sol.abandon_p[0, i]]
     assert max(abandoned) > min(continued)
@@ -240,6 +241,48 @@ def test_beta_fit_recovers_a_beta_law_and_ignores_stopping():
         else:
             t.counts[8, sum(x)] += p
     assert fit_prior(t, "beta").as_tuple() == pytest.approx(truth.as_tuple(), rel=5e-3, abs=1e-6)
+
+
+def _history_then_new(prior: MixturePrior, n1: int, n2: int, total: float):
+    """Expected counts of (history S0 of n1 rollouts, new s of n2 rollouts) per prompt drawn from ``prior``."""
+    rows = []
+    for s0 in range(n1 + 1):
+        for s in range(n2 + 1):
+            x = tuple([1] * (s0 + s) + [0] * (n1 + n2 - s0 - s))
+            rows.append((s0, n1 - s0, s, n2 - s, total * math.comb(n1, s0) * math.comb(n2, s) * _seq_prob(prior, x)))
+    return np.array(rows, np.float64).T
+
+
+def test_predictive_likelihood_recovers_a_beta_law_given_histories():
+    # Scoring new outcomes given each prompt's history, m(S0 + s, F0 + f) / m(S0, F0), is a proper likelihood
+    # (whatever chose which prompts to draw from their histories): expected counts give back the law.
+    truth = MixturePrior(0, 0, 0.6, 1.4)
+    s0, f0, s, f, w = _history_then_new(truth, 3, 4, 1e4)
+    fit = fit_prior_counts(s, f, w, "beta", prior_successes=s0, prior_failures=f0)
+    assert fit.as_tuple() == pytest.approx(truth.as_tuple(), rel=2e-3, abs=1e-6)
+
+
+def test_predictive_buffer_anchors_pin_the_mixture_weights():
+    # History-conditional terms only see w0 : wB and w1 : wB; the undecayed fresh draws (anchors) fix the scale.
+    s0, f0, s, f, w = _history_then_new(U_SHAPED, 4, 4, 1.0)
+    buf = PredictiveBuffer()
+    rng = np.random.default_rng(0)
+    reps = rng.multinomial(20_000, w / w.sum())  # a finite sample of prompts drawn with history
+    buf.add(np.repeat(s0, reps), np.repeat(f0, reps), np.repeat(s, reps), np.repeat(f, reps))
+    x = _expected_table(U_SHAPED, 8, 1.0).counts[8]  # fresh prompts run to k = 8
+    fresh = rng.multinomial(4096, x / x.sum())
+    buf.add(np.zeros(fresh.sum()), np.zeros(fresh.sum()), np.repeat(np.arange(9), fresh),
+            np.repeat(8 - np.arange(9), fresh))
+    assert len(buf.anchors) == 4096 and len(buf.data) == 8192  # capacities
+    for _ in range(5):
+        buf.decay(0.5)
+    assert len(buf.anchors) == 4096 and buf.data[:, 4].max() == pytest.approx(0.5**5)  # anchors do not decay
+    w0, w1, a, b = buf.fit("mixture", None).as_tuple()
+    assert (w0, w1) == pytest.approx((0.42, 0.24), abs=0.03)  # finite sample: ~24k prompts
+    assert (a, b) == pytest.approx((1.0, 1.0), rel=0.15)
+    restored = PredictiveBuffer()
+    restored.load_state_dict(copy.deepcopy(buf.state_dict()))
+    assert np.array_equal(restored.data, buf.data) and np.array_equal(restored.anchors, buf.anchors)
 
 
 def test_outcome_table_validates_and_round_trips():

@@ -33,6 +33,9 @@ class AllocationConfig:
             prompts are served in decreasing p_eff order and fresh prompts only with what is left. None = no cap.
         yield_decay: per-step decay of the running estimate of the share of fresh prompts that commit, used to size
             refills (0 keeps only the current step, values near 1 keep a long memory).
+        refill_margin: extra fresh prompts drawn per round, in standard deviations of the number of commits the
+            round can expect (0 draws for the expected need only: fewest rollouts, most rounds; 0.5 gave a median
+            of 4 rounds per step at k=8 for about 1% more rollouts in simulation, see benchmarks/RESULTS.md).
 
     Beyond the paper (all off by default; with the defaults the allocator is the paper's SARA, decision for
     decision; see :mod:`sara_trl.allocation.extensions`):
@@ -42,7 +45,8 @@ class AllocationConfig:
         auto_prior: family of the fitted prior for ``"auto"``: ``"mixture"`` (point masses at 0 and 1 plus a Beta)
             or ``"beta"``.
         auto_prior_decay: per-step decay in [0, 1] of the outcome counts (and token means) the prior is fitted on.
-        auto_min_prompts: prompts (decayed count) observed before the fit replaces Beta(prior_alpha, prior_beta).
+        auto_min_prompts: prompts (decayed count) observed before the fit is used; until then (burn-in) the paper's
+            rule runs at tau_low=0.45 with Beta(prior_alpha, prior_beta).
         auto_loss_cap: optional cap in (0, 1] for ``"auto"``: abandon only where p_eff < cap, so the expected share of
             abandoned groups that would have mixed stays below it (paper Thm 1); None = unconstrained optimum.
         cost_unit: ``"rollouts"`` or ``"tokens"`` (each rollout costs its expected length, a success and a failure
@@ -70,6 +74,7 @@ class AllocationConfig:
     round_increment: int = 1
     max_rollouts_per_round: Optional[int] = None
     yield_decay: float = 0.5
+    refill_margin: float = 0.5
     auto_prior: str = "mixture"
     auto_prior_decay: float = 0.9
     auto_min_prompts: int = 64
@@ -116,6 +121,9 @@ class AllocationConfig:
                 "so that one full group fits in a round")
         if not 0.0 <= self.yield_decay <= 1.0:
             bad(f"yield_decay={self.yield_decay!r} must lie in [0, 1]")
+        if not (isinstance(self.refill_margin, (int, float)) and math.isfinite(self.refill_margin)
+                and self.refill_margin >= 0):
+            bad(f"refill_margin={self.refill_margin!r} must be a finite number >= 0 (standard deviations)")
         self._check_beyond_paper(bad)
 
     def _check_beyond_paper(self, bad) -> None:

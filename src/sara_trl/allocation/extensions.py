@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from sara_trl.allocation.config import AllocationConfig
-from sara_trl.allocation.empirical_bayes import OutcomeTable, fit_prior
+from sara_trl.allocation.empirical_bayes import OutcomeTable, PredictiveBuffer, fit_prior
 from sara_trl.allocation.history import PromptHistory, pool_size, select_candidates
 from sara_trl.allocation.optimal_stopping import (
     MixturePrior,
@@ -59,7 +59,8 @@ class Extensions:
         self.tokens = cfg.cost_unit == "tokens"
         self.base = MixturePrior(0.0, 0.0, cfg.prior_alpha, cfg.prior_beta)
         self.fitted: MixturePrior | None = None
-        self.table = OutcomeTable(cfg.k) if self.auto else None
+        self.table = OutcomeTable(cfg.k) if self.auto else None  # prior-fit data without history
+        self.buffer = PredictiveBuffer() if (self.auto and cfg.history_decay is not None) else None  # ... with it
         self.history: PromptHistory | None = None
         self.rng = np.random.default_rng(cfg.selection_seed)
         self.tok_sum = np.zeros(2)  # decayed token totals of failed / successful rollouts
@@ -74,8 +75,8 @@ class Extensions:
         self.last_drawn = 0
         self.total_hits = 0
         self.total_drawn = 0
-        self.last_uniform_picks = 0
         self.last_pool = 0
+        self.last_uniform_picks = 0
 
     # ------------------------------------------------------------------------------------------- priors
     def prior_now(self) -> MixturePrior:
@@ -102,6 +103,7 @@ class Extensions:
         """Size the history to the stream's dataset; refit the prior and the boundary when they moved."""
         cfg = self.config
         self.last_pool = 0
+        self.last_uniform_picks = 0
         if cfg.history_decay is not None:
             if self.history is None:
                 self.history = PromptHistory(stream.num_prompts, cfg.history_decay)
@@ -110,10 +112,14 @@ class Extensions:
                                  f"{stream.num_prompts}: one Allocator must stay with one dataset")
         if not self.auto:
             return
-        if self.table.total >= cfg.auto_min_prompts:
+        fit = None
+        if self.buffer is not None:  # predictive likelihood given each draw's history (valid under selection)
+            if self.buffer.total >= cfg.auto_min_prompts:
+                fit = self.buffer.fit(cfg.auto_prior, init=self.fitted)
+        elif self.table.total >= cfg.auto_min_prompts:
             fit = fit_prior(self.table, cfg.auto_prior, init=self.fitted)
-            if self.fitted is None or _moved(self.fitted, fit):
-                self.fitted = fit
+        if fit is not None and (self.fitted is None or _moved(self.fitted, fit)):
+            self.fitted = fit
         if self.fitted is None:
             return  # burn-in: the paper's rule at BURN_IN_TAU_LOW until auto_min_prompts outcomes are in
         t_pass, t_fail = self.token_costs()
@@ -146,7 +152,8 @@ class Extensions:
             scores = 1.0 - g**self.k - (1.0 - g) ** self.k
         else:
             scores = p_eff_mixture(priors, np.zeros(len(pool), np.int64), np.zeros(len(pool), np.int64), self.k)
-        picked = select_candidates(pool, count, scores, self.rng, cfg.selection_floor)
+        picked, uniform = select_candidates(pool, count, scores, self.rng, cfg.selection_floor, return_uniform=True)
+        self.last_uniform_picks += int(uniform.sum())
         self.last_pool += len(pool)
         return picked
 
@@ -210,11 +217,9 @@ class Extensions:
         pids = np.asarray(pids, np.int64)
         n_scored = np.asarray(n_scored, np.int64)
         s = np.asarray(s, np.int64)
-        fresh = np.ones(len(pids), bool)
         if self.history is not None:
             hs, hf = self.history.counts(pids)
-            fresh = (hs + hf) == 0
-            self.last_hits = int((~fresh).sum())
+            self.last_hits = int(((hs + hf) > 0).sum())
             self.last_drawn = len(pids)
             self.total_hits += self.last_hits
             self.total_drawn += self.last_drawn
@@ -222,12 +227,15 @@ class Extensions:
                 keep = np.linspace(0, len(pids) - 1, min(len(pids), _POPULATION_MAX)).astype(np.int64) \
                     if len(pids) else np.zeros(0, np.int64)
                 self._pop_s, self._pop_f = hs[keep], hf[keep]
+            if self.buffer is not None:
+                self.buffer.decay(cfg.auto_prior_decay)
+                self.buffer.add(hs, hf, s, n_scored - s)
             self.history.observe(pids, n_scored, s)
             self.history.end_step()
         if self.auto:
-            self.table.decay(cfg.auto_prior_decay)
-            # Under history the prompts without it are the unbiased sample of the dataset's prior.
-            self.table.add(n_scored[fresh], s[fresh])
+            if self.history is None:  # (with history the predictive buffer above is used instead)
+                self.table.decay(cfg.auto_prior_decay)
+                self.table.add(n_scored, s)
             if self.tokens:
                 success = np.asarray(success, np.float64)
                 tokens = np.asarray(tokens, np.float64)
@@ -248,7 +256,7 @@ class Extensions:
                "boundary_recomputes": float(self.recomputes),
                "history_hit_rate": (self.last_hits / self.last_drawn) if self.last_drawn else nan,
                "history_hit_rate_total": (self.total_hits / self.total_drawn) if self.total_drawn else nan,
-               "selection_pool": float(self.last_pool)}
+               "selection_pool": float(self.last_pool), "selection_uniform_picks": float(self.last_uniform_picks)}
         t_pass, t_fail = self.token_costs()
         out["cost_pass"], out["cost_fail"] = t_pass, t_fail
         if self.auto and self.lam is not None:
@@ -263,12 +271,13 @@ class Extensions:
         return {
             "fitted": None if self.fitted is None else self.fitted.as_tuple(),
             "table": None if self.table is None else self.table.state_dict(),
+            "buffer": None if self.buffer is None else self.buffer.state_dict(),
             "history": None if self.history is None else self.history.state_dict(),
             "rng": self.rng.bit_generator.state,
             "tok_sum": self.tok_sum.copy(), "tok_cnt": self.tok_cnt.copy(),
             "pop_s": self._pop_s.copy(), "pop_f": self._pop_f.copy(),
             "counters": [self.recomputes, self.last_hits, self.last_drawn, self.total_hits, self.total_drawn,
-                         self.last_pool],
+                         self.last_pool, self.last_uniform_picks],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -277,6 +286,10 @@ class Extensions:
             if self.table is None:
                 raise ValueError("checkpoint holds an outcome table but tau_low is not 'auto'")
             self.table.load_state_dict(state["table"])
+        if state.get("buffer") is not None:
+            if self.buffer is None:
+                raise ValueError("checkpoint holds a prior-fit buffer but tau_low is not 'auto' with history")
+            self.buffer.load_state_dict(state["buffer"])
         if state["history"] is not None:
             if self.config.history_decay is None:
                 raise ValueError("checkpoint holds a prompt history but history_decay is None")
@@ -287,8 +300,8 @@ class Extensions:
         self.tok_cnt = np.asarray(state["tok_cnt"], np.float64).copy()
         self._pop_s = np.asarray(state["pop_s"], np.float64).copy()
         self._pop_f = np.asarray(state["pop_f"], np.float64).copy()
-        (self.recomputes, self.last_hits, self.last_drawn, self.total_hits, self.total_drawn, self.last_pool) = (
-            int(x) for x in state["counters"])
+        (self.recomputes, self.last_hits, self.last_drawn, self.total_hits, self.total_drawn, self.last_pool,
+         self.last_uniform_picks) = (int(x) for x in state["counters"])
         self._key = None  # boundary is recomputed from the restored prior at the next step
         self._boundaries = {}
 

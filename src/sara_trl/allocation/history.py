@@ -93,6 +93,18 @@ class PromptHistory:
             self._fail[self._fail < _FLUSH * 1e-3] = 0.0
             self._scale = 1.0
 
+    def all_counts(self, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Pseudo-counts ``(S, F)`` of every row that carries history (O(num_prompts); once per step for the prior
+        fit). With ``max_rows`` an evenly spaced subset of at most that many rows is returned."""
+        s = self._succ * self._scale
+        f = self._fail * self._scale
+        s[s < _FLUSH] = 0.0
+        f[f < _FLUSH] = 0.0
+        rows = np.flatnonzero((s + f) > 0)
+        if max_rows is not None and len(rows) > max_rows:
+            rows = rows[np.linspace(0, len(rows) - 1, max_rows).astype(np.int64)]
+        return s[rows], f[rows]
+
     def rows_with_history(self) -> int:
         """Number of rows carrying history (O(num_prompts); for diagnostics)."""
         return int(((self._succ + self._fail) * self._scale >= _FLUSH).sum())
@@ -116,7 +128,7 @@ class PromptHistory:
 
 
 def select_candidates(pool: np.ndarray, count: int, scores: np.ndarray, rng: np.random.Generator,
-                      floor: float) -> np.ndarray:
+                      floor: float, return_uniform: bool = False):
     """Pick ``count`` prompts from a candidate ``pool``: an epsilon-uniform share at random, the rest by score.
 
     ``u ~ Binomial(count, floor)`` picks are a uniformly random subset of the (deduplicated) pool; the other
@@ -131,8 +143,11 @@ def select_candidates(pool: np.ndarray, count: int, scores: np.ndarray, rng: np.
         rng: the allocator's selection generator.
         floor: epsilon in (0, 1].
 
+        return_uniform: also return which picks came from the uniform share.
+
     Returns:
-        ``(min(count, M),)`` int64 chosen ids in pool order.
+        ``(min(count, M),)`` int64 chosen ids in pool order; with ``return_uniform`` also a bool array of the same
+        shape marking the uniform picks (an unbiased sample of the stream, used to fit the prior).
     """
     pool = np.asarray(pool, np.int64)
     _, first = np.unique(pool, return_index=True)
@@ -140,15 +155,16 @@ def select_candidates(pool: np.ndarray, count: int, scores: np.ndarray, rng: np.
     pool, scores = pool[first], np.asarray(scores, np.float64)[first]
     M = len(pool)
     if count >= M:
-        return pool
+        return (pool, np.ones(M, bool)) if return_uniform else pool
     u = int(rng.binomial(count, floor))
-    chosen = np.zeros(M, bool)
+    uniform = np.zeros(M, bool)
     if u:
-        chosen[rng.choice(M, size=u, replace=False)] = True
+        uniform[rng.choice(M, size=u, replace=False)] = True
+    chosen = uniform.copy()
     rest = np.flatnonzero(~chosen)
     order = rest[np.lexsort((rest, -scores[rest]))]
     chosen[order[: count - u]] = True
-    return pool[chosen]
+    return (pool[chosen], uniform[chosen]) if return_uniform else pool[chosen]
 
 
 def pool_size(count: int, factor: float) -> int:

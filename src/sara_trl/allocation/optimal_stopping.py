@@ -345,7 +345,8 @@ def evaluate_policy(prior: MixturePrior, K: int, m: int, abandon_f: np.ndarray, 
 
 
 def solve_rate(population: MixturePrior, K: int, m: int, n0: int, t_pass: float = 1.0, t_fail: float = 1.0,
-               weights: np.ndarray | None = None, loss_cap: float | None = None, max_iter: int = 100) -> tuple[float, StoppingSolution]:
+               weights: np.ndarray | None = None, loss_cap: float | None = None,
+               max_iter: int = 100) -> tuple[float, StoppingSolution]:
     """Optimal cost per effective group ``lam*`` for prompts drawn from ``population`` (Dinkelbach iteration).
 
     Maximises ``E[commits] / E[cost]`` over stopping policies for a prompt whose prior is drawn from the population
