@@ -72,7 +72,7 @@ def test_sara_round_by_round_on_scripted_outcomes():
     # topped up to k in one call; prompt 1 stays all-fail; prompt 2 mixes at its 3rd rollout.
     seqs = [[1, 0, 1, 1, 1, 1, 1, 1], [0] * 8, [0, 0, 1, 0, 0, 0, 0, 0]]
     src = Scripted(seqs)
-    alloc = Allocator(AllocationConfig(allocator="sara", yield_decay=1.0))
+    alloc = Allocator(AllocationConfig(allocator="sara", yield_decay=1.0, refill_margin=0.0))
     alloc._mix_num[0] = alloc._mix_den[0] = 1e9  # fresh-prompt mix rate 1: one fresh prompt per missing commit
     res = alloc.collect(src, PromptStream(3, shuffle=False, wrap=False), B=2)
     assert src.calls[0] == ([0, 1], [2, 2])
@@ -255,7 +255,7 @@ def test_round_increment_reduces_rounds():
 def test_unscorable_rollouts_cost_but_do_not_move_the_posterior():
     # Prompt 0: [nan, nan, 0, 0, ...]: two unscorable slots; with k=4 its scorable capacity is 2.
     src = Scripted([[np.nan, np.nan, 0, 0], [1, 0, 1, 0]])
-    cfg = AllocationConfig(k=4, n0=2, tau_low=0.3, yield_decay=1.0)
+    cfg = AllocationConfig(k=4, n0=2, tau_low=0.3, yield_decay=1.0, refill_margin=0.0)
     alloc = Allocator(cfg)
     alloc._mix_num[0] = alloc._mix_den[0] = 1e9
     res = alloc.collect(src, PromptStream(2, shuffle=False, wrap=False), B=2)
@@ -280,6 +280,7 @@ def test_unscorable_rollouts_cost_but_do_not_move_the_posterior():
         (dict(budget_cap=0.5), "budget_cap=0.5"),
         (dict(max_rounds=0), "max_rounds=0"),
         (dict(max_rollouts_per_round=4), "max_rollouts_per_round=4"),
+        (dict(refill_margin=-1.0), "refill_margin=-1.0"),
     ],
 )
 def test_invalid_config_raises(kwargs, match):

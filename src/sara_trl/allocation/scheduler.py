@@ -18,12 +18,7 @@ from sara_trl.allocation.stream import PromptStream
 from sara_trl.allocation.types import (
     ABANDON,
     COMMIT,
-    FATE_ABANDONED,
-    FATE_ACTIVE,
-    FATE_SURPLUS,
-    FATE_TRAINED,
     Group,
-    PromptRecord,
     RolloutCallable,
     RoundOutcome,
     StepResult,
@@ -132,12 +127,9 @@ class _Ledger:
                 for _ in range(unfilled)
             )
 
-        names = (FATE_TRAINED, FATE_SURPLUS, FATE_ABANDONED, FATE_ACTIVE)
-        records = [
-            PromptRecord(prompt_id=int(self.pid[i]), n=int(self.n[i]), s=int(self.s[i]), fate=names[fate[i]],
-                         round=int(self.round_decided[i]), p_eff=float(self.p[i]), tokens=int(tok_slot[i]))
-            for i in range(size)
-        ]
+        table = {"prompt_id": self.pid[:size].copy(), "n": self.n[:size].copy(), "s": self.s[:size].copy(),
+                 "fate": fate, "round": self.round_decided[:size].copy(), "p_eff": self.p[:size].copy(),
+                 "tokens": tok_slot}
         stats = StepStats(
             rollouts_generated=int(len(rs)), rollouts_trained=int(n_by[0]), rollouts_surplus=int(n_by[1]),
             rollouts_abandoned=int(n_by[2]), rollouts_active_left=int(n_by[3]),
@@ -149,7 +141,7 @@ class _Ledger:
             expected_lost=float(expected_lost), unscorable=int(np.isnan(succ).sum()), stop_reason=stop_reason,
         )
         stats.check()
-        return StepResult(groups=groups, stats=stats, records=records, round_sizes=list(self.round_sizes))
+        return StepResult(groups=groups, stats=stats, prompt_table=table, round_sizes=list(self.round_sizes))
 
 
 class Allocator:
@@ -339,8 +331,9 @@ class Allocator:
 
         Per round: mixed prompts below the commit floor are topped up to it in one go (they are certain to be
         effective, Prop. 2), at most as many as still needed; unmixed prompts get ``round_increment`` more rollouts;
-        fresh prompts are drawn so that the expected number of commits covers the remaining need (1 per mixed
-        prompt, the learned mix rate at its rollout count per unmixed one and per fresh one, see :meth:`mix_rate`),
+        fresh prompts are drawn so that the expected number of commits covers the remaining need plus
+        ``refill_margin`` standard deviations (1 per mixed prompt, the learned mix rate at its rollout count per
+        unmixed one and per fresh one, see :meth:`mix_rate`),
         but never more than the remaining budget can complete at the learned cost per fresh prompt. When the budget
         cap or the per-round capacity binds, requests are served in decreasing p_eff order, fresh prompts last.
         """
@@ -368,7 +361,11 @@ class Allocator:
                 serve[~mixed] = True
             rate = self.mix_rate()
             expected = min(n_mixed, need) + float(rate[n[serve & ~mixed]].sum())
-            fresh_wanted = _ceil(max(0.0, need - expected) / rate[0])
+            # Safety margin of `refill_margin` standard deviations of the number of commits (Bernoulli sum), so that
+            # one wave usually fills the batch instead of ending in a tail of small rounds.
+            q = rate[n[serve & ~mixed]]
+            margin = cfg.refill_margin * math.sqrt(float((q * (1 - q)).sum()) + need * (1 - rate[0]))
+            fresh_wanted = _ceil(max(0.0, need - expected + margin) / rate[0])
             # Budget and capacity: keep a prefix of the priority order, then fresh prompts with what is left; fresh
             # prompts only as many as the budget left after the pending top-ups can see through.
             left = budget - ledger.generated

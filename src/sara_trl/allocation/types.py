@@ -189,14 +189,37 @@ class PromptRecord:
     tokens: int
 
 
+_FATES = (FATE_TRAINED, FATE_SURPLUS, FATE_ABANDONED, FATE_ACTIVE)
+
+
 @dataclass
 class StepResult:
-    """What one call of an allocator returns: exactly B groups (real ones first, then fill), plus accounting."""
+    """What one call of an allocator returns: exactly B groups (real ones first, then fill), plus accounting.
+
+    ``prompt_table`` holds one entry per drawn prompt, as ``(P,)`` arrays: ``prompt_id``, ``n``, ``s``, ``fate``
+    (0 trained, 1 surplus, 2 abandoned, 3 active), ``round``, ``p_eff``, ``tokens``; :attr:`records` gives the same
+    as :class:`PromptRecord` objects (built on first access).
+    """
 
     groups: list[Group]
     stats: StepStats
-    records: list[PromptRecord] = field(default_factory=list)
+    prompt_table: dict = field(default_factory=dict)
     round_sizes: list[int] = field(default_factory=list)  # rollouts requested per round
+
+    @property
+    def records(self) -> list[PromptRecord]:
+        cached = self.__dict__.get("_records")
+        if cached is None:
+            t = self.prompt_table
+            cached = [
+                PromptRecord(prompt_id=int(pid), n=int(n), s=int(s), fate=_FATES[int(f)], round=int(r),
+                             p_eff=float(p), tokens=int(tok))
+                for pid, n, s, f, r, p, tok in zip(t.get("prompt_id", ()), t.get("n", ()), t.get("s", ()),
+                                                   t.get("fate", ()), t.get("round", ()), t.get("p_eff", ()),
+                                                   t.get("tokens", ()))
+            ]
+            self.__dict__["_records"] = cached
+        return cached
 
 
 RolloutCallable = Callable[[np.ndarray, np.ndarray], "RoundOutcome | tuple"]
