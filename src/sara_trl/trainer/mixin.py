@@ -54,6 +54,7 @@ import torch
 from datasets import Dataset, IterableDataset
 from transformers import ProcessorMixin
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import logging
 from trl.extras.profiling import profiling_context
 from trl.trainer.utils import get_config_model_id
 
@@ -67,6 +68,8 @@ from sara_trl.trainer.progress import RoundProgress
 from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn
 
 __all__ = ["SARA_STATE_NAME", "SaraTrainerMixin", "build_row_plan"]
+
+logger = logging.get_logger(__name__)
 
 SARA_STATE_NAME = "sara_state.json"
 
@@ -199,6 +202,11 @@ class SaraTrainerMixin:
             shuffle=bool(args.shuffle_dataset),
             wrap=True,
         )
+        if args.max_steps <= 0:
+            logger.warning(
+                "SARA draws prompts from its own stream; the dataloader only counts steps, so `num_train_epochs` "
+                "counts batches of B prompts, not passes over the data. Set `max_steps` to fix the training length."
+            )
         self.sara_last_step: StepResult | None = None
         self._sara_replay: _Replay | None = None
         self._sara_row_cache: dict[int, dict] = {}
