@@ -60,6 +60,9 @@ IN_STEP = [
     ("auto (Beta prior)", dataclasses.replace(AUTO, auto_prior="beta")),
     ("auto, token cost", dataclasses.replace(AUTO, cost_unit="tokens")),
     ("auto, token cost + loss cap 0.10", dataclasses.replace(AUTO, cost_unit="tokens", auto_loss_cap=0.10)),
+    ("SARA, refill_margin=0", dataclasses.replace(SARA, refill_margin=0.0)),
+    ("auto, refill_margin=0", dataclasses.replace(AUTO, refill_margin=0.0)),
+    ("auto + loss cap 0.10, refill_margin=0", dataclasses.replace(AUTO, auto_loss_cap=0.10, refill_margin=0.0)),
 ]
 ROBUST = [("DS", DS), ("SARA (paper default)", SARA), ("auto (mixture prior)", AUTO)]
 TUNED = dataclasses.replace(AUTO, history_decay=0.97, selection="greedy", n0=1, selection_floor=0.05,
@@ -78,6 +81,7 @@ MULTI = [
     ("auto + history + greedy, n0=1", dataclasses.replace(AUTO, history_decay=HIST, selection="greedy", n0=1)),
     (TUNED_NAME, TUNED),
     (TUNED_NAME + ", token cost", dataclasses.replace(TUNED, cost_unit="tokens")),
+    (TUNED_NAME + ", refill_margin=0", dataclasses.replace(TUNED, refill_margin=0.0)),
 ]
 DRIFT = [MULTI[i] for i in (0, 1, 2, 4, 6, 7, 9)]
 REPLAY = [MULTI[i] for i in (0, 1, 2)] + [("auto (mixture prior)", AUTO)] + [MULTI[i] for i in (6, 9)]
@@ -111,7 +115,8 @@ def run_one(source, cfg: AllocationConfig, steps: int, seed: int) -> dict:
     """``steps`` consecutive steps of one allocator; totals over the run plus the allocator's final diagnostics."""
     alloc = Allocator(cfg)
     stream = PromptStream(len(source), seed=seed)
-    tot = dict(rollouts=0, tokens=0, eff=0, groups=0, abandoned=0, would=0.0, rounds=0, min_eff_frac=1.0)
+    tot = dict(rollouts=0, tokens=0, eff=0, groups=0, abandoned=0, would=0.0, rounds=0, min_eff_frac=1.0,
+               active_left=0)
     hits = []
     for _ in range(steps):
         source.start_step()
@@ -130,6 +135,7 @@ def run_one(source, cfg: AllocationConfig, steps: int, seed: int) -> dict:
         tot["groups"] += st.batch_groups
         tot["abandoned"] += len(ab)
         tot["rounds"] += st.rounds
+        tot["active_left"] += st.rollouts_active_left
         tot["min_eff_frac"] = min(tot["min_eff_frac"], st.effective_fraction)
         d = alloc.diagnostics()
         if d and np.isfinite(d.get("history_hit_rate", np.nan)):
@@ -168,8 +174,8 @@ def _fmt_diag(run) -> str:
 def table(res: dict, with_diag: bool = True, with_hits: bool = False, oracle: float | None = None) -> str:
     names = list(res)
     ref = res[names[0]]
-    header = ["allocator", "rollouts / DS", "tokens / DS", "rollouts per effective group", "effective fraction "
-              "(min step)", "would-mix / abandoned", "rounds per step"]
+    header = ["allocator", "rollouts / DS", "tokens / DS", "rollouts per effective group", "end-of-step waste",
+              "effective fraction (min step)", "would-mix / abandoned", "rounds per step"]
     if with_hits:
         header.append("history hit rate")
     if with_diag:
@@ -185,8 +191,9 @@ def table(res: dict, with_diag: bool = True, with_hits: bool = False, oracle: fl
         ab = sum(r["abandoned"] for r in runs)
         would = f"{sum(r['would'] for r in runs) / ab:.1%}" if ab else "-"
         rounds = np.mean([r["rounds"] / r["steps"] for r in runs])
-        row = [name, fmt_ci(r_ratio), fmt_ci(t_ratio), fmt_ci(per_eff, 2), f"{frac.mean:.3f} ({min_frac:.2f})",
-               would, f"{rounds:.1f}"]
+        waste = np.mean([r["active_left"] / r["eff"] for r in runs])
+        row = [name, fmt_ci(r_ratio), fmt_ci(t_ratio), fmt_ci(per_eff, 2), f"{waste:.2f}",
+               f"{frac.mean:.3f} ({min_frac:.2f})", would, f"{rounds:.1f}"]
         if with_hits:
             h = np.nanmean([r["hit_rate"] for r in runs])
             row.append("-" if not np.isfinite(h) else f"{h:.2f}")
@@ -194,7 +201,8 @@ def table(res: dict, with_diag: bool = True, with_hits: bool = False, oracle: fl
             row.append(_fmt_diag(runs[0]))
         rows.append(row)
     if oracle is not None:
-        extra = ["oracle (draws only prompts whose k-group mixes)", f"{oracle:.3f}", "", f"{K:.2f}", "1.000", "-", ""]
+        extra = ["oracle (draws only prompts whose k-group mixes)", f"{oracle:.3f}", "", f"{K:.2f}", "0", "1.000", "-",
+                 ""]
         extra += [""] * (len(header) - len(extra))
         rows.append(extra)
     return md_table(header, rows)
@@ -215,6 +223,7 @@ def summary(res: dict) -> dict:
             "min_effective_fraction": float(min(r["min_eff_frac"] for r in runs)),
             "would_mix_share": (sum(r["would"] for r in runs) / ab) if ab else None,
             "rounds_per_step": float(np.mean([r["rounds"] / r["steps"] for r in runs])),
+            "end_of_step_waste_per_effective": float(np.mean([r["active_left"] / r["eff"] for r in runs])),
             "diagnostics_seed0": runs[0]["diag"],
         }
     return out
@@ -325,7 +334,8 @@ def report(P, in_step, robust, multi, drift, replay_res, bank_info, oracle, elap
         "| `auto_min_prompts` | `64` | outcomes needed before the fit is used (until then the paper's rule at 0.45) |",
         "| `auto_loss_cap` | `None` | abandon only where p_eff < cap (Thm 1 bound on would-mix per "
         "abandonment) |",
-        "| `cost_unit` | `\"rollouts\"` | `\"tokens\"`: a rollout costs its expected length (success / failure means) |",
+        "| `cost_unit` | `\"rollouts\"` | `\"tokens\"`: a rollout costs its expected length (success / failure "
+        "means) |",
         "| `history_decay` | `None` | lambda: per-prompt decayed Beta pseudo-counts carried across steps "
         "(App. D) |",
         "| `selection` | `None` | `\"thompson\"` / `\"greedy\"`: fresh prompts ranked by the history posterior |",
@@ -339,9 +349,11 @@ def report(P, in_step, robust, multi, drift, replay_res, bank_info, oracle, elap
         "`selection_pool`).",
         "",
         "Columns: *rollouts / DS* and *tokens / DS*: generated per effective group in the batch, over all steps of a "
-        "run (cold start included), divided by DS on the same seed; mean [95% t-interval] over seeds. *would-mix / "
-        "abandoned*: expected share of abandoned groups that would have mixed at size k. DS runs with its safety cap "
-        "lifted (as in `RESULTS.md`).",
+        "run (cold start included), divided by DS on the same seed; mean [95% t-interval] over seeds. *end-of-step "
+        "waste*: rollouts per effective group spent on prompts still in flight when the B-th group committed "
+        "(`rollouts_active_left`), set by the scheduler's refill rule (`refill_margin`, default 0.5 sd), not by the "
+        "stopping rule. *would-mix / abandoned*: expected share of abandoned groups that would have mixed at size k. "
+        "DS runs with its safety cap lifted (as in `RESULTS.md`).",
         "",
         f"## 1. In-step only (no history), k={K}, B={B}, realistic U-shaped law",
         "",
@@ -403,6 +415,10 @@ def report(P, in_step, robust, multi, drift, replay_res, bank_info, oracle, elap
         "data).",
         "- Under history the prior is fitted only on prompts drawn without history (the unbiased sample under "
         "selection); once every prompt has history the fit is frozen at its last value.",
+        "- The stopping rule optimises the renewal-reward rate (B -> infinity). The scheduler's end-of-step "
+        "over-provisioning (`refill_margin`) is a separate cost that grows when the per-prompt commit rate is low, "
+        "as it is under aggressive abandonment; a refill rule that accounts for it (or a finite-B correction of "
+        "lam*) is not implemented.",
         "- The trainer config (`SaraConfig`) must forward these fields for them to be reachable from training "
         "scripts.",
         "",
@@ -415,14 +431,24 @@ def _in_step_text(res) -> list[str]:
     s, a = _val(res, "SARA (paper default, tau_low=0.45)"), _val(res, "auto (mixture prior)")
     c = _val(res, "auto + loss cap 0.10")
     t = _val(res, "auto, token cost", "tokens")
+    s0, a0 = _val(res, "SARA, refill_margin=0"), _val(res, "auto, refill_margin=0")
+    c0 = _val(res, "auto + loss cap 0.10, refill_margin=0")
+    waste = {n: np.mean([r["active_left"] / r["eff"] for r in res[n]]) for n in res}
     return [
-        f"Measured: paper-default SARA {s.mean:.3f} of DS's rollouts, `tau_low=\"auto\"` {a.mean:.3f}, with the 10% "
-        f"reliability cap {c.mean:.3f}; token-aware cost {t.mean:.3f} of DS's tokens. The exact table shows why the "
-        "in-step gain is small: under this law the best stopping rule at commit_min=k abandons an all-fail run after "
-        "the two-rollout probe and an all-pass run after three, and that saves only ~5% of DS's cost beyond "
-        "tau_low=0.45. The unconstrained optimum abandons groups that would have mixed about 14% of the time (they "
-        "are cheap to replace); the cap keeps that under 10% for almost the same cost. Measured ratios sit a little "
-        "below the exact ones because the simulated DS also pays for surplus full groups in its last round.",
+        f"Measured with the scheduler's default refill (`refill_margin=0.5`): paper-default SARA {s.mean:.3f} of DS's "
+        f"rollouts, `tau_low=\"auto\"` {a.mean:.3f}, with the 10% reliability cap {c.mean:.3f}; token-aware cost "
+        f"{t.mean:.3f} of DS's tokens. With `refill_margin=0`: SARA {s0.mean:.3f}, auto {a0.mean:.3f}, auto + cap "
+        f"{c0.mean:.3f}.",
+        "",
+        "Why the in-step gain is small, and why it can vanish: (1) under this law the exact optimum at commit_min=k "
+        "(table above) is only ~5% cheaper than tau_low=0.45; it abandons an all-fail run right after the "
+        "two-rollout probe and an all-pass run after three, accepting that ~14% of abandoned groups would have mixed "
+        "(they are cheap to replace), and the 10% cap costs ~1% more. (2) That optimum is a renewal-reward (B -> "
+        "infinity) result; at B=64 the step ends with prompts in flight, and the waste grows as the per-prompt "
+        f"commit rate falls: end-of-step waste is {waste['auto (mixture prior)']:.2f} rollouts per effective group "
+        f"for auto vs {waste['SARA (paper default, tau_low=0.45)']:.2f} for SARA at the default margin "
+        f"({waste['auto, refill_margin=0']:.2f} vs {waste['SARA, refill_margin=0']:.2f} at margin 0), which eats "
+        "the stopping rule's saving. The cap (abandoning later, so more commits per fresh prompt) suffers less.",
     ]
 
 
@@ -443,27 +469,36 @@ def _drift_text(res) -> list[str]:
 
 
 def _targets(in_step, multi) -> list[str]:
-    a = _val(in_step, "auto (mixture prior)")
-    c = _val(in_step, "auto + loss cap 0.10")
-    ab_a = summary(in_step)["auto (mixture prior)"]["would_mix_share"]
-    ab_c = summary(in_step)["auto + loss cap 0.10"]["would_mix_share"]
+    summ_in, summ_multi = summary(in_step), summary(multi)
+    autos = [n for n in in_step if n.startswith("auto") and "token" not in n]
+    best_any = min(autos, key=lambda n: _val(in_step, n).mean)
+    reliable = [n for n in autos if (summ_in[n]["would_mix_share"] or 0) <= 0.10]
+    best_rel = min(reliable, key=lambda n: _val(in_step, n).mean) if reliable else None
     best = min((n for n in multi if n != "DS" and not n.startswith("predictive")), key=lambda n: _val(multi, n).mean)
     m = _val(multi, best)
-    frac = summary(multi)[best]["min_effective_fraction"]
+    frac = summ_multi[best]["min_effective_fraction"]
     tok = _val(multi, best, "tokens")
-    tok_in = _val(in_step, "auto, token cost", "tokens")
+    toks_in = [n for n in in_step if "token" in n]
+    best_tok_in = min(toks_in, key=lambda n: _val(in_step, n, "tokens").mean)
+    tok_in = _val(in_step, best_tok_in, "tokens")
 
     def ok(x):
         return "met" if x else "**not met**"
 
-    return md_table(["target", "measured", "status"], [
+    a, wa = _val(in_step, best_any), summ_in[best_any]["would_mix_share"]
+    rel_txt, rel_ok = "none", False
+    if best_rel is not None:
+        r = _val(in_step, best_rel)
+        rel_txt = f"{best_rel}: {r.mean:.3f} (would-mix {summ_in[best_rel]['would_mix_share']:.1%})"
+        rel_ok = r.mean <= 0.72
+    return md_table(["target", "measured (best row)", "status"], [
         ["in-step, k=8, U-shaped: <= 0.72 of DS rollouts with would-mix <= 10% of abandoned",
-         f"auto {a.mean:.3f} (would-mix {ab_a:.1%}); auto + cap 0.10 {c.mean:.3f} (would-mix {ab_c:.1%})",
-         ok((a.mean <= 0.72 and ab_a <= 0.10) or (c.mean <= 0.72 and ab_c <= 0.10))],
+         f"cheapest: {best_any} {a.mean:.3f} (would-mix {wa:.1%}); cheapest with would-mix <= 10%: {rel_txt}",
+         ok(rel_ok)],
         ["multi-epoch: <= 0.30 of DS rollouts, effective fraction 1.0",
          f"{best}: {m.mean:.3f}, min effective fraction {frac:.2f}", ok(m.mean <= 0.30 and frac == 1.0)],
-        ["tokens <= 0.65 of DS", f"multi-epoch {tok.mean:.3f}; in-step token cost {tok_in.mean:.3f}",
-         ok(tok.mean <= 0.65) + (" (multi-epoch); in-step " + ok(tok_in.mean <= 0.65))],
+        ["tokens <= 0.65 of DS", f"multi-epoch ({best}) {tok.mean:.3f}; in-step ({best_tok_in}) {tok_in.mean:.3f}",
+         ok(tok.mean <= 0.65) + " (multi-epoch); " + ok(tok_in.mean <= 0.65) + " (in-step)"],
     ]).split("\n")
 
 
