@@ -13,7 +13,8 @@ process then writes ``<out>/rank<p>_error.json`` (exception type and message) an
 
 Runs (``num_generations`` k, ``per_device_train_batch_size``; B = 2 * per_device / k groups on 2 processes):
     uniform, dynamic_sampling, sara: k = 4, per_device 6 (B = 3: group 1 straddles the two processes).
-    sara_small: k = 3, per_device 3 (B = 2), ``max_rollouts_per_round = 3``: at most one fresh prompt per round, so
+    sara_small: k = 3, per_device 3 (B = 2), ``max_rollouts_per_round = 3``, ``refill_margin = 0`` (no fresh prompt
+        beyond the expected need): at most one fresh prompt per round, so
         rounds with a single active prompt, rounds of 3 rollouts (uneven on 2 processes) and a final top-up round
         of 1 rollout (fewer requests than processes).
     rloo_sara: as sara, with SaraRLOOTrainer.
@@ -53,7 +54,8 @@ RUNS = {
     "uniform": dict(allocator="uniform", num_generations=4, per_device_train_batch_size=6),
     "dynamic_sampling": dict(allocator="dynamic_sampling", num_generations=4, per_device_train_batch_size=6),
     "sara": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
-    "sara_small": dict(allocator="sara", num_generations=3, per_device_train_batch_size=3, max_rollouts_per_round=3),
+    "sara_small": dict(allocator="sara", num_generations=3, per_device_train_batch_size=3, max_rollouts_per_round=3,
+                       refill_margin=0.0),
     "rloo_sara": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),  # SaraRLOOTrainer
 }
 FAIL_MESSAGE = "reward function exploded on purpose on process {rank}"

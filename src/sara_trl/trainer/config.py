@@ -51,6 +51,9 @@ _SARA_DOC = r"""
         yield_decay (`float`, *optional*, defaults to `0.5`):
             Per-step decay of the running estimate of the share of fresh prompts that get committed, used to size
             refills. In `[0, 1]`.
+        refill_margin (`float`, *optional*, defaults to `0.5`):
+            Extra fresh prompts drawn per round, in standard deviations of the number of commits the round can
+            expect: 0 draws for the expected need only (fewest rollouts, most rounds). `>= 0`.
         success_threshold (`float`, *optional*, defaults to `0.5`):
             A rollout counts as a success when its score is `> success_threshold`. The score is the weighted reward
             sum (`reward_weights`, as TRL combines rewards), or the raw value of the reward function named by
@@ -119,6 +122,13 @@ class _SaraArguments:
         default=0.5,
         metadata={
             "help": "Per-step decay of the running kept-share estimate used to size refills, in [0, 1]."
+        },
+    )
+    refill_margin: float = field(
+        default=0.5,
+        metadata={
+            "help": "Extra fresh prompts per round, in standard deviations of the expected commits (>= 0); 0 draws "
+            "for the expected need only (fewest rollouts, most rounds)."
         },
     )
     success_threshold: float = field(
@@ -220,6 +230,7 @@ class _SaraArguments:
             round_increment=int(self.round_increment),
             max_rollouts_per_round=None if self.max_rollouts_per_round is None else int(self.max_rollouts_per_round),
             yield_decay=float(self.yield_decay),
+            refill_margin=float(self.refill_margin),
         )
 
     @property
