@@ -1,0 +1,123 @@
+# Copyright 2026 The sara_trl developers. Licensed under the Apache License, Version 2.0.
+r"""GRPO + SARA on Countdown with Qwen2.5-3B: the paper's planning setting (App. E), on one GPU.
+
+    accelerate launch examples/countdown_3b.py                                     # SARA, paper settings
+    accelerate launch examples/countdown_3b.py --allocator dynamic_sampling       # DS (DAPO) baseline
+    accelerate launch examples/countdown_3b.py --allocator uniform                # plain GRPO baseline
+    accelerate launch examples/countdown_3b.py --push_to_hub --hub_model_id you/qwen2.5-3b-sara-countdown
+
+Task (TinyZero's Countdown, `Jiayi-Pan/Countdown-Tasks-3to4`): given 3-4 numbers and a target, write an expression
+that uses every number exactly once and equals the target. The prompt asks for the expression inside
+`<answer> </answer>` tags; `sara_trl.rewards.countdown_reward` checks it exactly (restricted parser, exact fractions,
+no eval). Success is binary, as SARA needs.
+
+Settings (paper App. E): B = 64 groups of k = 8 per optimizer step, n0 = 2, tau_low = 0.45, commit_min = k, Beta(1, 1)
+prior, cap 6*B*k; learning rate 1e-6, KL 1e-3, clip 0.2, max completion 4096 tokens, temperature 1.0, 120 steps, vLLM
+colocated. All fields are command-line flags. One optimizer step = 512 completions = 8 per device x 64 accumulation
+steps x 1 GPU; on W GPUs pass `--gradient_accumulation_steps $((64 / W))`. For ZeRO-3:
+`accelerate launch --config_file examples/accelerate_configs/deepspeed_zero3.yaml --num_processes 8
+examples/countdown_3b.py --gradient_accumulation_steps 8`.
+
+Data: the Countdown train split; offline, the first 11,024 rows of it from `../shared/data` (or `$SARA_SHARED_DATA`),
+otherwise TinyZero's 327,680-row train split from the Hub; `--dataset_path` reads a local file with `nums`/`target`.
+Evaluate on the 1,024-task test split with `python -m sara_trl.evaluate --benchmarks countdown`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+from transformers import HfArgumentParser
+
+from sara_trl import SaraConfig, SaraGRPOTrainer
+from sara_trl.data import find_shared_data_dir, load_countdown
+from sara_trl.rewards import countdown_reward
+
+
+@dataclass
+class ScriptArguments:
+    """What to train on (the training settings themselves are SaraConfig fields)."""
+
+    model_name_or_path: str = field(default="Qwen/Qwen2.5-3B", metadata={"help": "Model id on the Hub or local folder."})
+    dataset_path: Optional[str] = field(
+        default=None, metadata={"help": "Local JSONL/Parquet file with nums/target columns (overrides the lookup)."}
+    )
+    data_dir: Optional[str] = field(
+        default=None, metadata={"help": "Folder of the offline data files; default ../shared/data or $SARA_SHARED_DATA."}
+    )
+    num_train_prompts: Optional[int] = field(
+        default=None, metadata={"help": "Keep only the first N training tasks (None: all)."}
+    )
+
+
+#: Paper App. E settings (Countdown: 120 steps). Each one is only a default: any command-line flag replaces it.
+PAPER_DEFAULTS = dict(
+    output_dir="outputs/qwen2.5-3b-countdown-sara",
+    allocator="sara",
+    num_generations=8,
+    n0=2,
+    tau_low=0.45,
+    commit_min=None,
+    prior_alpha=1.0,
+    prior_beta=1.0,
+    budget_cap=6.0,
+    per_device_train_batch_size=8,
+    gradient_accumulation_steps=64,
+    learning_rate=1e-6,
+    beta=1e-3,
+    epsilon=0.2,
+    max_completion_length=4096,
+    temperature=1.0,
+    max_steps=120,
+    use_vllm=True,
+    vllm_mode="colocate",
+    vllm_gpu_memory_utilization=0.35,
+    vllm_enable_sleep_mode=True,
+    bf16=True,
+    activation_checkpointing=True,
+    logging_steps=1,
+    save_steps=20,
+    report_to="none",
+    seed=42,
+)
+
+
+def build_dataset(script_args: ScriptArguments):
+    """Countdown training tasks: conversational prompts plus the ``nums`` and ``target`` columns the reward reads."""
+    kwargs = {}
+    if script_args.dataset_path is None:
+        data_dir = script_args.data_dir or find_shared_data_dir(required=False)
+        if data_dir is not None:
+            kwargs["data_dir"] = str(data_dir)
+    return load_countdown(
+        split="train", path=script_args.dataset_path, num_tasks=script_args.num_train_prompts, **kwargs
+    )
+
+
+def parse_args(argv: Optional[list[str]] = None) -> tuple[ScriptArguments, SaraConfig]:
+    """Command line -> (ScriptArguments, SaraConfig); PAPER_DEFAULTS apply unless a flag overrides them."""
+    parser = HfArgumentParser((ScriptArguments, SaraConfig))
+    parser.set_defaults(**PAPER_DEFAULTS)
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def main(argv: Optional[list[str]] = None) -> SaraGRPOTrainer:
+    script_args, training_args = parse_args(argv)
+
+    trainer = SaraGRPOTrainer(
+        model=script_args.model_name_or_path,
+        reward_funcs=countdown_reward,
+        args=training_args,
+        train_dataset=build_dataset(script_args),
+    )
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name="countdown")
+    return trainer
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,133 @@
+# Copyright 2026 The sara_trl developers. Licensed under the Apache License, Version 2.0.
+r"""GRPO + SARA on MATH with DeepSeek-R1-Distill-Qwen-1.5B: the paper's main setting (App. E), on one GPU.
+
+    accelerate launch examples/math_1p5b.py                                        # SARA, paper settings
+    accelerate launch examples/math_1p5b.py --allocator dynamic_sampling          # DS (DAPO) baseline
+    accelerate launch examples/math_1p5b.py --allocator uniform                   # plain GRPO baseline
+    accelerate launch examples/math_1p5b.py --push_to_hub --hub_model_id you/r1-1.5b-sara-math
+
+Settings (paper App. E): B = 64 groups of k = 8 completions per optimizer step, probe n0 = 2, abandon threshold
+tau_low = 0.45, full groups (commit_min = k), Beta(1, 1) prior, safety cap 6*B*k rollouts per step; learning rate
+1e-6, KL coefficient 1e-3, clip epsilon 0.2, max completion 4096 tokens, temperature 1.0, 300 steps; rollouts with
+vLLM colocated on the training GPU. Every field is a command-line flag (`HfArgumentParser` over `SaraConfig` and the
+script arguments below), so the three allocators run with otherwise identical settings.
+
+Batch layout: one optimizer step = B*k = 512 completions = per_device_train_batch_size (8) x gradient_accumulation_steps
+(64) x GPUs (1). On W GPUs pass `--gradient_accumulation_steps $((64 / W))` to keep B = 64, e.g.
+`accelerate launch --config_file examples/accelerate_configs/multi_gpu.yaml --num_processes 8 examples/math_1p5b.py
+--gradient_accumulation_steps 8`.
+
+Data: the MATH training split (7,500 problems), prompt "{problem} Reason step by step, and put your final answer within
+\boxed{}.", scored by `sara_trl.rewards.math_reward` (math-verify). The offline copy in `../shared/data` (or
+`$SARA_SHARED_DATA`) is used when present, otherwise the Hugging Face Hub; `--dataset_path` reads any local
+JSONL/Parquet file with `problem` and `answer` columns.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+from transformers import HfArgumentParser
+
+from sara_trl import SaraConfig, SaraGRPOTrainer
+from sara_trl.data import find_shared_data_dir, load_dataset_by_name
+from sara_trl.rewards import math_reward
+
+
+@dataclass
+class ScriptArguments:
+    """What to train on (the training settings themselves are SaraConfig fields)."""
+
+    model_name_or_path: str = field(
+        default="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", metadata={"help": "Model id on the Hub or local folder."}
+    )
+    dataset_name: str = field(
+        default="math", metadata={"help": "Dataset short name (sara_trl.data.DATASET_NAMES), default the MATH train split."}
+    )
+    dataset_path: Optional[str] = field(
+        default=None, metadata={"help": "Local JSONL/Parquet file with problem/answer columns (overrides the lookup)."}
+    )
+    data_dir: Optional[str] = field(
+        default=None, metadata={"help": "Folder of the offline data files; default ../shared/data or $SARA_SHARED_DATA."}
+    )
+    num_train_prompts: Optional[int] = field(
+        default=None, metadata={"help": "Keep only the first N training prompts (None: all)."}
+    )
+
+
+#: Paper App. E settings. Each one is only a default: any flag on the command line replaces it.
+PAPER_DEFAULTS = dict(
+    output_dir="outputs/r1-distill-qwen-1.5b-math-sara",
+    # SARA (App. D/E)
+    allocator="sara",
+    num_generations=8,  # k
+    n0=2,
+    tau_low=0.45,
+    commit_min=None,  # = k: every trained group is full
+    prior_alpha=1.0,
+    prior_beta=1.0,
+    budget_cap=6.0,
+    # GRPO (App. E)
+    per_device_train_batch_size=8,
+    gradient_accumulation_steps=64,  # 8 x 64 = 512 = B*k rows per optimizer step on one GPU
+    learning_rate=1e-6,
+    beta=1e-3,  # KL coefficient
+    epsilon=0.2,  # clip
+    max_completion_length=4096,
+    temperature=1.0,
+    max_steps=300,
+    # Rollouts with vLLM on the training GPU
+    use_vllm=True,
+    vllm_mode="colocate",
+    vllm_gpu_memory_utilization=0.35,
+    vllm_enable_sleep_mode=True,
+    # Bookkeeping
+    bf16=True,
+    activation_checkpointing=True,
+    logging_steps=1,
+    save_steps=50,
+    report_to="none",
+    seed=42,
+)
+
+
+def build_dataset(script_args: ScriptArguments):
+    """The training prompts: a conversational dataset with an ``answer`` column (read by ``math_reward``)."""
+    data_dir = script_args.data_dir
+    if data_dir is None and script_args.dataset_path is None:
+        found = find_shared_data_dir(required=False)
+        data_dir = str(found) if found is not None else None
+    kwargs = {"data_dir": data_dir} if data_dir is not None else {}
+    dataset = load_dataset_by_name(script_args.dataset_name, path=script_args.dataset_path, **kwargs)
+    if script_args.num_train_prompts is not None:
+        dataset = dataset.select(range(min(script_args.num_train_prompts, len(dataset))))
+    return dataset
+
+
+def parse_args(argv: Optional[list[str]] = None) -> tuple[ScriptArguments, SaraConfig]:
+    """Command line -> (ScriptArguments, SaraConfig); PAPER_DEFAULTS apply unless a flag overrides them."""
+    parser = HfArgumentParser((ScriptArguments, SaraConfig))
+    parser.set_defaults(**PAPER_DEFAULTS)
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def main(argv: Optional[list[str]] = None) -> SaraGRPOTrainer:
+    script_args, training_args = parse_args(argv)
+
+    trainer = SaraGRPOTrainer(
+        model=script_args.model_name_or_path,
+        reward_funcs=math_reward,
+        args=training_args,
+        train_dataset=build_dataset(script_args),
+    )
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    return trainer
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,188 @@
+"""The examples run, through the same command-line flags a user would pass, so none of them can rot.
+
+Each example is imported from its file and driven with a tiny random Llama (``tiny_model_dir`` in conftest): one
+optimizer step on CPU, no vLLM. The parse-only tests check that the documented defaults (paper App. E, the quickstart
+settings) are what the parser produces and that a flag overrides them. One slow test runs the quickstart on the real
+SmolLM2-135M for one step.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def load_example(name: str):
+    """Import ``examples/<name>.py`` as a module (examples are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compute(expression: str) -> int:
+    """Value of a two-operand expression "a op b" (test oracle; no eval)."""
+    a, op, b = expression.split()
+    a, b = int(a), int(b)
+    return {"+": a + b, "-": a - b, "*": a * b}[op]
+
+
+CPU_SMOKE = ["--use_cpu", "true", "--bf16", "false", "--use_vllm", "false", "--report_to", "none",
+             "--activation_checkpointing", "false", "--save_strategy", "no", "--max_steps", "1",
+             "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+             "--max_completion_length", "4", "--disable_tqdm", "true"]
+
+
+# -- quickstart --------------------------------------------------------------------------------------------------
+
+
+def test_quickstart_task_mix_counts_answers_and_determinism():
+    quickstart = load_example("quickstart_cpu")
+    data = quickstart.make_task_mix(512, seed=0)
+    shares = {name: share for name, share, _ in quickstart.TASK_MIX}
+    counts = Counter(data["task"])
+    assert sum(counts.values()) == 512
+    for name, share in shares.items():
+        assert abs(counts[name] - share * 512) <= 1
+    assert all(_compute(e) == int(a) for e, a in zip(data["expression"], data["answer"]))
+    # difficulty knobs as documented: easy = operands 0-2 with +, hard = two-digit multiplication
+    for task, expression in zip(data["task"], data["expression"]):
+        a, op, b = expression.split()
+        if task == "easy_add":
+            assert op == "+" and max(int(a), int(b)) <= 2
+        elif task == "hard_mul":
+            assert op == "*" and min(int(a), int(b)) >= 10
+    assert data["prompt"][0][-1]["content"].endswith("Answer with only the number.")
+    again = quickstart.make_task_mix(512, seed=0)
+    assert again["expression"] == data["expression"]
+    assert quickstart.make_task_mix(512, seed=1)["expression"] != data["expression"]
+    with pytest.raises(ValueError, match="num_prompts"):
+        quickstart.make_task_mix(2)
+
+
+def test_quickstart_defaults_and_overrides():
+    quickstart = load_example("quickstart_cpu")
+    script_args, args = quickstart.parse_args([])
+    assert (args.max_steps, args.num_generations, args.num_groups) == (4, 8, 4)
+    assert (args.allocator, args.n0, args.tau_low, args.temperature) == ("sara", 2, 0.45, 0.3)
+    assert args.use_cpu and not args.bf16 and args.max_completion_length == 16
+    assert script_args.dataset is None and script_args.num_prompts == 512
+    script_args, args = quickstart.parse_args(["--max_steps", "1", "--allocator", "dynamic_sampling",
+                                               "--dataset", "x.jsonl"])
+    assert (args.max_steps, args.allocator, script_args.dataset) == (1, "dynamic_sampling", "x.jsonl")
+
+
+def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys):
+    quickstart = load_example("quickstart_cpu")
+    summary_file = tmp_path / "summary.json"
+    summary = quickstart.main([
+        "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "out"), "--max_steps", "1",
+        "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "4",
+        "--num_prompts", "24", "--torch_threads", "1", "--summary_file", str(summary_file),
+    ])
+    out = capsys.readouterr().out
+    assert "step   1 |" in out and "dynamic sampling" in out
+    assert summary["steps"] == 1 and len(summary["per_step"]) == 1
+    step = summary["per_step"][0]
+    assert summary["sara_rollouts"] == step["rollouts_generated"] > 0
+    assert step["committed"] + step["unfilled"] == 2  # B = 8 / 4 groups, each committed or filled
+    assert json.loads(summary_file.read_text())["sara_rollouts"] == summary["sara_rollouts"]
+
+
+def test_dynamic_sampling_estimate_closed_form():
+    """Phi_hat from outcomes that pin the prior down: half the prompts always fail, half succeed half the time."""
+    import numpy as np
+
+    quickstart = load_example("quickstart_cpu")
+    report = quickstart.AllocationReport()
+    # 400 prompts observed with 8 rollouts: 200 with 0/8, 200 with exactly 4/8 -> a fitted prior close to
+    # 0.5 * delta(0) + 0.5 * (mass near gamma = 0.5); Phi(k = 8) for gamma = 0.5 is 1 - 2 * 0.5**8.
+    report.prompt_n = [np.full(400, 8)]
+    report.prompt_s = [np.r_[np.zeros(200), np.full(200, 4)]]
+    report.steps = [{"rollouts_generated": 100, "tokens_generated": 1000}]
+    est = quickstart.dynamic_sampling_estimate(report, k=8, num_groups=4)
+    assert est["phi_hat"] == pytest.approx(0.5 * (1 - 2 * 0.5**8), abs=0.03)
+    assert est["ds_rollouts_estimate"] == pytest.approx(4 * 8 / est["phi_hat"])
+    assert est["ds_tokens_estimate"] == pytest.approx(est["ds_rollouts_estimate"] * 10.0)
+    # no success anywhere: DS can never fill a batch
+    report.prompt_s = [np.zeros(400)]
+    assert quickstart.dynamic_sampling_estimate(report, k=8, num_groups=4)["ds_rollouts_estimate"] is None
+
+
+@pytest.mark.slow
+def test_quickstart_one_real_step(tmp_path, capsys):
+    import torch
+
+    quickstart = load_example("quickstart_cpu")
+    previous = torch.get_num_threads()
+    try:
+        summary = quickstart.main(["--output_dir", str(tmp_path / "out"), "--max_steps", "1",
+                                   "--per_device_train_batch_size", "16", "--num_prompts", "64"])
+    finally:
+        torch.set_num_threads(previous)
+    out = capsys.readouterr().out
+    assert "step   1 |" in out
+    step = summary["per_step"][0]
+    assert step["rollouts_generated"] >= step["prompts_drawn"] * 2  # every drawn prompt is probed with n0 = 2
+    assert step["committed"] >= 1 and summary["phi_hat"] > 0
+
+
+# -- GPU examples (smoke mode: tiny model, CPU, one step, no vLLM) ------------------------------------------------
+
+
+def test_math_1p5b_paper_defaults():
+    example = load_example("math_1p5b")
+    script_args, args = example.parse_args(["--bf16", "false", "--use_cpu", "true"])  # bf16 needs a GPU to parse
+    assert script_args.model_name_or_path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+    assert (args.num_generations, args.num_groups, args.generation_batch_size) == (8, 64, 512)
+    assert (args.n0, args.tau_low, args.commit_min, args.budget_cap) == (2, 0.45, None, 6.0)
+    assert (args.learning_rate, args.beta, args.epsilon) == (1e-6, 1e-3, 0.2)
+    assert (args.max_completion_length, args.temperature, args.max_steps) == (4096, 1.0, 300)
+    assert args.use_vllm and args.vllm_mode == "colocate"
+    _, args = example.parse_args(["--bf16", "false", "--use_cpu", "true", "--allocator", "uniform"])
+    assert args.allocator == "uniform" and args.num_groups == 64
+
+
+def test_math_1p5b_smoke(tmp_path, tiny_model_dir):
+    example = load_example("math_1p5b")
+    trainer = example.main(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path),
+                            "--num_train_prompts", "16", *CPU_SMOKE])
+    assert trainer.state.global_step == 1
+    log = next(e for e in trainer.state.log_history if "sara/rollouts_generated" in e)
+    assert log["sara/rollouts_generated"] > 0
+    assert (tmp_path / "config.json").is_file()  # the final model was saved
+
+
+def test_countdown_3b_paper_defaults():
+    example = load_example("countdown_3b")
+    script_args, args = example.parse_args(["--bf16", "false", "--use_cpu", "true"])
+    assert script_args.model_name_or_path == "Qwen/Qwen2.5-3B"
+    assert (args.max_steps, args.num_groups, args.num_generations, args.n0, args.tau_low) == (120, 64, 8, 2, 0.45)
+
+
+def test_countdown_3b_smoke(tmp_path, tiny_model_dir):
+    example = load_example("countdown_3b")
+    trainer = example.main(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path),
+                            "--num_train_prompts", "16", "--allocator", "dynamic_sampling", *CPU_SMOKE])
+    assert trainer.state.global_step == 1
+    log = next(e for e in trainer.state.log_history if "sara/rollouts_generated" in e)
+    assert log["sara/rollouts_generated"] % 4 == 0  # dynamic sampling draws full groups of k = 4
+
+
+def test_accelerate_configs_parse():
+    import yaml
+
+    configs = {p.stem: yaml.safe_load(p.read_text()) for p in (EXAMPLES / "accelerate_configs").glob("*.yaml")}
+    assert {"single_gpu", "multi_gpu", "deepspeed_zero2", "deepspeed_zero3"} <= set(configs)
+    assert configs["single_gpu"]["num_processes"] == 1 and configs["single_gpu"]["distributed_type"] == "NO"
+    assert configs["multi_gpu"]["distributed_type"] == "MULTI_GPU"
+    assert configs["deepspeed_zero2"]["deepspeed_config"]["zero_stage"] == 2
+    assert configs["deepspeed_zero3"]["deepspeed_config"]["zero_stage"] == 3
