@@ -1,0 +1,108 @@
+"""Evaluation (`sara_trl.evaluate`): pass@1 arithmetic, scoring through the real verifiers on the real data files,
+the command line with a tiny model, and (slow) SmolLM2 on a handful of problems of every benchmark."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sara_trl.evaluate import BENCHMARKS, evaluate, format_table, load_benchmark, main, pass_at_1
+
+
+def test_pass_at_1_is_the_mean_share_of_successes():
+    assert pass_at_1([[1.0, 0.0, None, 1.0], [0.0, 0.0, 0.0, 0.0]]) == 0.25
+    assert pass_at_1([[1.0], [1.0], [0.0]]) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError):
+        pass_at_1([])
+    with pytest.raises(ValueError):
+        pass_at_1([[1.0], []])
+
+
+def test_benchmarks_load_from_the_offline_files():
+    sizes = {"math500": 500, "aime24": 30, "amc23": 40, "minerva": 272, "olympiadbench": 675, "countdown": 1024}
+    assert set(BENCHMARKS) == set(sizes)
+    for name in ("aime24", "amc23"):
+        assert len(load_benchmark(name)) == sizes[name]
+    countdown = load_benchmark("countdown", limit=3)
+    assert len(countdown) == 3 and countdown[0]["target"] == 36 and list(countdown[0]["nums"]) == [79, 17, 60]
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        load_benchmark("gsm9k")
+
+
+def test_scoring_with_known_completions():
+    """Problem i of MATH500 gets i + 1 correct samples out of 4 -> pass@1 = (1 + 2 + 3) / 12; Countdown task 0
+    (79, 17, 60 -> 36) gets 2 correct expressions out of 4."""
+    math_answers = list(load_benchmark("math500", limit=3)["answer"])
+
+    def fake_generate(prompts, n):
+        out = []
+        for i, prompt in enumerate(prompts):
+            text = prompt[-1]["content"]
+            if "<answer>" in text:  # Countdown prompt
+                out.append(["<answer> 79 - 60 + 17 </answer>", "<answer> 79 + 60 + 17 </answer>",
+                            "<answer>(79 - 60) + 17</answer>", "no answer"])
+            else:
+                gold = math_answers[i]
+                out.append([f"So the answer is \\boxed{{{gold}}}." if j <= i else "\\boxed{123456789}"
+                            for j in range(n)])
+        return out
+
+    report = evaluate(None, ["math500", "countdown"], num_samples=4, limit=3, generate_fn=fake_generate)
+    math = report["results"]["math500"]
+    assert math["successes"] == [1, 2, 3] and math["pass@1"] == pytest.approx(0.5)
+    countdown = report["results"]["countdown"]
+    assert countdown["problems"] == 3 and countdown["successes"][0] == 2
+    assert report["settings"]["backend"] == "custom" and report["settings"]["num_samples"] == 4
+    table = format_table(report)
+    assert "math500" in table and "50.0" in table and "average" in table
+
+
+def test_generator_shape_is_checked():
+    with pytest.raises(ValueError, match="completions"):
+        evaluate(None, ["aime24"], num_samples=2, limit=2, generate_fn=lambda prompts, n: [["x"]] * len(prompts))
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        evaluate(None, ["nope"], generate_fn=lambda prompts, n: [])
+    with pytest.raises(ValueError, match="num_samples"):
+        evaluate(None, ["aime24"], num_samples=0, generate_fn=lambda prompts, n: [])
+
+
+def test_command_line_with_tiny_model(tmp_path, tiny_model_dir, capsys):
+    out_file = tmp_path / "eval.json"
+    main(["--model", tiny_model_dir, "--benchmarks", "aime24,countdown", "--limit", "2", "--num_samples", "2",
+          "--max_new_tokens", "4", "--backend", "transformers", "--output", str(out_file), "--keep_completions"])
+    printed = capsys.readouterr().out
+    assert "aime24" in printed and "countdown" in printed and "pass@1" in printed
+    report = json.loads(out_file.read_text())
+    assert report["settings"]["backend"] == "transformers" and report["settings"]["temperature"] == 1.0
+    for name in ("aime24", "countdown"):
+        r = report["results"][name]
+        assert r["problems"] == 2 and r["samples"] == 2
+        assert len(r["completions"]) == 2 and all(len(c) == 2 for c in r["completions"])
+        assert r["pass@1"] == pytest.approx(sum(r["successes"]) / 4)
+
+
+@pytest.mark.slow
+def test_smollm2_on_a_handful_of_problems(tmp_path):
+    """SmolLM2-135M-Instruct, transformers backend, 2 problems x 2 samples of every benchmark; the recorded pass@1
+    must equal re-scoring the kept completions with the benchmark's verifier."""
+    import torch
+
+    from sara_trl.rewards import get_reward_func
+    from sara_trl.utils import smollm2_checkpoint
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        report = evaluate(smollm2_checkpoint(), list(BENCHMARKS), num_samples=2, limit=2, max_new_tokens=24,
+                          backend="transformers", keep_completions=True)
+    finally:
+        torch.set_num_threads(previous)
+    for name, bench in BENCHMARKS.items():
+        r = report["results"][name]
+        data = load_benchmark(name, limit=2)
+        flat = [c for row in r["completions"] for c in row]
+        assert all(isinstance(c, str) for c in flat) and len(flat) == 4
+        columns = {col: [v for v in data[col] for _ in range(2)] for col in bench.columns}
+        rewards = get_reward_func(bench.reward)(flat, **columns)
+        assert r["pass@1"] == pytest.approx(sum(1 for x in rewards if x == 1.0) / 4)
