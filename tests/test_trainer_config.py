@@ -24,7 +24,9 @@ def test_defaults_and_allocation_config():
     assert args.to_allocation_config() == AllocationConfig(
         allocator="sara", k=4, n0=2, tau_low=0.45, commit_min=None, prior_alpha=1.0, prior_beta=1.0, budget_cap=6.0,
         max_rounds=64, round_increment=1, max_rollouts_per_round=None, yield_decay=0.5,
+        selection_seed=args.seed,  # selection_seed=None resolves to TRL's `seed` (42), like stream_seed
     )
+    assert args.seed == 42
     rloo = SaraRLOOConfig(**{**BASE, "num_generations": 2, "commit_min": 2, "allocator": "uniform"})
     assert rloo.to_allocation_config().k == 2 and rloo.to_allocation_config().allocator == "uniform"
     assert rloo.beta == 0.05  # RLOO's own default is untouched
@@ -56,10 +58,10 @@ def test_hf_argument_parser_round_trip():
         ({"commit_min": 5}, r"commit_min \(5\)"),
         ({"tau_low": 1.0}, r"tau_low \(1.0\) must lie in \[0, 1\)"),
         ({"tau_low": -0.1}, r"tau_low"),
-        ({"prior_alpha": 0.0}, r"prior_alpha \(0.0\) must be finite and > 0"),
+        ({"prior_alpha": 0.0}, r"prior_alpha=0.0 must be finite and > 0"),
         ({"prior_beta": -1.0}, r"prior_beta"),
         ({"budget_cap": 0.5}, r"budget_cap \(0.5\) must be >= 1"),
-        ({"max_rounds": 0}, r"max_rounds \(0\) must be >= 1"),
+        ({"max_rounds": 0}, r"max_rounds=0 must be an integer >= 1"),
         ({"round_increment": 0}, r"round_increment"),
         ({"max_rollouts_per_round": 3}, r"max_rollouts_per_round \(3\) must be None or >= num_generations"),
         ({"yield_decay": 1.5}, r"yield_decay"),

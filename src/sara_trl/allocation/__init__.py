@@ -1,10 +1,31 @@
 """The torch-free allocation core: p_eff (Eq. 2), the decision rule (Eq. 3), the round-synchronous scheduler
 (Alg. 1) for SARA and the uniform / dynamic-sampling baselines, their accounting, and a simulated rollout source.
 
+Beyond the paper (off by default, see :class:`AllocationConfig`): Bayes-optimal stopping (``tau_low="auto"``,
+:mod:`~sara_trl.allocation.optimal_stopping`), its empirical-Bayes prior fit (:mod:`~sara_trl.allocation.empirical_bayes`)
+and the per-prompt history (:mod:`~sara_trl.allocation.history`). The names a user calls directly (to inspect a
+boundary, fit a prior to logged outcomes, or evaluate a policy) are exported here.
+
 Depends on numpy and scipy only; never imports torch, TRL or transformers.
 """
 
-from sara_trl.allocation.config import ALLOCATORS, AllocationConfig
+from sara_trl.allocation.config import (
+    ALLOCATORS,
+    COST_UNITS,
+    PRIOR_FAMILIES,
+    SELECTIONS,
+    AllocationConfig,
+)
+from sara_trl.allocation.empirical_bayes import fit_prior_counts
+from sara_trl.allocation.history import PromptHistory
+from sara_trl.allocation.optimal_stopping import (
+    MixturePrior,
+    StoppingSolution,
+    evaluate_policy,
+    p_eff_mixture,
+    solve_rate,
+    solve_values,
+)
 from sara_trl.allocation.predictor import abandon_point_uniform, p_eff
 from sara_trl.allocation.rules import decide
 from sara_trl.allocation.scheduler import Allocator
@@ -26,4 +47,7 @@ __all__ = [
     "ALLOCATORS", "AllocationConfig", "Allocator", "PromptStream", "RoundOutcome", "RolloutFn", "StepResult",
     "StepStats", "Group", "PromptRecord", "p_eff", "decide", "abandon_point_uniform", "SimulatedTask",
     "u_shaped_gammas", "phi", "psi", "COMMIT", "ABANDON", "CONTINUE",
+    # beyond the paper
+    "SELECTIONS", "COST_UNITS", "PRIOR_FAMILIES", "MixturePrior", "StoppingSolution", "solve_values", "solve_rate",
+    "evaluate_policy", "p_eff_mixture", "fit_prior_counts", "PromptHistory",
 ]

@@ -6,13 +6,39 @@ Both share the allocation fields of :class:`_SaraArguments`; the parent's fields
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig, RLOOConfig
 
-from sara_trl.allocation import ALLOCATORS, AllocationConfig
+from sara_trl.allocation import (
+    ALLOCATORS,
+    COST_UNITS,
+    PRIOR_FAMILIES,
+    SELECTIONS,
+    AllocationConfig,
+)
 
-__all__ = ["SaraConfig", "SaraRLOOConfig"]
+__all__ = ["STOPPING_RULES", "SaraConfig", "SaraRLOOConfig"]
+
+# `stopping_rule` values: the paper's fixed threshold on p_eff (tau_low), or the core's tau_low="auto".
+STOPPING_RULES = ("threshold", "bayes_optimal")
+_DEFAULT_TAU_LOW = 0.45
+
+
+def _as_int(value):
+    """``value`` as a plain int when it is an integral number (``2``, ``2.0``, ``numpy.int64(2)``), else unchanged
+    (None, ``2.5``, a string: the core then rejects it with its own message)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        return int(value)
+    return value
+
+
+def _as_float(value):
+    """``value`` as a plain float when it is a real number (not a bool), else unchanged (None, a string)."""
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else value
 
 
 _SARA_DOC = r"""
@@ -28,7 +54,8 @@ _SARA_DOC = r"""
             Probe size: rollouts generated for a fresh prompt in its first round (SARA only). `1 <= n0 <= k`.
         tau_low (`float`, *optional*, defaults to `0.45`):
             Abandon threshold of paper Eq. 3: an unmixed prompt is abandoned once its predicted probability of an
-            effective full group, p_eff (Eq. 2), drops below `tau_low`. In `[0, 1)`; 0 never abandons.
+            effective full group, p_eff (Eq. 2), drops below `tau_low`. In `[0, 1)`; 0 never abandons. Used with
+            `stopping_rule="threshold"` only (for the core's `tau_low="auto"`, set `stopping_rule="bayes_optimal"`).
         commit_min (`int` or `None`, *optional*, defaults to `None`):
             Commit floor: a mixed group is committed once it holds at least this many rollouts. `None` means
             `num_generations` (every trained group is full, the paper's default). With a smaller value, groups
@@ -65,6 +92,47 @@ _SARA_DOC = r"""
         stream_seed (`int` or `None`, *optional*, defaults to `None`):
             Seed of the fresh-prompt stream (its own numpy generator, identical on every process). `None` uses
             `seed`. The stream shuffles only if `shuffle_dataset` is true.
+
+        > Beyond the paper (all off by default: with the defaults the allocator is the paper's SARA, decision for
+        > decision; see `sara_trl.allocation.extensions` and `benchmarks/BEYOND_PAPER.md`). Each step's values are
+        > logged as `sara/<name>` (see `sara_trl.trainer.metrics.log_step_metrics`).
+
+        stopping_rule (`str`, *optional*, defaults to `"threshold"`):
+            `"threshold"`: the paper's rule, abandon once p_eff < `tau_low`. `"bayes_optimal"` (the core's
+            `tau_low="auto"`, SARA only): the Bayes-optimal continue/abandon boundary for the objective "effective
+            groups per unit cost", by backward induction at the self-consistent cost per effective group, under a
+            prior fitted online to the prompts seen (paper App. C.7, App. G future work). Until `auto_min_prompts`
+            prompts are in, the paper's rule runs at tau_low = 0.45 with Beta(`prior_alpha`, `prior_beta`), so
+            `tau_low` must stay at its default. A separate field because `HfArgumentParser` gives a field one type:
+            `tau_low` stays a float on the command line.
+        auto_prior (`str`, *optional*, defaults to `"mixture"`):
+            Family of the fitted prior for `"bayes_optimal"`: `"mixture"` (point masses at gamma = 0 and 1 plus a
+            Beta) or `"beta"`.
+        auto_prior_decay (`float`, *optional*, defaults to `0.9`):
+            Per-step decay of the outcome counts (and token means) the prior is fitted on. In `[0, 1]`.
+        auto_min_prompts (`int`, *optional*, defaults to `64`):
+            Prompts (decayed count) observed before the fitted prior is used (burn-in). `>= 1`.
+        auto_loss_cap (`float` or `None`, *optional*, defaults to `None`):
+            Cap in `(0, 1]` for `"bayes_optimal"`: abandon only where p_eff < cap, so the expected share of abandoned
+            groups that would have mixed stays below it (paper Thm 1). `None`: the unconstrained optimum.
+        cost_unit (`str`, *optional*, defaults to `"rollouts"`):
+            What a rollout costs: `"rollouts"` (one unit each) or `"tokens"` (its expected completion length, a
+            success and a failure priced separately from running means). `"tokens"` needs
+            `stopping_rule="bayes_optimal"`.
+        history_decay (`float` or `None`, *optional*, defaults to `None`):
+            `None` (off) or lambda in `[0, 1]`: warm-start each prompt's prior from its decayed past outcomes (paper
+            App. D); data from d steps ago weighs lambda^d, so 0 reproduces the paper's SARA.
+        selection (`str` or `None`, *optional*, defaults to `None`):
+            `None` (stream order), `"thompson"` or `"greedy"`: draw fresh prompts from a candidate pool of
+            `selection_pool` x the request, ranked by a Thompson draw / the posterior mean of the chance that a full
+            group mixes under the prompt's history posterior. Needs `history_decay`.
+        selection_pool (`float`, *optional*, defaults to `4.0`):
+            Candidate pool size, as a multiple (`>= 1`) of the prompts requested.
+        selection_floor (`float`, *optional*, defaults to `0.1`):
+            epsilon in `(0, 1]`: that share of the picks is uniform over the pool, so every candidate is drawn with
+            probability >= epsilon * requested / pool (no prompt starves).
+        selection_seed (`int` or `None`, *optional*, defaults to `None`):
+            Seed of the selection generator (its state is saved in checkpoints). `None` uses `seed`.
 """
 
 
@@ -149,16 +217,86 @@ class _SaraArguments:
         default=None,
         metadata={"help": "Seed of the fresh-prompt stream (its own generator, same on every process); None = seed."},
     )
+    # Beyond the paper (all off by default; see _SARA_DOC).
+    stopping_rule: str = field(
+        default="threshold",
+        metadata={
+            "help": "'threshold' (paper Eq. 3: abandon once p_eff < tau_low) or 'bayes_optimal' (the core's "
+            "tau_low='auto': Bayes-optimal boundary under a prior fitted online; SARA only; tau_low stays default).",
+            "choices": list(STOPPING_RULES),
+        },
+    )
+    auto_prior: str = field(
+        default="mixture",
+        metadata={
+            "help": "Fitted prior family for stopping_rule='bayes_optimal': 'mixture' (point masses at 0 and 1 plus "
+            "a Beta) or 'beta'.",
+            "choices": list(PRIOR_FAMILIES),
+        },
+    )
+    auto_prior_decay: float = field(
+        default=0.9,
+        metadata={"help": "Per-step decay in [0, 1] of the outcome counts the bayes_optimal prior is fitted on."},
+    )
+    auto_min_prompts: int = field(
+        default=64,
+        metadata={
+            "help": "Prompts (decayed count) seen before the fitted prior is used; until then the paper's rule "
+            "runs at tau_low=0.45. >= 1."
+        },
+    )
+    auto_loss_cap: float | None = field(
+        default=None,
+        metadata={
+            "help": "Cap in (0, 1] for bayes_optimal: abandon only where p_eff < cap (bounds the share of abandoned "
+            "groups that would have mixed, paper Thm 1). None = unconstrained optimum."
+        },
+    )
+    cost_unit: str = field(
+        default="rollouts",
+        metadata={
+            "help": "Cost of a rollout for bayes_optimal: 'rollouts' (one unit) or 'tokens' (expected completion "
+            "length; needs stopping_rule='bayes_optimal').",
+            "choices": list(COST_UNITS),
+        },
+    )
+    history_decay: float | None = field(
+        default=None,
+        metadata={
+            "help": "None (off) or lambda in [0, 1]: warm-start each prompt's prior from its past outcomes, data from "
+            "d steps ago weighing lambda^d (paper App. D); 0 is the paper's SARA."
+        },
+    )
+    selection: str | None = field(
+        default=None,
+        metadata={
+            "help": "None (stream order), 'thompson' or 'greedy': pick fresh prompts from a candidate pool by their "
+            "history posterior chance of a mixed group. Needs history_decay.",
+            "choices": list(SELECTIONS),
+        },
+    )
+    selection_pool: float = field(
+        default=4.0, metadata={"help": "Selection candidate pool, as a multiple (>= 1) of the prompts requested."}
+    )
+    selection_floor: float = field(
+        default=0.1,
+        metadata={"help": "Share in (0, 1] of selection picks drawn uniformly from the pool (no prompt starves)."},
+    )
+    selection_seed: int | None = field(
+        default=None, metadata={"help": "Seed of the selection generator (saved in checkpoints); None = seed."}
+    )
 
     def _validate_sara(self) -> None:
         """Check the allocation fields against each other and against the parent config (after its __post_init__).
+
+        Only what the core cannot say as clearly is checked here (fields phrased with TRL's names, such as
+        ``num_generations``, and the trainer's own fields); every other field is checked by
+        :class:`~sara_trl.allocation.AllocationConfig` through :meth:`to_allocation_config`.
 
         Raises:
             ValueError: with a message naming the field and the invariant it protects.
         """
         k = self.num_generations
-        if self.allocator not in ALLOCATORS:
-            raise ValueError(f"allocator must be one of {list(ALLOCATORS)}, got {self.allocator!r}.")
         if not 1 <= self.n0 <= k:
             raise ValueError(
                 f"n0 ({self.n0}) must satisfy 1 <= n0 <= num_generations ({k}): the probe of a fresh prompt cannot "
@@ -169,31 +307,33 @@ class _SaraArguments:
                 f"commit_min ({self.commit_min}) must satisfy 2 <= commit_min <= num_generations ({k}): a committed "
                 "group needs two outcomes to be mixed, and a group never holds more than num_generations rollouts."
             )
+        if self.stopping_rule not in STOPPING_RULES:
+            raise ValueError(f"stopping_rule must be one of {list(STOPPING_RULES)}, got {self.stopping_rule!r}.")
+        if isinstance(self.tau_low, str):
+            raise ValueError(
+                f"tau_low={self.tau_low!r}: tau_low is a float in [0, 1) here; for the core's tau_low='auto' set "
+                "stopping_rule='bayes_optimal' (one spelling on the command line and in Python)."
+            )
         if not 0.0 <= self.tau_low < 1.0:
             raise ValueError(
                 f"tau_low ({self.tau_low}) must lie in [0, 1): it is a probability threshold on p_eff, and 1 would "
                 "abandon every prompt that is not already mixed."
             )
-        for name in ("prior_alpha", "prior_beta"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} ({value}) must be finite and > 0: it is a parameter of the Beta prior.")
+        if self.stopping_rule == "bayes_optimal" and self.tau_low != _DEFAULT_TAU_LOW:
+            raise ValueError(
+                f"tau_low ({self.tau_low}) is not used with stopping_rule='bayes_optimal' (its burn-in runs the "
+                f"paper's rule at {_DEFAULT_TAU_LOW}): leave tau_low at its default or use stopping_rule='threshold'."
+            )
         if not (math.isfinite(self.budget_cap) and self.budget_cap >= 1.0):
             raise ValueError(
                 f"budget_cap ({self.budget_cap}) must be >= 1 (units of generation_batch_size): below 1 even uniform "
                 "sampling could not fill one batch."
             )
-        if self.max_rounds < 1:
-            raise ValueError(f"max_rounds ({self.max_rounds}) must be >= 1: a step needs at least one round.")
-        if self.round_increment < 1:
-            raise ValueError(f"round_increment ({self.round_increment}) must be >= 1.")
         if self.max_rollouts_per_round is not None and self.max_rollouts_per_round < k:
             raise ValueError(
                 f"max_rollouts_per_round ({self.max_rollouts_per_round}) must be None or >= num_generations ({k}), "
                 "so that one full group fits in a round."
             )
-        if not 0.0 <= self.yield_decay <= 1.0:
-            raise ValueError(f"yield_decay ({self.yield_decay}) must lie in [0, 1].")
         if not math.isfinite(self.success_threshold):
             raise ValueError(f"success_threshold ({self.success_threshold}) must be a finite number.")
         # The parent already checks divisibility; B*k must be exactly the generation batch, because TRL splits it
@@ -209,28 +349,48 @@ class _SaraArguments:
                 "one call, and a fixed per-request seed would make the repeated rollouts of a prompt identical (never "
                 "mixed). Remove `seed` from generation_kwargs."
             )
-        self.to_allocation_config()  # the core's own checks, for any combination not covered above
+        try:  # the core's own checks (allocator, prior, rounds, decays, beyond-paper options)
+            self.to_allocation_config()
+        except ValueError as err:
+            if "tau_low='auto'" in str(err):  # the core's name for what this config calls stopping_rule
+                raise ValueError(f"{err} (here tau_low='auto' is stopping_rule='bayes_optimal')") from err
+            raise
 
     def to_allocation_config(self) -> AllocationConfig:
-        """The :class:`sara_trl.allocation.AllocationConfig` these fields describe (``k = num_generations``).
+        """The :class:`sara_trl.allocation.AllocationConfig` these fields describe.
+
+        ``k = num_generations``; ``stopping_rule="bayes_optimal"`` becomes ``tau_low="auto"``; ``selection_seed=None``
+        becomes ``seed``. Numbers are converted to plain ``int``/``float`` only when that loses nothing (``2.0`` ->
+        ``2``, ``numpy.int64`` -> ``int``); anything else reaches the core unchanged and is rejected there, never
+        rounded.
 
         Raises:
-            ValueError: from :class:`AllocationConfig` for an invalid combination.
+            ValueError: from :class:`AllocationConfig` for an invalid value or combination.
         """
         return AllocationConfig(
             allocator=self.allocator,
             k=int(self.num_generations),
-            n0=int(self.n0),
-            tau_low=float(self.tau_low),
-            commit_min=None if self.commit_min is None else int(self.commit_min),
-            prior_alpha=float(self.prior_alpha),
-            prior_beta=float(self.prior_beta),
-            budget_cap=float(self.budget_cap),
-            max_rounds=int(self.max_rounds),
-            round_increment=int(self.round_increment),
-            max_rollouts_per_round=None if self.max_rollouts_per_round is None else int(self.max_rollouts_per_round),
-            yield_decay=float(self.yield_decay),
-            refill_margin=float(self.refill_margin),
+            n0=_as_int(self.n0),
+            tau_low="auto" if self.stopping_rule == "bayes_optimal" else float(self.tau_low),
+            commit_min=_as_int(self.commit_min),
+            prior_alpha=_as_float(self.prior_alpha),
+            prior_beta=_as_float(self.prior_beta),
+            budget_cap=_as_float(self.budget_cap),
+            max_rounds=_as_int(self.max_rounds),
+            round_increment=_as_int(self.round_increment),
+            max_rollouts_per_round=_as_int(self.max_rollouts_per_round),
+            yield_decay=_as_float(self.yield_decay),
+            refill_margin=_as_float(self.refill_margin),
+            auto_prior=self.auto_prior,
+            auto_prior_decay=_as_float(self.auto_prior_decay),
+            auto_min_prompts=_as_int(self.auto_min_prompts),
+            auto_loss_cap=_as_float(self.auto_loss_cap),
+            cost_unit=self.cost_unit,
+            history_decay=_as_float(self.history_decay),
+            selection=self.selection,
+            selection_pool=_as_float(self.selection_pool),
+            selection_floor=_as_float(self.selection_floor),
+            selection_seed=_as_int(self.seed if self.selection_seed is None else self.selection_seed),
         )
 
     @property

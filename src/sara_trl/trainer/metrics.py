@@ -7,12 +7,17 @@ one value per generation batch, so a logged ``sara/x`` is the mean per generatio
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 
 from sara_trl.allocation import StepStats
 
-__all__ = ["STEP_METRICS", "correct_padding_metrics", "log_step_metrics", "zero_padding_rows"]
+__all__ = ["CUMULATIVE_DIAGNOSTICS", "STEP_METRICS", "correct_padding_metrics", "log_step_metrics",
+           "zero_padding_rows"]
 
 # Per-step counters logged as `sara/<name>`, read from StepStats (units: rollouts, tokens = completion tokens,
 # groups = prompts, rounds = batched generation calls).
@@ -39,6 +44,10 @@ STEP_METRICS = (
     "unscorable",
 )
 
+# Beyond-paper diagnostics (``Allocator.diagnostics()``) that are running totals since the start of training: logged
+# like ``sara/cumulative_*`` (latest value), not averaged over the logging window.
+CUMULATIVE_DIAGNOSTICS = ("boundary_recomputes", "history_hit_rate_total")
+
 
 def log_step_metrics(
     metrics: dict[str, list],
@@ -46,6 +55,7 @@ def log_step_metrics(
     success_labels: np.ndarray,
     cumulative_rollouts: int,
     cumulative_tokens: int,
+    diagnostics: Mapping[str, object] | None = None,
 ) -> None:
     """Append one step's ``sara/*`` values to TRL's metric buffer.
 
@@ -53,13 +63,24 @@ def log_step_metrics(
     ``generated = trained + abandoned + surplus + active_left``); ``sara/raw_success_rate``, the success rate over
     *all* rollouts generated this step (TRL's ``reward`` only sees the committed, mostly mixed groups, so it is biased
     towards 0.5 under SARA and dynamic sampling); ``sara/cumulative_rollouts`` and ``sara/cumulative_tokens``,
-    running totals since the start of training (restored on resume).
+    running totals since the start of training (restored on resume); and ``sara/<key>`` for each number in
+    ``diagnostics``, the beyond-paper values of :meth:`sara_trl.allocation.Allocator.diagnostics` (empty when every
+    beyond-paper option is off). Those are, with ``stopping_rule="bayes_optimal"``: ``prior_w0``, ``prior_w1``,
+    ``prior_a``, ``prior_b`` (the prior in use: fitted mixture, or the config's Beta during burn-in), ``lam`` (cost per
+    effective group the boundary is solved at, in cost units), ``abandon_at_fail`` / ``abandon_at_pass`` (rollout
+    count at which an all-fail / all-pass prompt is abandoned), ``boundary_recomputes`` (running total),
+    ``cost_pass`` / ``cost_fail`` (cost of a success / failure: 1, or mean tokens with ``cost_unit="tokens"``); with
+    ``history_decay``: ``history_hit_rate`` (share of drawn prompts with a history), ``history_hit_rate_total``
+    (running); with ``selection``: ``selection_pool`` (candidates ranked this step), ``selection_uniform_picks``.
+    Values that are NaN (an option that is off, a fit not yet available) and non-numbers are skipped, so a key is
+    absent rather than logged as None.
 
     Args:
         metrics: ``trainer._metrics["train"]``.
         stats: the step's :class:`StepStats`.
         success_labels: ``(rollouts_generated,)`` threshold labels, NaN = unscorable.
         cumulative_rollouts, cumulative_tokens: running totals after this step.
+        diagnostics: ``Allocator.diagnostics()`` after this step, or None.
     """
     values = stats.as_dict()
     for name in STEP_METRICS:
@@ -68,6 +89,13 @@ def log_step_metrics(
     metrics["sara/raw_success_rate"].append(float(scored.mean()) if scored.size else float("nan"))
     metrics["sara/cumulative_rollouts"] = [float(cumulative_rollouts)]
     metrics["sara/cumulative_tokens"] = [float(cumulative_tokens)]
+    for key, value in (diagnostics or {}).items():
+        if not isinstance(value, numbers.Real) or math.isnan(value):
+            continue
+        if key in CUMULATIVE_DIAGNOSTICS:
+            metrics[f"sara/{key}"] = [float(value)]
+        else:
+            metrics[f"sara/{key}"].append(float(value))
 
 
 def _replace_last(metrics: dict[str, list], name: str, value: float) -> None:

@@ -309,6 +309,7 @@ class SaraTrainerMixin:
             cache.success_labels(),
             cumulative_rollouts=self.sara_allocator.total_rollouts,
             cumulative_tokens=self.sara_allocator.total_tokens,
+            diagnostics=self.sara_allocator.diagnostics(),
         )
         return output
 
