@@ -134,7 +134,7 @@ QUICKSTART_DEFAULTS = dict(
     gradient_accumulation_steps=1,
     max_completion_length=16,
     temperature=0.3,  # see benchmarks/QUICKSTART_TASK.md: at 1.0 this model almost never gives an all-pass group
-    learning_rate=1e-5,
+    learning_rate=1e-6,  # the paper's rate; 1e-5 made this small model near-deterministic within two steps
     beta=0.0,
     logging_steps=1,
     save_strategy="no",
@@ -162,7 +162,8 @@ class AllocationReport(TrainerCallback):
     """
 
     FIELDS = ("rollouts_generated", "tokens_generated", "rounds", "prompts_drawn", "committed", "abandoned",
-              "unfilled", "effective_fraction")
+              "unfilled", "effective_fraction", "rollouts_trained", "rollouts_abandoned", "rollouts_surplus",
+              "rollouts_active_left")
 
     def __init__(self):
         self.trainer = None
@@ -275,16 +276,25 @@ def main(argv: Optional[list[str]] = None) -> dict:
     summary = dynamic_sampling_estimate(report, k, num_groups)
     summary["wall_clock_s"] = time.perf_counter() - STARTED
     summary["per_step"] = report.steps
+    summary["prompt_outcomes"] = [{"n": n.tolist(), "s": s.tolist()} for n, s in zip(report.prompt_n, report.prompt_s)]
+    fate = {name: int(sum(r[f"rollouts_{name}"] for r in report.steps))
+            for name in ("trained", "abandoned", "surplus", "active_left")}
+    summary["sara_rollouts_by_fate"] = fate
     if summary["ds_rollouts_estimate"] is not None:
-        ds = (f"dynamic sampling would need about {summary['ds_rollouts_estimate']:.0f} rollouts "
-              f"({summary['ds_tokens_estimate']:.0f} tokens)")
+        ds = (f"about {summary['ds_rollouts_estimate']:.0f} rollouts ({summary['ds_tokens_estimate']:.0f} tokens) for "
+              f"the same {summary['steps'] * num_groups} effective groups")
     else:
-        ds = "dynamic sampling would never fill a batch (no mixed group expected)"
+        ds = "never fills a batch (no mixed group expected)"
     print(
-        f"SARA generated {summary['sara_rollouts']} rollouts ({summary['sara_tokens']} tokens) for "
-        f"{summary['steps']} steps x {num_groups} groups; {ds} "
-        f"[estimate: B*k/Phi_hat per step, Phi_hat = {summary['phi_hat']:.2f} = share of full {k}-groups that are "
-        f"mixed, from a prior fitted to the {summary['prompts_observed']} prompts SARA drew].",
+        f"SARA: {summary['sara_rollouts']} rollouts ({summary['sara_tokens']} tokens) for {summary['steps']} steps x "
+        f"{num_groups} groups of {k}: {fate['trained']} trained, {fate['abandoned']} spent on abandoned prompts, "
+        f"{fate['surplus'] + fate['active_left']} on prompts still undecided when the batch was full.",
+        flush=True,
+    )
+    print(
+        f"Dynamic sampling (estimated): {ds}, i.e. B*k/Phi_hat per step with Phi_hat = {summary['phi_hat']:.2f}, the "
+        f"share of full {k}-groups that are mixed, from a prior fitted to the {summary['prompts_observed']} prompts "
+        f"SARA drew (a few steps give a rough estimate).",
         flush=True,
     )
     print(f"done in {summary['wall_clock_s']:.0f} s", flush=True)
