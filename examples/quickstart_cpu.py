@@ -280,23 +280,26 @@ def main(argv: Optional[list[str]] = None) -> dict:
     fate = {name: int(sum(r[f"rollouts_{name}"] for r in report.steps))
             for name in ("trained", "abandoned", "surplus", "active_left")}
     summary["sara_rollouts_by_fate"] = fate
+    ds = ""
     if summary["ds_rollouts_estimate"] is not None:
         ds = (f"about {summary['ds_rollouts_estimate']:.0f} rollouts ({summary['ds_tokens_estimate']:.0f} tokens) for "
               f"the same {summary['steps'] * num_groups} effective groups")
-    else:
-        ds = "never fills a batch (no mixed group expected)"
     print(
         f"SARA: {summary['sara_rollouts']} rollouts ({summary['sara_tokens']} tokens) for {summary['steps']} steps x "
         f"{num_groups} groups of {k}: {fate['trained']} trained, {fate['abandoned']} spent on abandoned prompts, "
-        f"{fate['surplus'] + fate['active_left']} on prompts still undecided when the batch was full.",
+        f"{fate['surplus'] + fate['active_left']} on prompts left over when the batch was full.",
         flush=True,
     )
-    print(
-        f"Dynamic sampling (estimated): {ds}, i.e. B*k/Phi_hat per step with Phi_hat = {summary['phi_hat']:.2f}, the "
-        f"share of full {k}-groups that are mixed, from a prior fitted to the {summary['prompts_observed']} prompts "
-        f"SARA drew (a few steps give a rough estimate).",
-        flush=True,
-    )
+    if summary["ds_rollouts_estimate"] is None:
+        print("Dynamic sampling (estimated): the outcomes SARA observed predict no mixed group at all, so dynamic "
+              "sampling would never fill a batch on this task.", flush=True)
+    else:
+        print(
+            f"Dynamic sampling (estimated): {ds}, i.e. B*k/Phi_hat per step with Phi_hat = {summary['phi_hat']:.2f}, "
+            f"the share of full {k}-groups that are mixed, from a prior fitted to the {summary['prompts_observed']} "
+            "prompts SARA drew (a few steps give a rough estimate).",
+            flush=True,
+        )
     print(f"done in {summary['wall_clock_s']:.0f} s", flush=True)
     if script_args.summary_file:
         with open(script_args.summary_file, "w") as handle:

@@ -97,6 +97,17 @@ def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys):
     assert json.loads(summary_file.read_text())["sara_rollouts"] == summary["sara_rollouts"]
 
 
+def test_quickstart_dataset_file_picks_the_reward():
+    from sara_trl.data import shared_data_file
+    from sara_trl.rewards import countdown_reward, math_reward
+
+    quickstart = load_example("quickstart_cpu")
+    data, reward = quickstart.load_task_file(str(shared_data_file("countdown_test")))
+    assert reward is countdown_reward and len(data) == 1024 and data[0]["target"] == 36
+    data, reward = quickstart.load_task_file(str(shared_data_file("amc23")))
+    assert reward is math_reward and len(data) == 40 and "answer" in data.column_names
+
+
 def test_dynamic_sampling_estimate_closed_form():
     """Phi_hat from outcomes that pin the prior down: half the prompts always fail, half succeed half the time."""
     import numpy as np
