@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Optional
 
 from transformers import HfArgumentParser
 
@@ -41,13 +40,13 @@ class ScriptArguments:
     """What to train on (the training settings themselves are SaraConfig fields)."""
 
     model_name_or_path: str = field(default="Qwen/Qwen2.5-3B", metadata={"help": "Model id on the Hub or local folder."})
-    dataset_path: Optional[str] = field(
+    dataset_path: str | None = field(
         default=None, metadata={"help": "Local JSONL/Parquet file with nums/target columns (overrides the lookup)."}
     )
-    data_dir: Optional[str] = field(
+    data_dir: str | None = field(
         default=None, metadata={"help": "Folder of the offline data files; default ../shared/data or $SARA_SHARED_DATA."}
     )
-    num_train_prompts: Optional[int] = field(
+    num_train_prompts: int | None = field(
         default=None, metadata={"help": "Keep only the first N training tasks (None: all)."}
     )
 
@@ -96,14 +95,14 @@ def build_dataset(script_args: ScriptArguments):
     )
 
 
-def parse_args(argv: Optional[list[str]] = None) -> tuple[ScriptArguments, SaraConfig]:
+def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SaraConfig]:
     """Command line -> (ScriptArguments, SaraConfig); PAPER_DEFAULTS apply unless a flag overrides them."""
     parser = HfArgumentParser((ScriptArguments, SaraConfig))
     parser.set_defaults(**PAPER_DEFAULTS)
     return parser.parse_args_into_dataclasses(args=argv)
 
 
-def main(argv: Optional[list[str]] = None) -> SaraGRPOTrainer:
+def main(argv: list[str] | None = None) -> SaraGRPOTrainer:
     script_args, training_args = parse_args(argv)
 
     trainer = SaraGRPOTrainer(

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Optional
 
 from transformers import HfArgumentParser
 
@@ -46,13 +45,13 @@ class ScriptArguments:
     dataset_name: str = field(
         default="math", metadata={"help": "Dataset short name (sara_trl.data.DATASET_NAMES), default the MATH train split."}
     )
-    dataset_path: Optional[str] = field(
+    dataset_path: str | None = field(
         default=None, metadata={"help": "Local JSONL/Parquet file with problem/answer columns (overrides the lookup)."}
     )
-    data_dir: Optional[str] = field(
+    data_dir: str | None = field(
         default=None, metadata={"help": "Folder of the offline data files; default ../shared/data or $SARA_SHARED_DATA."}
     )
-    num_train_prompts: Optional[int] = field(
+    num_train_prompts: int | None = field(
         default=None, metadata={"help": "Keep only the first N training prompts (None: all)."}
     )
 
@@ -106,14 +105,14 @@ def build_dataset(script_args: ScriptArguments):
     return dataset
 
 
-def parse_args(argv: Optional[list[str]] = None) -> tuple[ScriptArguments, SaraConfig]:
+def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SaraConfig]:
     """Command line -> (ScriptArguments, SaraConfig); PAPER_DEFAULTS apply unless a flag overrides them."""
     parser = HfArgumentParser((ScriptArguments, SaraConfig))
     parser.set_defaults(**PAPER_DEFAULTS)
     return parser.parse_args_into_dataclasses(args=argv)
 
 
-def main(argv: Optional[list[str]] = None) -> SaraGRPOTrainer:
+def main(argv: list[str] | None = None) -> SaraGRPOTrainer:
     script_args, training_args = parse_args(argv)
 
     trainer = SaraGRPOTrainer(

