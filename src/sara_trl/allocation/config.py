@@ -31,8 +31,9 @@ class AllocationConfig:
             trade a few extra rollouts for fewer rounds.
         max_rollouts_per_round: optional capacity of one batched call, in rollouts; when it binds, continuing
             prompts are served in decreasing p_eff order and fresh prompts only with what is left. None = no cap.
-        yield_decay: per-step decay of the running estimate of the share of fresh prompts that commit, used to size
-            refills (0 keeps only the current step, values near 1 keep a long memory).
+        yield_decay: per-step decay of the refill model (learned mix rates and cost per fresh prompt, see
+            :meth:`Allocator.mix_rate`) used to size refills (0 keeps only the current step, values near 1 keep a
+            long memory).
         refill_margin: extra fresh prompts drawn per round, in standard deviations of the number of commits the
             round can expect (0 draws for the expected need only: fewest rollouts, most rounds; 0.5 gave a median
             of 4 rounds per step at k=8 for about 1% more rollouts in simulation, see benchmarks/RESULTS.md).

@@ -150,8 +150,10 @@ class Allocator:
     The allocator is deterministic: given the same config, stream state, cross-step state and outcomes, every
     decision and every drawn prompt is identical, so several processes can run it in lock-step.
 
-    Cross-step state (saved by :meth:`state_dict`): a decayed estimate of the share of drawn prompts that end up
-    kept, used to size refills so that a step needs few rounds, and cumulative rollout/token totals.
+    Cross-step state (saved by :meth:`state_dict`): the refill model, decayed by ``yield_decay`` each step (per
+    rollout count n, the share of still-unmixed prompts that went on to mix, :meth:`mix_rate`; and the rollouts a
+    fresh prompt costs until resolved, :meth:`fresh_cost_estimate`), used to size refills so that a step needs few
+    rounds; and cumulative rollout/token totals.
     """
 
     def __init__(self, config: AllocationConfig | None = None):
