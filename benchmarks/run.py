@@ -110,6 +110,13 @@ def _f(iv, digits=3, pct=False):
     return "n/a" if iv is None else fmt_ci(iv, digits, pct)
 
 
+# SARA with the continue phase batched into one round (same rollouts per prompt at commit_min = k, fewer rounds).
+TD = "SARA to_decision"
+# ... and with the prompts still undecided at the end of a step carried into the next (no end-of-step waste).
+CO = "SARA carry_over"
+TDC = "SARA to_decision + carry_over"
+
+
 # ------------------------------------------------------------------------------------------------ sections
 def run_grid(P: dict, log) -> dict:
     """Section 1: every distribution x k x allocator (+ SARA with commit_min=2 for the theorem check)."""
@@ -121,8 +128,11 @@ def run_grid(P: dict, log) -> dict:
             entry = {"rows": {}, "traces": {}}
             variants = [("uniform", {}), ("DS", {"allocator": "dynamic_sampling", "budget_cap": DS_BUDGET_CAP}), ("SARA", {"allocator": "sara"}),
                         ("SARA commit_min=2", {"allocator": "sara", "commit_min": 2})]
+            if dname == "u_shaped":
+                variants.append((TD, {"allocator": "sara", "round_increment": "to_decision"}))
+                variants.append((TDC, {"allocator": "sara", "round_increment": "to_decision", "carry_over": True}))
             if (dname, k) == ("u_shaped", 8):
-                variants.append(("SARA round_increment=2", {"allocator": "sara", "round_increment": 2}))
+                variants.append((CO, {"allocator": "sara", "carry_over": True}))
             for name, over in variants:
                 cfg = dataclasses.replace(DEFAULTS, k=k, **({"allocator": "uniform"} | over))
                 trace = dname == "u_shaped" and k == 8 and name in ("DS", "SARA")
@@ -527,7 +537,7 @@ def _rel(p: Path) -> str:
 
 def _headline_table(hs: dict) -> str:
     rows = []
-    for name in [n for n in ("uniform", "DS", "SARA", "SARA commit_min=2", "SARA round_increment=2") if n in hs]:
+    for name in [n for n in ("uniform", "DS", "SARA", "SARA commit_min=2", TD, CO, TDC) if n in hs]:
         s = hs[name]
         rows.append([
             name, _f(s["rollouts"], 0), _f(s["rollouts_ratio"]), _f(s["tokens"], 0), _f(s["tokens_ratio"]),
@@ -553,8 +563,13 @@ def _column_notes() -> str:
             "n failures, 1 - gamma^(k-n) after n successes, divided by the number abandoned; sampled: the same event "
             "drawn once per prompt); *summed p_eff / abandoned* is the Thm 1 bound the allocator itself computes "
             "under its Beta(1,1) prior. For DS, 'abandoned' are the discarded saturated full groups (never wrong). "
-            "*SARA commit_min=2* is the early-commit ablation (groups of 2..k rollouts); *SARA round_increment=2* "
-            "gives an unmixed prompt two rollouts per round instead of one (an existing `AllocationConfig` knob).")
+            "*SARA commit_min=2* is the early-commit ablation (groups of 2..k rollouts); *SARA to_decision* "
+            "(`round_increment=\"to_decision\"`, `SaraConfig(continue_to_decision=True)`) gives an unmixed prompt, in "
+            "one round, all its rollouts up to the paper rule's abandon point n_a: the same decisions and the same "
+            "rollouts per prompt as one at a time (commit_min = k), fewer rounds; *carry_over* (`AllocationConfig("
+            "carry_over=True)`, `SaraConfig(carry_over=True)`) moves the prompts still undecided when the B-th group "
+            "commits into the next step with their rollouts instead of dropping them (their cost is then counted "
+            "once, in the step that generated them; the first step starts cold, every step is counted).")
 
 
 def _targets(grid, hs, ov, P) -> str:
@@ -568,9 +583,17 @@ def _targets(grid, hs, ov, P) -> str:
     w = sara["wrong_exact_rate"]
     add("abandoned-but-would-mix <= 10% of abandoned", w is not None and w.hi <= 0.10, _f(w))
     add("tokens <= 0.80 of DS", sara["tokens_ratio"].hi <= 0.80, _f(sara["tokens_ratio"]))
-    add("median rounds per step <= 4", sara["rounds_median"] <= 4,
-        f"SARA median {sara['rounds_median']:.0f} (mean {_f(sara['rounds'], 2)}, p90 {sara['rounds_p90']:.0f}); "
-        f"DS median {ds['rounds_median']:.0f}")
+    alt = [(n, hs[n]) for n in (TD, CO, TDC) if n in hs]
+    ok_alt = [(n, a) for n, a in alt if a["rounds_median"] <= 4 and a["rollouts_ratio"].hi <= 0.80
+              and a["effective_fraction"].lo >= 1.0]
+    rows.append(["median rounds per step <= 4",
+                 "met" if sara["rounds_median"] <= 4 else
+                 ("met with `" + ok_alt[0][0].removeprefix("SARA ") + "` (paper default: missed)") if ok_alt else
+                 "**missed**",
+                 f"paper-default SARA median {sara['rounds_median']:.0f} (mean {_f(sara['rounds'], 2)}, p90 "
+                 f"{sara['rounds_p90']:.0f}); DS median {ds['rounds_median']:.0f}"
+                 + "".join(f"; {n}: median {a['rounds_median']:.0f} (p90 {a['rounds_p90']:.0f}) at "
+                           f"{_f(a['rollouts_ratio'])} of DS's rollouts" for n, a in alt)])
     add("effective fraction 1.0 for SARA and DS",
         sara["effective_fraction"].lo >= 1.0 and ds["effective_fraction"].lo >= 1.0,
         f"SARA {sara['effective_fraction'].mean:.4f}, DS {ds['effective_fraction'].mean:.4f}")
@@ -654,17 +677,31 @@ def _core_findings(grid, P, fb_iv, taus, n0s) -> str:
             "(k=32: 16), and refill rounds come on top; those steps return fill groups.")
     u = [(k, grid[("u_shaped", k)]["summary"]["SARA"]) for k in P["ks"]]
     h = grid[("u_shaped", 8)]["summary"]
-    ri = h.get("SARA round_increment=2")
+    td = [(k, grid[("u_shaped", k)]["summary"].get(TD)) for k in P["ks"]]
     floors = ", ".join(f"k={k}: {sim.abandon_point_uniform(k, DEFAULTS.tau_low) - DEFAULTS.n0}" for k in P["ks"])
     txt = ("2. **Rounds per step.** SARA's median rounds per step on the U-shaped pool: " + ", ".join(
         f"k={k}: {s['rounds_median']:.0f} (p90 {s['rounds_p90']:.0f})" for k, s in u) + ". An unmixed prompt gets "
         "`round_increment` (default 1) rollout per round, so a prompt that stays unmixed is abandoned n_a - n0 "
         f"rounds after its probe ({floors}); every refill round draws prompts with that same tail, so the number of "
         "rounds grows roughly linearly in k, not as the paper's '2-4 rounds'.")
-    if ri is not None:
-        txt += (f" At k=8, `round_increment=2` gives a median of {ri['rounds_median']:.0f} rounds at "
-                f"{ri['rollouts_ratio'].mean:.3f} of DS's rollouts (default: {h['SARA']['rounds_median']:.0f} rounds at "
-                f"{h['SARA']['rollouts_ratio'].mean:.3f}).")
+    if all(t is not None for _, t in td):
+        txt += (" With `round_increment=\"to_decision\"` an unmixed prompt reaches its abandon point in one round "
+                "after the probe, so a wave of prompts is decided in at most three rounds (probe, jump, top-up) at "
+                "every k: median rounds " + ", ".join(f"k={k}: {t['rounds_median']:.0f}" for k, t in td)
+                + ", at " + ", ".join(f"{t['rollouts_ratio'].mean:.3f}" for _, t in td) + " of DS's rollouts (paper "
+                "schedule: " + ", ".join(f"{s['rollouts_ratio'].mean:.3f}" for _, s in u) + "). Per prompt the "
+                "two schedules spend exactly the same rollouts (commit_min = k; "
+                "`tests/test_allocation_scheduler.py::test_to_decision_costs_each_prompt_what_one_at_a_time_costs`); "
+                "the difference is end-of-step waste: fewer, larger rounds leave more prompts drawn beyond the need "
+                "when the B-th group commits.")
+    tdc = [(k, grid[("u_shaped", k)]["summary"].get(TDC)) for k in P["ks"]]
+    if all(t is not None for _, t in tdc):
+        txt += (" Carrying the undecided prompts into the next step (`carry_over=True`) removes that waste: "
+                "`to_decision + carry_over` needs a median of " + ", ".join(
+                    f"k={k}: {t['rounds_median']:.0f}" for k, t in tdc) + " rounds at " + ", ".join(
+                    f"{t['rollouts_ratio'].mean:.3f}" for _, t in tdc) + " of DS's rollouts: fewer rounds *and* "
+                "fewer rollouts than the paper's schedule. The price is staleness: a carried prompt's first "
+                "rollouts were sampled by the previous step's policy.")
     items.append(txt)
     sara_t = {n: v for n, v in fb_iv.items() if n.startswith("SARA (target")}
     vals = list(sara_t.values())

@@ -1,7 +1,7 @@
 """Real CPU training runs: uniform vs dynamic sampling (DS) vs SARA with SmolLM2-135M-Instruct on the same task, for
 the same number of optimizer steps.
 
-    python benchmarks/train_runs.py [--steps 12] [--groups 8] [--k 8] [--out benchmarks/train_results.json]
+    python benchmarks/train_runs.py [--steps 8] [--groups 4] [--k 8] [--out benchmarks/train_results.json]
 
 Each allocator trains a fresh copy of the model, one after the other (never two model jobs at once; torch uses at
 most ``--threads`` threads). Per optimizer step it records, from the trainer's ``sara/*`` metrics: rollouts and
@@ -37,15 +37,15 @@ ALLOCATORS = {"uniform": "uniform", "DS": "dynamic_sampling", "SARA": "sara"}
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=12, help="optimizer steps per allocator (same for all)")
-    ap.add_argument("--groups", type=int, default=8, help="B: groups per step")
+    ap.add_argument("--steps", type=int, default=8, help="optimizer steps per allocator (same for all)")
+    ap.add_argument("--groups", type=int, default=4, help="B: groups per step")
     ap.add_argument("--k", type=int, default=8, help="group size (num_generations)")
     ap.add_argument("--allocators", default="uniform,DS,SARA", help="comma-separated subset of uniform,DS,SARA")
     ap.add_argument("--max-completion", type=int, default=24, help="max_completion_length in tokens")
-    ap.add_argument("--max-operand", type=int, default=60)
-    ap.add_argument("--ops", default="+,-")
+    ap.add_argument("--max-operand", type=int, default=9)
+    ap.add_argument("--ops", default="+")
     ap.add_argument("--prompts", type=int, default=2000, help="training prompts generated")
-    ap.add_argument("--eval-prompts", type=int, default=64)
+    ap.add_argument("--eval-prompts", type=int, default=48)
     ap.add_argument("--eval-every", type=int, default=4, help="0 = only before and after training")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--budget-cap", type=float, default=6.0, help="SARA/DS cap in units of B*k rollouts")

@@ -177,8 +177,11 @@ class AllocationReport(TrainerCallback):
         if step is None or step is self._seen:
             return  # (a generation batch reused by num_iterations > 1 is counted once)
         self._seen = step
-        self.prompt_n.append(np.asarray(step.prompt_table["n"]))
-        self.prompt_s.append(np.asarray(step.prompt_table["s"]))
+        table = step.prompt_table
+        # With carry_over a prompt still in flight reappears next step: record each prompt once, when it settles.
+        keep = np.isin(table["fate"], (0, 2)) if args.carry_over else np.ones(len(table["n"]), bool)
+        self.prompt_n.append(np.asarray(table["n"])[keep])
+        self.prompt_s.append(np.asarray(table["s"])[keep])
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "sara/rollouts_generated" not in logs or not state.is_world_process_zero:
@@ -279,7 +282,12 @@ def main(argv: list[str] | None = None) -> dict:
     summary["prompt_outcomes"] = [{"n": n.tolist(), "s": s.tolist()} for n, s in zip(report.prompt_n, report.prompt_s)]
     fate = {name: int(sum(r[f"rollouts_{name}"] for r in report.steps))
             for name in ("trained", "abandoned", "surplus", "active_left")}
+    if training_args.carry_over and report.steps:  # carried rollouts settle in a later step: count only the last
+        fate.update(surplus=int(report.steps[-1]["rollouts_surplus"]),
+                    active_left=int(report.steps[-1]["rollouts_active_left"]))
     summary["sara_rollouts_by_fate"] = fate
+    left = ("still carried into a next step" if training_args.carry_over else
+            "on prompts left over when the batch was full")
     ds = ""
     if summary["ds_rollouts_estimate"] is not None:
         ds = (f"about {summary['ds_rollouts_estimate']:.0f} rollouts ({summary['ds_tokens_estimate']:.0f} tokens) for "
@@ -287,7 +295,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(
         f"SARA: {summary['sara_rollouts']} rollouts ({summary['sara_tokens']} tokens) for {summary['steps']} steps x "
         f"{num_groups} groups of {k}: {fate['trained']} trained, {fate['abandoned']} spent on abandoned prompts, "
-        f"{fate['surplus'] + fate['active_left']} on prompts left over when the batch was full.",
+        f"{fate['surplus'] + fate['active_left']} {left}.",
         flush=True,
     )
     if summary["ds_rollouts_estimate"] is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import datasets
 import pytest
 from _helpers_rewards import correct_completion, read_jsonl, shared_data_dir, solve_countdown
 
@@ -231,3 +232,23 @@ def test_countdown_reward_reads_loader_columns(data_dir):
     columns = {k: ds[k] for k in ds.column_names if k != "prompt"}
     comps = [[{"role": "assistant", "content": f"<think>..</think><answer>{s}</answer>"}] for s in sols]
     assert countdown_reward(completions=comps, prompts=ds["prompt"], **columns) == [1.0] * 20
+
+
+def test_unreachable_hub_falls_back_to_the_offline_copy_or_says_what_to_pass(tmp_path, monkeypatch):
+    real_load = datasets.load_dataset
+
+    def offline(name, *args, **kwargs):
+        if name in ("json", "parquet"):
+            return real_load(name, *args, **kwargs)
+        raise ConnectionError(f"offline: cannot reach {name}")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    shared = find_shared_data_dir(required=False)
+    if shared is not None:
+        monkeypatch.setenv("SARA_SHARED_DATA", str(shared))
+        with pytest.warns(UserWarning, match=r"loading the offline copy .*amc23"):
+            ds = load_dataset_by_name("amc23")
+        assert len(ds) == 40
+    monkeypatch.setenv("SARA_SHARED_DATA", str(tmp_path))  # no offline copy there
+    with pytest.raises(ConnectionError, match=r"could not load amc23 \(test\) from the Hub .*pass path="):
+        load_dataset_by_name("amc23")

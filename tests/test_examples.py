@@ -197,3 +197,17 @@ def test_accelerate_configs_parse():
     assert configs["multi_gpu"]["distributed_type"] == "MULTI_GPU"
     assert configs["deepspeed_zero2"]["deepspeed_config"]["zero_stage"] == 2
     assert configs["deepspeed_zero3"]["deepspeed_config"]["zero_stage"] == 3
+
+
+def test_quickstart_carry_over_accounts_each_rollout_once(tmp_path, tiny_model_dir, capsys):
+    quickstart = load_example("quickstart_cpu")
+    summary = quickstart.main([
+        "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "out"), "--max_steps", "3",
+        "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "4",
+        "--num_prompts", "24", "--torch_threads", "1", "--carry_over", "True", "--refill_margin", "2.0",
+    ])
+    out = capsys.readouterr().out
+    fate = summary["sara_rollouts_by_fate"]
+    # Every generated rollout is trained, abandoned, or still carried at the end: counted exactly once.
+    assert sum(fate.values()) == summary["sara_rollouts"] == sum(s["rollouts_generated"] for s in summary["per_step"])
+    assert "still carried into a next step" in out

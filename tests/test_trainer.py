@@ -125,6 +125,37 @@ def test_two_steps(kind, allocator, tiny_model_dir, tokenizer, cpu_trainer_kwarg
     assert ("shao2024deepseekmath" if kind == "grpo" else "ahmadian2024back") in text
 
 
+def test_carry_over_trains_carried_rollouts_with_their_own_completions(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    """carry_over: prompts undecided at a step's end continue in the next step with their cached completions. Every
+    trained row's reward must be the reward of its own completion (coin prompts: parity of the first token), every
+    rollout is scored exactly once, and the accounting includes what was carried in."""
+    args = SaraConfig(**cpu_trainer_kwargs(max_steps=5, carry_over=True, budget_cap=12.0, refill_margin=2.0))
+    trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=mode_reward, args=args,
+                              train_dataset=mode_dataset(), processing_class=tokenizer)
+    batches = spy_batches(trainer)
+    REWARD_CALLS.update(rollouts=0, calls=0)
+    trainer.train()
+    logs = sara_logs(trainer)
+    assert len(batches) == len(logs) == 5
+    assert sum(entry["sara/carried_in"] for entry in logs) > 0  # the path was exercised
+    generated = sum(entry["sara/rollouts_generated"] for entry in logs)
+    assert REWARD_CALLS["rollouts"] == generated == trainer.sara_allocator.total_rollouts
+    for record, entry in zip(batches, logs):
+        for unit in ("rollouts", "tokens"):
+            assert entry[f"sara/{unit}_generated"] + entry[f"sara/{unit}_carried_in"] == sum(
+                entry[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))
+        step = record["step"]
+        assert entry["sara/unfilled"] == 0 and all(MODES[g.prompt_id] == "coin" for g in step.groups)
+        completions = record["output"]["completion_ids"]
+        for row, reward in enumerate(record["rewards"]):
+            assert reward == float(int(completions[row, 0]) % 2 == 0)
+        rewards = np.asarray(record["rewards"]).reshape(len(step.groups), -1)
+        for group, group_rewards in zip(step.groups, rewards):
+            assert np.array_equal(group.success, group_rewards)
+    for prev, cur in zip(logs, logs[1:]):
+        assert cur["sara/rollouts_carried_in"] == prev["sara/rollouts_surplus"] + prev["sara/rollouts_active_left"]
+
+
 def test_sara_abandons_saturated_prompts_and_reports_raw_success(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
     """Saturated prompts ("always"/"never") are abandoned after the n0 = 2 probe (p_eff(2, 0) = 2/5 < 0.45 for
     k = 4, paper Eq. 2), and sara/raw_success_rate covers all generated rollouts, not only the trained ones."""

@@ -53,11 +53,13 @@ def test_hf_argument_parser_round_trip():
     "overrides, message",
     [
         ({"n0": 5}, r"n0 \(5\) must satisfy 1 <= n0 <= num_generations \(4\)"),
-        ({"n0": 0}, r"n0 \(0\) must satisfy"),
+        ({"n0": 0}, r"n0 \(0\) must satisfy .*needs at least one probe rollout"),
         ({"commit_min": 1}, r"commit_min \(1\) must satisfy 2 <= commit_min <= num_generations \(4\)"),
         ({"commit_min": 5}, r"commit_min \(5\)"),
         ({"tau_low": 1.0}, r"tau_low \(1.0\) must lie in \[0, 1\)"),
-        ({"tau_low": -0.1}, r"tau_low"),
+        ({"tau_low": -0.1}, r"tau_low \(-0.1\) .*a negative threshold on a probability never abandons"),
+        ({"continue_to_decision": True, "round_increment": 2}, r"round_increment \(2\) is not used with "
+                                                                r"continue_to_decision=True"),
         ({"prior_alpha": 0.0}, r"prior_alpha=0.0 must be finite and > 0"),
         ({"prior_beta": -1.0}, r"prior_beta"),
         ({"budget_cap": 0.5}, r"budget_cap \(0.5\) must be >= 1"),
@@ -74,6 +76,15 @@ def test_hf_argument_parser_round_trip():
 def test_validation_messages(overrides, message):
     with pytest.raises(ValueError, match=message):
         SaraConfig(**{**BASE, **overrides})
+
+
+def test_continue_to_decision_maps_to_the_core_schedule():
+    parser = HfArgumentParser(SaraConfig)
+    (args,) = parser.parse_args_into_dataclasses(
+        ["--output_dir", "o", "--use_cpu", "--report_to", "none", "--num_generations", "4",
+         "--per_device_train_batch_size", "8", "--continue_to_decision", "True"])
+    assert args.to_allocation_config().round_increment == "to_decision"
+    assert SaraConfig(**BASE).to_allocation_config().round_increment == 1
 
 
 def test_rloo_config_validates_against_its_own_k():

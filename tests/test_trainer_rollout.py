@@ -96,3 +96,11 @@ def test_log_step_metrics_and_padding_corrections():
     assert metrics["completions/min_length"] == [3.0] and metrics["completions/max_length"] == [6.0]
     assert metrics["completions/clipped_ratio"] == [0.25]
     assert metrics["frac_reward_zero_std"] == [0.75]
+
+    # An all-padding batch (two fill groups): no completion to measure -> NaN, not the EOS-token length 1.
+    metrics.update({"completions/mean_length": [1.0], "completions/max_terminated_length": [1.0],
+                    "frac_reward_zero_std": [0.0]})
+    correct_padding_metrics(metrics, np.ones(4, int), np.zeros(4, bool), np.ones(4, bool), unfilled=2, num_groups=2)
+    assert np.isnan(metrics["completions/mean_length"][-1]) and np.isnan(metrics["completions/min_length"][-1])
+    assert np.isnan(metrics["completions/max_terminated_length"][-1])
+    assert metrics["frac_reward_zero_std"] == [1.0]

@@ -10,6 +10,7 @@ ALLOCATORS = ("sara", "dynamic_sampling", "uniform")
 SELECTIONS = ("thompson", "greedy")
 COST_UNITS = ("rollouts", "tokens")
 PRIOR_FAMILIES = ("mixture", "beta")
+ROUND_TO_DECISION = "to_decision"
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,12 @@ class AllocationConfig:
         budget_cap: safety cap on rollouts generated in one step, in units of B*k (paper App. D: 6).
         max_rounds: cap on generation rounds (batched calls) in one step.
         round_increment: rollouts added per round to a continuing, still-unmixed prompt (paper: 1). Larger values
-            trade a few extra rollouts for fewer rounds.
+            trade a few extra rollouts for fewer rounds. ``"to_decision"``: in one round, give an unmixed prompt all
+            the rollouts up to the point where the rule would abandon it if its run stayed unanimous (for the
+            paper's rule: n_a = k - floor(tau_low (k + 1)) in all). With commit_min = k this costs exactly the same
+            rollouts per prompt as one at a time (a prompt that mixes inside the jump is topped up to k either way;
+            one that stays unanimous is abandoned at the same n), so it only removes rounds; with an early commit
+            floor below n_a a prompt that mixes early is still grown to the jump's end.
         max_rollouts_per_round: optional capacity of one batched call, in rollouts; when it binds, continuing
             prompts are served in decreasing p_eff order and fresh prompts only with what is left. None = no cap.
         yield_decay: per-step decay of the refill model (learned mix rates and cost per fresh prompt, see
@@ -37,6 +43,11 @@ class AllocationConfig:
         refill_margin: extra fresh prompts drawn per round, in standard deviations of the number of commits the
             round can expect (0 draws for the expected need only: fewest rollouts, most rounds; 0.5 gave a median
             of 4 rounds per step at k=8 for about 1% more rollouts in simulation, see benchmarks/RESULTS.md).
+        carry_over: SARA only. Prompts still undecided when the step's B-th group commits, and groups committed
+            beyond B, keep their rollouts and move into the next step (first in line) instead of being wasted, so
+            the end-of-step waste of a finite batch disappears. Their earlier rollouts come from the previous
+            policy (one step off-policy; TRL's vLLM importance-sampling correction reweights them). Off by default
+            (the paper drops them).
 
     Beyond the paper (all off by default; with the defaults the allocator is the paper's SARA, decision for
     decision; see :mod:`sara_trl.allocation.extensions`):
@@ -72,10 +83,11 @@ class AllocationConfig:
     prior_beta: float = 1.0
     budget_cap: float = 6.0
     max_rounds: int = 64
-    round_increment: int = 1
+    round_increment: Union[int, str] = 1
     max_rollouts_per_round: Optional[int] = None
     yield_decay: float = 0.5
     refill_margin: float = 0.5
+    carry_over: bool = False
     auto_prior: str = "mixture"
     auto_prior_decay: float = 0.9
     auto_min_prompts: int = 64
@@ -95,7 +107,9 @@ class AllocationConfig:
             bad(f"allocator must be one of {ALLOCATORS}, got {self.allocator!r}")
         if not isinstance(self.k, int) or self.k < 2:
             bad(f"k={self.k!r}: a group needs at least 2 rollouts to have a non-zero advantage")
-        if not isinstance(self.n0, int) or not 1 <= self.n0 <= self.k:
+        if isinstance(self.n0, bool) or not isinstance(self.n0, int):
+            bad(f"n0={self.n0!r} must be an integer number of rollouts (the probe size)")
+        if not 1 <= self.n0 <= self.k:
             bad(f"n0={self.n0!r} must satisfy 1 <= n0 <= k={self.k}: the probe cannot exceed a full group")
         if self.tau_low != "auto" and not (isinstance(self.tau_low, (int, float)) and 0.0 <= self.tau_low < 1.0):
             bad(f"tau_low={self.tau_low!r} must lie in [0, 1) or be 'auto': it is a probability threshold, and 1 "
@@ -113,8 +127,11 @@ class AllocationConfig:
                 "could fill a batch")
         if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             bad(f"max_rounds={self.max_rounds!r} must be an integer >= 1")
-        if not isinstance(self.round_increment, int) or self.round_increment < 1:
-            bad(f"round_increment={self.round_increment!r} must be an integer >= 1")
+        if self.round_increment != ROUND_TO_DECISION and (
+            isinstance(self.round_increment, bool) or not isinstance(self.round_increment, int)
+            or self.round_increment < 1
+        ):
+            bad(f"round_increment={self.round_increment!r} must be an integer >= 1 or {ROUND_TO_DECISION!r}")
         if self.max_rollouts_per_round is not None and (
             not isinstance(self.max_rollouts_per_round, int) or self.max_rollouts_per_round < self.k
         ):
@@ -125,6 +142,11 @@ class AllocationConfig:
         if not (isinstance(self.refill_margin, (int, float)) and math.isfinite(self.refill_margin)
                 and self.refill_margin >= 0):
             bad(f"refill_margin={self.refill_margin!r} must be a finite number >= 0 (standard deviations)")
+        if not isinstance(self.carry_over, bool):
+            bad(f"carry_over={self.carry_over!r} must be True or False")
+        if self.carry_over and self.allocator != "sara":
+            bad(f"carry_over is a SARA option (it carries undecided prompts); allocator={self.allocator!r} decides "
+                "every prompt within its step")
         self._check_beyond_paper(bad)
 
     def _check_beyond_paper(self, bad) -> None:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from sara_trl.allocation.config import AllocationConfig
+from sara_trl.allocation.config import ROUND_TO_DECISION, AllocationConfig
 from sara_trl.allocation.extensions import Extensions, extensions_enabled
 from sara_trl.allocation.predictor import p_eff_unchecked
 from sara_trl.allocation.rules import decide
@@ -28,6 +28,8 @@ from sara_trl.allocation.types import (
 __all__ = ["Allocator"]
 
 _ACTIVE, _KEPT, _ABANDONED = 0, 1, 2
+_CARRY_DTYPES = {"pid": np.int64, "n": np.int64, "nsc": np.int64, "s": np.int64, "p": np.float64, "status": np.int8,
+                 "r_slot": np.int64, "r_success": np.float64, "r_tokens": np.int64}
 
 
 def _ceil(x: float) -> int:
@@ -57,6 +59,25 @@ class _Ledger:
         self.rounds = 0
         self.round_sizes: list[int] = []
         self.generated = 0
+        self.carried_in = 0  # prompts carried in from the previous step (the first slots)
+        self.carried_rollouts = 0
+        self.carried_tokens = 0
+
+    def seed(self, carry: dict) -> None:
+        """Start the step with the prompts carried over from the previous one (see :meth:`finish`): their counts,
+        p_eff and status (still undecided, or committed beyond that step's B), and their rollouts as this step's
+        first ids. None of this is counted as generated or as a round."""
+        slots = self.add(np.asarray(carry["pid"], np.int64))
+        for name in ("n", "nsc", "s", "p", "status"):
+            getattr(self, name)[slots] = carry[name]
+        self.n_before[slots] = self.n[slots]
+        self.kept_order.extend(slots[self.status[slots] == _KEPT].tolist())
+        self.r_slot.append(np.asarray(carry["r_slot"], np.int64))
+        self.r_success.append(np.asarray(carry["r_success"], np.float64))
+        self.r_tokens.append(np.asarray(carry["r_tokens"], np.int64))
+        self.carried_in = len(slots)
+        self.carried_rollouts = len(carry["r_slot"])
+        self.carried_tokens = int(np.sum(carry["r_tokens"], dtype=np.int64))
 
     def add(self, pids: np.ndarray) -> np.ndarray:
         need = self.size + len(pids)
@@ -94,8 +115,14 @@ class _Ledger:
     def active(self) -> np.ndarray:
         return np.flatnonzero(self.status[: self.size] == _ACTIVE)
 
-    def finish(self, B: int, stop_reason: str, expected_lost: float) -> StepResult:
-        """Assign fates (first B kept groups are trained, later ones surplus), build groups, fill, and account."""
+    def finish(self, B: int, stop_reason: str, expected_lost: float, carry_over: bool = False):
+        """Assign fates (first B kept groups are trained, later ones surplus), build groups, fill, and account.
+
+        Returns:
+            ``(StepResult, carry)``: ``carry`` is None, or (``carry_over``) the surplus and still-active prompts with
+            their counts and rollouts, in the form :meth:`seed` takes; their rollout ids, in the order the next
+            step numbers them, are ``StepResult.carry_rollout_ids``.
+        """
         size = self.size
         fate = np.full(size, 3, np.int8)  # 0 trained, 1 surplus, 2 abandoned, 3 active
         kept = np.asarray(self.kept_order, np.int64)
@@ -131,17 +158,37 @@ class _Ledger:
                  "fate": fate, "round": self.round_decided[:size].copy(), "p_eff": self.p[:size].copy(),
                  "tokens": tok_slot}
         stats = StepStats(
-            rollouts_generated=int(len(rs)), rollouts_trained=int(n_by[0]), rollouts_surplus=int(n_by[1]),
-            rollouts_abandoned=int(n_by[2]), rollouts_active_left=int(n_by[3]),
-            tokens_generated=int(tok.sum()), tokens_trained=int(t_by[0]), tokens_surplus=int(t_by[1]),
-            tokens_abandoned=int(t_by[2]), tokens_active_left=int(t_by[3]),
-            rounds=self.rounds, prompts_drawn=size, committed=int(len(kept)),
+            rollouts_generated=int(len(rs)) - self.carried_rollouts, rollouts_trained=int(n_by[0]),
+            rollouts_surplus=int(n_by[1]), rollouts_abandoned=int(n_by[2]), rollouts_active_left=int(n_by[3]),
+            tokens_generated=int(tok.sum()) - self.carried_tokens, tokens_trained=int(t_by[0]),
+            tokens_surplus=int(t_by[1]), tokens_abandoned=int(t_by[2]), tokens_active_left=int(t_by[3]),
+            rounds=self.rounds, prompts_drawn=size - self.carried_in, committed=int(len(kept)),
             abandoned=int((fate == 2).sum()), surplus=int((fate == 1).sum()), active_left=int((fate == 3).sum()),
             unfilled=unfilled, effective_in_batch=sum(g.effective for g in groups), batch_groups=B,
             expected_lost=float(expected_lost), unscorable=int(np.isnan(succ).sum()), stop_reason=stop_reason,
+            rollouts_carried_in=self.carried_rollouts, tokens_carried_in=self.carried_tokens,
+            carried_in=self.carried_in,
         )
         stats.check()
-        return StepResult(groups=groups, stats=stats, prompt_table=table, round_sizes=list(self.round_sizes))
+        result = StepResult(groups=groups, stats=stats, prompt_table=table, round_sizes=list(self.round_sizes))
+        if not carry_over:
+            return result, None
+        # Carry the surplus groups (in commit order, so they lead next step's batch) and the undecided prompts.
+        surplus_slots = kept[B:]
+        active_slots = np.flatnonzero(fate == 3)
+        cslots = np.concatenate([surplus_slots, active_slots]).astype(np.int64)
+        ids = np.concatenate([order[starts[c]: starts[c + 1]] for c in cslots]).astype(np.int64) if len(cslots) \
+            else np.zeros(0, np.int64)
+        rank = np.empty(size, np.int64)
+        rank[cslots] = np.arange(len(cslots))
+        carry = {
+            "pid": self.pid[cslots].copy(), "n": self.n[cslots].copy(), "nsc": self.nsc[cslots].copy(),
+            "s": self.s[cslots].copy(), "p": self.p[cslots].copy(),
+            "status": np.where(fate[cslots] == 1, _KEPT, _ACTIVE).astype(np.int8),
+            "r_slot": rank[rs[ids]], "r_success": succ[ids].copy(), "r_tokens": tok[ids].copy(),
+        }
+        result.carry_rollout_ids = ids
+        return result, carry
 
 
 class Allocator:
@@ -171,12 +218,15 @@ class Allocator:
         self._cost_prior = float(cfg.n0 + self._mix_prior[0] * (cfg.commit_floor - cfg.n0))
         self._cost_num = 0.0
         self._cost_den = 0.0
-        # Rollout counts at which a still-unmixed prompt is observed: 0, n0, n0 + inc, ... (capped at k).
-        self._checkpoints = np.unique(np.minimum(np.r_[0, np.arange(cfg.n0, k + cfg.round_increment,
-                                                                  cfg.round_increment)], k))
+        # Rollout counts at which a still-unmixed prompt is observed: 0, n0, n0 + inc, ... (capped at k); every
+        # count from n0 on when the increment runs to the next decision point (it varies per prompt).
+        self._to_decision = cfg.round_increment == ROUND_TO_DECISION
+        inc = 1 if self._to_decision else cfg.round_increment
+        self._checkpoints = np.unique(np.minimum(np.r_[0, np.arange(cfg.n0, k + inc, inc)], k))
         self.total_rollouts = 0
         self.total_tokens = 0
         self.steps = 0
+        self._carry: dict | None = None  # carry_over: prompts handed from one step to the next (Ledger.seed)
         # Beyond-paper options (history, selection, tau_low="auto"); None keeps the paper's SARA untouched.
         self._ext = Extensions(self.config) if extensions_enabled(self.config) else None
 
@@ -201,6 +251,8 @@ class Allocator:
                  "total_tokens": self.total_tokens, "steps": self.steps}
         if self._ext is not None:
             state["extensions"] = self._ext.state_dict()
+        if self._carry is not None:
+            state["carry"] = {name: np.asarray(v).tolist() for name, v in self._carry.items()}
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -217,6 +269,19 @@ class Allocator:
         self.steps = int(state["steps"])
         if self._ext is not None and "extensions" in state:
             self._ext.load_state_dict(state["extensions"])
+        carry = state.get("carry")
+        self._carry = None if carry is None else {name: np.asarray(v, dtype=_CARRY_DTYPES[name])
+                                                  for name, v in carry.items()}
+
+    @property
+    def carried_prompts(self) -> int:
+        """Prompts waiting to be carried into the next step (``carry_over``; 0 otherwise)."""
+        return 0 if self._carry is None else len(self._carry["pid"])
+
+    @property
+    def carried_rollouts(self) -> int:
+        """Their rollouts, which take ids ``0 .. carried_rollouts - 1`` in the next step."""
+        return 0 if self._carry is None else len(self._carry["r_slot"])
 
     def diagnostics(self) -> dict:
         """Beyond-paper metrics (fitted prior, boundary in use, cost per effective group, history hit rate, ...);
@@ -243,6 +308,46 @@ class Allocator:
         self._cost_num += float(cost.sum())
         self._cost_den += len(cost)
 
+    def _decide(self, pids, n, n_scored, s):
+        """commit / abandon / continue and p_eff (Eq. 3), through the beyond-paper extensions when enabled."""
+        cfg = self.config
+        if self._ext is None:
+            return decide(n, n_scored, s, k=cfg.k, tau_low=cfg.tau_low, commit_min=cfg.commit_floor,
+                          alpha0=cfg.prior_alpha, beta0=cfg.prior_beta)
+        return self._ext.decide(pids, n, n_scored, s)  # per-prompt history priors and/or the Bayes-optimal boundary
+
+    def _steps_to_decision(self, pids: np.ndarray, n: np.ndarray, n_scored: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Rollouts that take each unmixed prompt to its next abandon point if its run stays unanimous.
+
+        Args:
+            pids, n, n_scored, s: ``(P,)`` unmixed prompts (``s == 0`` or ``s == n_scored``) and their counts.
+
+        Returns:
+            ``(P,)`` int64 in [1, k - n]: the smallest j such that the rule abandons at ``n + j`` rollouts when the
+            j new rollouts repeat the run (all fail if ``s == 0``, all pass if ``s == n_scored``; with no scored
+            rollout yet, the nearer of the two). Evaluates the rule on a ``(P, k)`` grid of hypothetical counts.
+        """
+        k = self.config.k
+        P = len(n)
+        if P == 0:
+            return np.zeros(0, np.int64)
+        j = np.arange(1, k + 1)[None, :]
+        N = np.minimum(n[:, None] + j, k)  # (P, k), capped at a full group
+        added = N - n[:, None]
+        NSC = n_scored[:, None] + added
+        rep = np.repeat(pids, k)
+        steps = np.full(P, k, np.int64)
+        for side_fail in (True, False):
+            side = (s == 0) if side_fail else (s == n_scored)
+            if not side.any():
+                continue
+            S = np.broadcast_to(s[:, None], N.shape) if side_fail else s[:, None] + added
+            dec, _ = self._decide(rep, N.ravel(), NSC.ravel(), S.ravel())
+            stop = (dec.reshape(N.shape) == ABANDON) | (N >= k)
+            first = np.argmax(stop, axis=1) + 1  # stop[:, -1] is always True (N = k there)
+            steps = np.where(side, np.minimum(steps, first), steps)
+        return np.minimum(steps, k - n)
+
     # ----------------------------------------------------------------------------------------------- collect
     def collect(self, rollout_fn: RolloutCallable, stream: PromptStream, B: int) -> StepResult:
         """Assemble one step's batch of B groups.
@@ -266,16 +371,25 @@ class Allocator:
         for name in ("_mix_num", "_mix_den", "_cost_num", "_cost_den"):
             setattr(self, name, getattr(self, name) * self.config.yield_decay)
         ledger = _Ledger(rollout_fn)
+        if self._carry is not None:
+            ledger.seed(self._carry)
+            self._carry = None
         if self._ext is not None:
             self._ext.begin_step(stream)
         run = {"sara": self._sara, "dynamic_sampling": self._dynamic_sampling, "uniform": self._uniform}
         stop_reason, expected_lost = run[self.config.allocator](ledger, stream, B)
-        result = ledger.finish(B, stop_reason, expected_lost)
+        result, self._carry = ledger.finish(B, stop_reason, expected_lost, carry_over=self.config.carry_over)
         if self._ext is not None:
+            # Feed every prompt whose step is over; a carried prompt is fed once, in the step that decides it.
             size = ledger.size
-            self._ext.end_step(ledger.pid[:size], ledger.nsc[:size], ledger.s[:size],
-                               np.concatenate(ledger.r_success) if ledger.r_success else np.zeros(0),
-                               np.concatenate(ledger.r_tokens) if ledger.r_tokens else np.zeros(0, np.int64))
+            fed = np.ones(size, bool)
+            if self.config.carry_over:
+                fed[(result.prompt_table["fate"] == 1) | (result.prompt_table["fate"] == 3)] = False
+            rs = np.concatenate(ledger.r_slot) if ledger.r_slot else np.zeros(0, np.int64)
+            r_fed = fed[rs]
+            self._ext.end_step(ledger.pid[:size][fed], ledger.nsc[:size][fed], ledger.s[:size][fed],
+                               (np.concatenate(ledger.r_success) if ledger.r_slot else np.zeros(0))[r_fed],
+                               (np.concatenate(ledger.r_tokens) if ledger.r_slot else np.zeros(0, np.int64))[r_fed])
         self.total_rollouts += result.stats.rollouts_generated
         self.total_tokens += result.stats.tokens_generated
         self.steps += 1
@@ -332,7 +446,8 @@ class Allocator:
         """SARA (paper Alg. 1): probe fresh prompts with n0 rollouts, then commit / abandon / continue each round.
 
         Per round: mixed prompts below the commit floor are topped up to it in one go (they are certain to be
-        effective, Prop. 2), at most as many as still needed; unmixed prompts get ``round_increment`` more rollouts;
+        effective, Prop. 2), at most as many as still needed; unmixed prompts get ``round_increment`` more rollouts
+        (or, with ``"to_decision"``, all the rollouts up to their next abandon point, :meth:`_steps_to_decision`);
         fresh prompts are drawn so that the expected number of commits covers the remaining need plus
         ``refill_margin`` standard deviations (1 per mixed prompt, the learned mix rate at its rollout count per
         unmixed one and per fresh one, see :meth:`mix_rate`),
@@ -355,7 +470,13 @@ class Allocator:
             # Priority: mixed first (most rollouts first), then unmixed by decreasing p_eff; ties by draw order.
             prio = np.lexsort((act, -np.where(mixed, n, 0), -np.where(mixed, 2.0, p)))
             act, n, mixed = act[prio], n[prio], mixed[prio]
-            counts = np.where(mixed, floor_ - n, np.minimum(cfg.round_increment, k - n))
+            if self._to_decision:
+                um = ~mixed
+                inc = np.zeros(len(act), np.int64)
+                inc[um] = self._steps_to_decision(ledger.pid[act[um]], n[um], ledger.nsc[act[um]], ledger.s[act[um]])
+            else:
+                inc = np.minimum(cfg.round_increment, k - n)
+            counts = np.where(mixed, floor_ - n, inc)
             n_mixed = int(mixed.sum())
             serve = np.zeros(len(act), bool)
             serve[np.flatnonzero(mixed)[:need]] = True
@@ -387,11 +508,7 @@ class Allocator:
             was_mixed = (ledger.s[slots] > 0) & (ledger.s[slots] < ledger.nsc[slots])
             ledger.generate(slots, np.concatenate([c_counts, np.full(len(new), cfg.n0, np.int64)]))
 
-            if self._ext is None:
-                dec, p_new = decide(ledger.n[slots], ledger.nsc[slots], ledger.s[slots], k=k, tau_low=cfg.tau_low,
-                                    commit_min=floor_, alpha0=cfg.prior_alpha, beta0=cfg.prior_beta)
-            else:  # per-prompt history priors and/or the Bayes-optimal boundary
-                dec, p_new = self._ext.decide(ledger.pid[slots], ledger.n[slots], ledger.nsc[slots], ledger.s[slots])
+            dec, p_new = self._decide(ledger.pid[slots], ledger.n[slots], ledger.nsc[slots], ledger.s[slots])
             ledger.p[slots] = p_new
             committed = slots[dec == COMMIT]
             abandoned = slots[dec == ABANDON]

@@ -95,7 +95,8 @@ class Group:
     Attributes:
         prompt_id: dataset index of the prompt.
         rollout_ids: ``(m,)`` int64 step-local ids of the group's rollouts, in generation order (ids count up from 0
-            over the step, in the order rollouts were returned by ``rollout_fn``). ``m <= k``; the trainer pads to k
+            over the step: first the rollouts carried in from the previous step, in the order of its
+            ``carry_rollout_ids``, then in the order rollouts were returned by ``rollout_fn``). ``m <= k``; the trainer pads to k
             with masked rows. Empty for a fill group.
         success: ``(m,)`` float64 outcomes of those rollouts (NaN = unscorable).
         is_fill: True for a placeholder group added because the step ended short of B (see
@@ -121,7 +122,12 @@ class Group:
 @dataclass
 class StepStats:
     """Accounting for one step. Invariant (asserted by :meth:`check`), for rollouts and for tokens:
-    ``generated == trained + abandoned + surplus + active_left``.
+    ``generated + carried_in == trained + abandoned + surplus + active_left``.
+
+    ``generated`` counts only rollouts generated in this step. With ``carry_over`` the rollouts of prompts still
+    undecided (``active_left``) or committed beyond B (``surplus``) at the end of a step are carried into the next
+    step, where they are counted again as ``carried_in`` (never as generated) and end as trained, abandoned, surplus
+    or active there; without it ``carried_in`` is 0 and those fates are final.
 
     Groups: ``committed`` counts groups kept by the rule (trained + surplus); ``unfilled`` is B minus the real groups
     in the batch; ``expected_lost`` is the summed p_eff at abandonment, the expected number of abandoned groups that
@@ -150,6 +156,9 @@ class StepStats:
     expected_lost: float = 0.0
     unscorable: int = 0
     stop_reason: str = ""
+    rollouts_carried_in: int = 0
+    tokens_carried_in: int = 0
+    carried_in: int = 0
 
     @property
     def effective_fraction(self) -> float:
@@ -160,10 +169,11 @@ class StepStats:
         """Raise ``AssertionError`` if any generated rollout or token is unaccounted for."""
         r = self.rollouts_trained + self.rollouts_abandoned + self.rollouts_surplus + self.rollouts_active_left
         t = self.tokens_trained + self.tokens_abandoned + self.tokens_surplus + self.tokens_active_left
-        if r != self.rollouts_generated or t != self.tokens_generated:
+        if (r != self.rollouts_generated + self.rollouts_carried_in
+                or t != self.tokens_generated + self.tokens_carried_in):
             raise AssertionError(
-                f"accounting broken: generated {self.rollouts_generated} rollouts/{self.tokens_generated} tokens but "
-                f"fates sum to {r}/{t}"
+                f"accounting broken: generated {self.rollouts_generated} rollouts/{self.tokens_generated} tokens "
+                f"(+ carried in {self.rollouts_carried_in}/{self.tokens_carried_in}) but fates sum to {r}/{t}"
             )
 
     def as_dict(self) -> dict:
@@ -205,6 +215,9 @@ class StepResult:
     stats: StepStats
     prompt_table: dict = field(default_factory=dict)
     round_sizes: list[int] = field(default_factory=list)  # rollouts requested per round
+    carry_rollout_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """With ``carry_over``: ``(C,)`` step-local ids of the rollouts carried into the next step, in the order they
+    take the next step's ids ``0 .. C-1`` (a trainer keeps these rollouts' completions for the next step)."""
 
     @property
     def records(self) -> list[PromptRecord]:

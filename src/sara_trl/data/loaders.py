@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ import datasets
 
 from sara_trl.rewards.extract import last_boxed
 
-from .paths import LOCAL_FILES
+from .paths import LOCAL_FILES, find_shared_data_dir
 from .templates import COUNTDOWN_TEMPLATE, MATH_TEMPLATE, chat_prompt, fill_template
 
 logger = logging.getLogger(__name__)
@@ -147,7 +148,20 @@ def _load_raw(
             raise ValueError(f"no offline file for {dataset} split {split!r}; pass path= or load it from the Hub")
         return _load_file(Path(data_dir) / LOCAL_FILES[key])
     src = HUB_SOURCES[(dataset, split)]
-    ds = datasets.load_dataset(src.repo_id, src.config, split=src.split)
+    try:
+        ds = datasets.load_dataset(src.repo_id, src.config, split=src.split)
+    except Exception as err:  # offline or unreachable Hub: use the shared offline copy of the same data if present
+        key = _LOCAL_KEYS.get((dataset, split))
+        local = find_shared_data_dir(required=False)
+        if key is None or local is None or not (Path(local) / LOCAL_FILES[key]).is_file():
+            raise ConnectionError(
+                f"could not load {dataset} ({split}) from the Hub ({src.repo_id}): {type(err).__name__}: {err}. "
+                "Offline, pass path= (a local JSONL/Parquet file) or data_dir= (a directory of the shared files)."
+            ) from err
+        warnings.warn(f"Hub load of {src.repo_id} failed ({type(err).__name__}); loading the offline copy "
+                      f"{Path(local) / LOCAL_FILES[key]} instead (pass data_dir= to choose it explicitly)",
+                      stacklevel=3)
+        return _load_file(Path(local) / LOCAL_FILES[key])
     if src.rows is not None:
         start, stop = src.rows
         ds = ds.select(range(start, min(stop, len(ds))))

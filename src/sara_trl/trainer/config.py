@@ -73,6 +73,13 @@ _SARA_DOC = r"""
             `sara/unfilled`).
         round_increment (`int`, *optional*, defaults to `1`):
             Rollouts added per round to a continuing, still-unmixed prompt (paper: 1).
+        continue_to_decision (`bool`, *optional*, defaults to `False`):
+            The core's `round_increment="to_decision"`: an unmixed prompt gets, in one round, all its rollouts up to
+            the point where the rule would abandon it if its run stayed unanimous (n_a = k - floor(tau_low (k + 1))
+            in all for the paper's rule). With `commit_min=None` (full groups) every prompt costs exactly the
+            rollouts it costs one at a time, and a step needs fewer rounds (k=8 simulation: median 3-4 instead of
+            5; see benchmarks/RESULTS.md for the end-of-step cost). A separate field because `HfArgumentParser`
+            gives `round_increment` one type.
         max_rollouts_per_round (`int` or `None`, *optional*, defaults to `None`):
             Capacity of one batched generation call, in rollouts (`>= k`). `None` means no cap.
         yield_decay (`float`, *optional*, defaults to `0.5`):
@@ -81,6 +88,14 @@ _SARA_DOC = r"""
         refill_margin (`float`, *optional*, defaults to `0.5`):
             Extra fresh prompts drawn per round, in standard deviations of the number of commits the round can
             expect: 0 draws for the expected need only (fewest rollouts, most rounds). `>= 0`.
+        carry_over (`bool`, *optional*, defaults to `False`):
+            SARA only. Prompts still undecided when a step's B-th group commits (and groups committed beyond B) keep
+            their rollouts and continue in the next step instead of being dropped, so a finite batch wastes nothing
+            at its end (simulation, k=8, B=64: 0.73 instead of 0.76 of dynamic sampling's rollouts; more at small
+            B). Their earlier rollouts were sampled by the previous policy: one step off-policy, which TRL's vLLM
+            importance-sampling correction (`vllm_importance_sampling_correction`) reweights; with transformers
+            generation they are trained as if on-policy. Checkpoints save the carried completions
+            (`sara_carry.pt`).
         success_threshold (`float`, *optional*, defaults to `0.5`):
             A rollout counts as a success when its score is `> success_threshold`. The score is the weighted reward
             sum (`reward_weights`, as TRL combines rewards), or the raw value of the reward function named by
@@ -182,6 +197,14 @@ class _SaraArguments:
     round_increment: int = field(
         default=1, metadata={"help": "Rollouts added per round to a continuing, still-unmixed prompt, >= 1."}
     )
+    continue_to_decision: bool = field(
+        default=False,
+        metadata={
+            "help": "Give an unmixed prompt, in one round, all its rollouts up to the point where the rule would "
+            "abandon it if its run stayed unanimous (the core's round_increment='to_decision'): same rollouts per "
+            "prompt as the paper's one-at-a-time schedule when commit_min = num_generations, fewer rounds."
+        },
+    )
     max_rollouts_per_round: int | None = field(
         default=None,
         metadata={"help": "Capacity of one batched generation call in rollouts (>= k); None means no cap."},
@@ -197,6 +220,13 @@ class _SaraArguments:
         metadata={
             "help": "Extra fresh prompts per round, in standard deviations of the expected commits (>= 0); 0 draws "
             "for the expected need only (fewest rollouts, most rounds)."
+        },
+    )
+    carry_over: bool = field(
+        default=False,
+        metadata={
+            "help": "SARA: carry prompts still undecided at the end of a step (and surplus groups) into the next step "
+            "with their rollouts instead of dropping them (one step off-policy)."
         },
     )
     success_threshold: float = field(
@@ -298,10 +328,9 @@ class _SaraArguments:
         """
         k = self.num_generations
         if not 1 <= self.n0 <= k:
-            raise ValueError(
-                f"n0 ({self.n0}) must satisfy 1 <= n0 <= num_generations ({k}): the probe of a fresh prompt cannot "
-                "be larger than a full group."
-            )
+            why = ("a fresh prompt needs at least one probe rollout before it can be judged" if self.n0 < 1
+                   else "the probe of a fresh prompt cannot be larger than a full group")
+            raise ValueError(f"n0 ({self.n0}) must satisfy 1 <= n0 <= num_generations ({k}): {why}.")
         if self.commit_min is not None and not 2 <= self.commit_min <= k:
             raise ValueError(
                 f"commit_min ({self.commit_min}) must satisfy 2 <= commit_min <= num_generations ({k}): a committed "
@@ -315,9 +344,14 @@ class _SaraArguments:
                 "stopping_rule='bayes_optimal' (one spelling on the command line and in Python)."
             )
         if not 0.0 <= self.tau_low < 1.0:
+            why = ("a negative threshold on a probability never abandons; use 0 for that" if self.tau_low < 0
+                   else "1 or more would abandon every prompt that is not already mixed")
+            raise ValueError(f"tau_low ({self.tau_low}) must lie in [0, 1): it is a probability threshold on p_eff, "
+                             f"and {why}.")
+        if self.continue_to_decision and self.round_increment != 1:
             raise ValueError(
-                f"tau_low ({self.tau_low}) must lie in [0, 1): it is a probability threshold on p_eff, and 1 would "
-                "abandon every prompt that is not already mixed."
+                f"round_increment ({self.round_increment}) is not used with continue_to_decision=True (an unmixed "
+                "prompt then gets all its rollouts up to the next abandon point in one round): leave it at 1."
             )
         if self.stopping_rule == "bayes_optimal" and self.tau_low != _DEFAULT_TAU_LOW:
             raise ValueError(
@@ -377,10 +411,11 @@ class _SaraArguments:
             prior_beta=_as_float(self.prior_beta),
             budget_cap=_as_float(self.budget_cap),
             max_rounds=_as_int(self.max_rounds),
-            round_increment=_as_int(self.round_increment),
+            round_increment="to_decision" if self.continue_to_decision else _as_int(self.round_increment),
             max_rollouts_per_round=_as_int(self.max_rollouts_per_round),
             yield_decay=_as_float(self.yield_decay),
             refill_margin=_as_float(self.refill_margin),
+            carry_over=self.carry_over,
             auto_prior=self.auto_prior,
             auto_prior_decay=_as_float(self.auto_prior_decay),
             auto_min_prompts=_as_int(self.auto_min_prompts),

@@ -42,6 +42,9 @@ STEP_METRICS = (
     "effective_fraction",
     "expected_lost",
     "unscorable",
+    "rollouts_carried_in",
+    "tokens_carried_in",
+    "carried_in",
 )
 
 # Beyond-paper diagnostics (``Allocator.diagnostics()``) that are running totals since the start of training: logged
@@ -60,7 +63,8 @@ def log_step_metrics(
     """Append one step's ``sara/*`` values to TRL's metric buffer.
 
     Logged: every name in :data:`STEP_METRICS` (accounting invariant, for rollouts and tokens alike:
-    ``generated = trained + abandoned + surplus + active_left``); ``sara/raw_success_rate``, the success rate over
+    ``generated + carried_in = trained + abandoned + surplus + active_left``, where ``carried_in`` is nonzero only
+    with ``carry_over``, whose ``surplus`` and ``active_left`` are carried into the next step, not lost); ``sara/raw_success_rate``, the success rate over
     *all* rollouts generated this step (TRL's ``reward`` only sees the committed, mostly mixed groups, so it is biased
     towards 0.5 under SARA and dynamic sampling); ``sara/cumulative_rollouts`` and ``sara/cumulative_tokens``,
     running totals since the start of training (restored on resume); and ``sara/<key>`` for each number in
@@ -103,6 +107,11 @@ def _replace_last(metrics: dict[str, list], name: str, value: float) -> None:
         metrics[name][-1] = float(value)
 
 
+_LENGTH_METRICS = tuple(f"completions/{m}" for m in (
+    "mean_length", "min_length", "max_length", "clipped_ratio", "mean_terminated_length", "min_terminated_length",
+    "max_terminated_length"))
+
+
 def correct_padding_metrics(
     metrics: dict[str, list],
     lengths: np.ndarray,
@@ -115,7 +124,7 @@ def correct_padding_metrics(
 
     TRL computed ``completions/*`` over every row of the batch it was handed, padding rows (a single EOS token)
     included, and counts a fill group (all rewards NaN, so its std is NaN) as a group with non-zero reward std.
-    This replaces the value TRL has just appended for the current batch.
+    This replaces the value TRL has just appended for the current batch (NaN when every row is padding).
 
     Args:
         metrics: ``trainer._metrics["train"]``.
@@ -137,6 +146,9 @@ def correct_padding_metrics(
         _replace_last(metrics, "completions/mean_terminated_length", term.mean())
         _replace_last(metrics, "completions/min_terminated_length", term.min())
         _replace_last(metrics, "completions/max_terminated_length", term.max())
+    else:  # an all-padding batch (every group a fill group): no real completion to measure
+        for name in _LENGTH_METRICS:
+            _replace_last(metrics, name, float("nan"))
     if unfilled and metrics.get("frac_reward_zero_std"):
         # TRL's value is a mean over rows of isclose(group std, 0); fill-group rows (std NaN) counted as False.
         metrics["frac_reward_zero_std"][-1] += unfilled / num_groups

@@ -72,6 +72,7 @@ __all__ = ["SARA_STATE_NAME", "SaraTrainerMixin", "build_row_plan"]
 logger = logging.get_logger(__name__)
 
 SARA_STATE_NAME = "sara_state.json"
+SARA_CARRY_NAME = "sara_carry.pt"  # carry_over: completions of the prompts carried into the next step
 
 
 def build_row_plan(groups: list[Group], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -210,6 +211,7 @@ class SaraTrainerMixin:
         self.sara_last_step: StepResult | None = None
         self._sara_replay: _Replay | None = None
         self._sara_row_cache: dict[int, dict] = {}
+        self._sara_carry: RolloutCache | None = None  # carry_over: rollouts handed to the next step
 
     # ------------------------------------------------------------------------------------------ data access
     def _sara_row(self, prompt_id: int) -> dict:
@@ -239,19 +241,26 @@ class SaraTrainerMixin:
         device = self.accelerator.device
         self._sara_row_cache = {}
 
-        # 1. Collect.
-        cache = RolloutCache()
+        # 1. Collect (with carry_over, the rollouts carried from the previous step take the first ids).
+        cache = self._sara_carry if self._sara_carry is not None else RolloutCache()
+        self._sara_carry = None
+        if cache.num_rollouts != self.sara_allocator.carried_rollouts:  # pragma: no cover - kept in step by design
+            raise RuntimeError(f"SARA carry-over out of sync: {cache.num_rollouts} cached rollouts for "
+                               f"{self.sara_allocator.carried_rollouts} carried by the allocator")
         show = self.accelerator.is_main_process and not args.disable_tqdm
         with RoundProgress(self.state.global_step + 1, show) as progress, self._sara_vllm_awake():
             result = self.sara_allocator.collect(make_rollout_fn(self, cache, progress), self.sara_stream, num_groups)
         self.sara_last_step = result
+        if len(result.carry_rollout_ids):
+            self._sara_carry = cache.carry(result.carry_rollout_ids)
+        new_labels = cache.success_labels()[cache.carried:]
         if result.stats.unfilled and self.accelerator.is_main_process:
             stats = result.stats
             logger.warning(
                 f"SARA step {self.state.global_step + 1}: only {num_groups - stats.unfilled} of {num_groups} groups were "
                 f"filled (stopped by: {stats.stop_reason}); the {stats.unfilled} missing groups are masked out of the "
                 f"loss. {stats.rollouts_generated} rollouts, success rate "
-                f"{np.nanmean(cache.success_labels()) if stats.rollouts_generated else float('nan'):.3f}. If this "
+                f"{np.nanmean(new_labels) if stats.rollouts_generated else float('nan'):.3f}. If this "
                 "repeats, the task is too hard or too easy for the model (or max_completion_length too short): "
                 "raise budget_cap or max_rounds, lower tau_low, or change the data."
             )
@@ -316,7 +325,7 @@ class SaraTrainerMixin:
         log_step_metrics(
             metrics,
             result.stats,
-            cache.success_labels(),
+            new_labels,
             cumulative_rollouts=self.sara_allocator.total_rollouts,
             cumulative_tokens=self.sara_allocator.total_tokens,
             diagnostics=self.sara_allocator.diagnostics(),
@@ -396,6 +405,8 @@ class SaraTrainerMixin:
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, SARA_STATE_NAME), "w") as handle:
                 json.dump(self._sara_state_dict(), handle, indent=2)
+            if self._sara_carry is not None:  # the carried prompts' completions, for the next step
+                torch.save(self._sara_carry.state(), os.path.join(folder, SARA_CARRY_NAME))
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -417,4 +428,14 @@ class SaraTrainerMixin:
             state = json.load(handle)
         self.sara_allocator.load_state_dict(state["allocator"])
         self.sara_stream.load_state_dict(state["stream"])
+        self._sara_carry = None
+        if self.sara_allocator.carried_rollouts:
+            carry_path = os.path.join(checkpoint, SARA_CARRY_NAME)
+            if not os.path.isfile(carry_path):
+                raise FileNotFoundError(
+                    f"{path} carries {self.sara_allocator.carried_prompts} undecided prompts into the next step "
+                    f"(carry_over) but {carry_path} with their completions is missing; restore the whole checkpoint "
+                    "folder."
+                )
+            self._sara_carry = RolloutCache.from_state(torch.load(carry_path, weights_only=False))
 

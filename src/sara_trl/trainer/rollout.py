@@ -58,6 +58,8 @@ class RolloutCache:
         round_index: per rollout, the 1-based round that generated it.
         extra_logs: per column logged by a reward function through ``log_extra``, one value per rollout (``None``
             where a round did not log that column).
+        carried: rollouts at the front that were carried in from the previous step (``carry_over``; round index 0);
+            the step's own rollouts follow.
     """
 
     completion_ids: list[list[int]] = field(default_factory=list)
@@ -67,10 +69,44 @@ class RolloutCache:
     tokens: list[np.ndarray] = field(default_factory=list)
     round_index: list[int] = field(default_factory=list)
     extra_logs: dict[str, list] = field(default_factory=dict)
+    carried: int = 0
 
     @property
     def num_rollouts(self) -> int:
         return len(self.completion_ids)
+
+    def carry(self, ids: np.ndarray) -> RolloutCache:
+        """The rollouts ``ids`` (``(C,)`` step-local ids, ``StepResult.carry_rollout_ids``) as the start of the next
+        step's cache: their ids there are ``0 .. C-1`` in this order, their round index 0 (carried)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        pick = ids.tolist()
+        rewards = self.reward_matrix()
+        return RolloutCache(
+            completion_ids=[self.completion_ids[i] for i in pick],
+            logprobs=[self.logprobs[i] for i in pick],
+            rewards=[rewards[torch.as_tensor(ids)]] if len(ids) else [],
+            success=[self.success_labels()[ids]] if len(ids) else [],
+            tokens=[np.concatenate(self.tokens)[ids]] if len(ids) else [],
+            round_index=[0] * len(pick),
+            extra_logs={name: [values[i] for i in pick] for name, values in self.extra_logs.items()},
+            carried=len(pick),
+        )
+
+    def state(self) -> dict:
+        """Plain-Python/tensor form for ``torch.save`` (checkpointing a carried cache)."""
+        return {"completion_ids": self.completion_ids, "logprobs": self.logprobs, "rewards": self.reward_matrix(),
+                "success": self.success_labels(), "tokens": np.concatenate(self.tokens) if self.tokens else
+                np.zeros(0, np.int64), "round_index": self.round_index, "extra_logs": self.extra_logs,
+                "carried": self.carried}
+
+    @classmethod
+    def from_state(cls, state: dict) -> RolloutCache:
+        n = len(state["completion_ids"])
+        return cls(completion_ids=list(state["completion_ids"]), logprobs=list(state["logprobs"]),
+                   rewards=[state["rewards"]] if n else [], success=[np.asarray(state["success"])] if n else [],
+                   tokens=[np.asarray(state["tokens"], np.int64)] if n else [],
+                   round_index=list(state["round_index"]), extra_logs=dict(state["extra_logs"]),
+                   carried=int(state["carried"]))
 
     def reward_matrix(self) -> torch.Tensor:
         """All reward rows, ``(num_rollouts, F)`` float32 on CPU."""
