@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 
 __all__ = ["fig3a", "fig3c", "fig6a", "fig6b", "fig6c", "fig6d", "overhead_plot", "replay_plot", "training_plot"]
 
-COLORS = {"uniform": "#7f7f7f", "DS": "#1f77b4", "SARA": "#d62728"}
+COLORS = {"uniform": "#7f7f7f", "DS": "#1f77b4", "SARA": "#d62728", "SARA + carry_over": "#ff7f0e"}
 
 
 def _save(fig, path: Path) -> None:
@@ -203,11 +203,11 @@ def replay_plot(bars: dict, path: Path) -> None:
     """Rollouts and tokens per step on the replay bank, relative to DS. ``bars``: name -> (roll ratio, tok ratio)."""
     names = list(bars)
     x = np.arange(len(names))
-    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
     ax.bar(x - 0.2, [bars[n][0] for n in names], 0.4, label="rollouts / DS")
     ax.bar(x + 0.2, [bars[n][1] for n in names], 0.4, label="tokens / DS")
     ax.set_xticks(x)
-    ax.set_xticklabels(names, fontsize=8)
+    ax.set_xticklabels(names, fontsize=7, rotation=25, ha="right")
     ax.axhline(1.0, color="k", lw=0.7)
     ax.set_title("Replay of real SmolLM2 outcomes")
     ax.legend(fontsize=8)

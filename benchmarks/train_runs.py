@@ -32,7 +32,10 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
-ALLOCATORS = {"uniform": "uniform", "DS": "dynamic_sampling", "SARA": "sara"}
+# Run name -> SaraConfig allocation fields. "SARA + carry_over" keeps the prompts still undecided at the end of a
+# step for the next one (beyond the paper; see SaraConfig.carry_over).
+ALLOCATORS = {"uniform": {"allocator": "uniform"}, "DS": {"allocator": "dynamic_sampling"},
+              "SARA": {"allocator": "sara"}, "SARA + carry_over": {"allocator": "sara", "carry_over": True}}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,7 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=8, help="optimizer steps per allocator (same for all)")
     ap.add_argument("--groups", type=int, default=4, help="B: groups per step")
     ap.add_argument("--k", type=int, default=8, help="group size (num_generations)")
-    ap.add_argument("--allocators", default="uniform,DS,SARA", help="comma-separated subset of uniform,DS,SARA")
+    ap.add_argument("--allocators", default=",".join(ALLOCATORS),
+                    help="comma-separated subset of " + ",".join(ALLOCATORS))
     ap.add_argument("--max-completion", type=int, default=24, help="max_completion_length in tokens")
     ap.add_argument("--max-operand", type=int, default=9)
     ap.add_argument("--ops", default="+")
@@ -119,7 +123,7 @@ def run_one(name: str, args, model_dir: str, train_ds, eval_ds) -> dict:
         max_steps=args.steps, num_generations=args.k, per_device_train_batch_size=args.groups * args.k,
         max_completion_length=args.max_completion, logging_steps=1, save_strategy="no", learning_rate=args.lr,
         activation_checkpointing=False, disable_tqdm=True, dataloader_num_workers=0, seed=args.seed,
-        allocator=ALLOCATORS[name], budget_cap=args.budget_cap, temperature=1.0,
+        budget_cap=args.budget_cap, temperature=1.0, **ALLOCATORS[name],
     )
     trainer = SaraGRPOTrainer(model=model_dir, reward_funcs=numeric_reward, args=cfg, train_dataset=train_ds,
                               processing_class=tokenizer, callbacks=[Recorder()])

@@ -17,7 +17,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks import overhead, replay, run, sim  # noqa: E402
 from benchmarks.common import mean_ci, md_table  # noqa: E402
-from sara_trl.allocation import AllocationConfig, PromptStream  # noqa: E402
+from sara_trl.allocation import AllocationConfig  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------ statistics

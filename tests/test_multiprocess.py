@@ -211,10 +211,12 @@ def test_rollout_fn_lockstep_on_uneven_and_single_prompt_rounds(world, fake_worl
         assert caches[rank].round_index == [r + 1 for r, t in enumerate(totals) for _ in range(t)]
 
 
-@pytest.mark.parametrize("allocator", ["sara", "dynamic_sampling", "uniform"])
-def test_allocator_decisions_identical_across_ranks(allocator, fake_world):
+@pytest.mark.parametrize("allocator, carry_over",
+                         [("sara", False), ("sara", True), ("dynamic_sampling", False), ("uniform", False)])
+def test_allocator_decisions_identical_across_ranks(allocator, carry_over, fake_world):
     """The real allocator in lock-step on 2 ranks whose local outcomes differ (each rank its own random rewards, as
-    each process samples its own completions): the gathered outcomes make every decision identical."""
+    each process samples its own completions): the gathered outcomes make every decision identical, and with
+    carry_over every rank carries the same completions into the next step."""
     fake = fake_world(2)
     rngs = [np.random.default_rng(100 + rank) for rank in range(2)]
 
@@ -222,18 +224,23 @@ def test_allocator_decisions_identical_across_ranks(allocator, fake_world):
         return rngs[rank].integers(0, 2, size=len(pids)).astype(float).tolist()
 
     def rank_main(rank):
-        cfg = AllocationConfig(allocator=allocator, k=4, budget_cap=8.0)
+        cfg = AllocationConfig(allocator=allocator, k=4, budget_cap=8.0, carry_over=carry_over,
+                               refill_margin=2.0 if carry_over else 0.5)
         allocator_, stream = Allocator(cfg), PromptStream(num_prompts=40, seed=3)
-        steps = []
-        for _ in range(2):
-            fn = make_rollout_fn(FakeTrainer(fake, rank, random_reward), RolloutCache())
+        steps, carried, cache = [], [], RolloutCache()
+        for _ in range(3 if carry_over else 2):
+            fn = make_rollout_fn(FakeTrainer(fake, rank, random_reward), cache)
             steps.append(allocator_.collect(fn, stream, 3))
-        return steps, allocator_.state_dict(), stream.state_dict()
+            cache = cache.carry(steps[-1].carry_rollout_ids) if carry_over else RolloutCache()
+            carried.append(cache.completion_ids)
+        return steps, allocator_.state_dict(), stream.state_dict(), carried
 
     results = fake.run(rank_main)
     assert all(status == "ok" for status, _ in results), results
-    (steps0, alloc0, stream0), (steps1, alloc1, stream1) = results[0][1], results[1][1]
-    assert alloc0 == alloc1 and stream0 == stream1
+    (steps0, alloc0, stream0, carried0), (steps1, alloc1, stream1, carried1) = results[0][1], results[1][1]
+    assert alloc0 == alloc1 and stream0 == stream1 and carried0 == carried1
+    if carry_over:
+        assert sum(s.stats.carried_in for s in steps0) > 0
     for a, b in zip(steps0, steps1):
         assert a.stats.as_dict() == b.stats.as_dict() and a.round_sizes == b.round_sizes
         assert [(g.prompt_id, g.rollout_ids.tolist(), g.success.tolist(), g.is_fill) for g in a.groups] == [

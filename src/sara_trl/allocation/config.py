@@ -41,13 +41,13 @@ class AllocationConfig:
             :meth:`Allocator.mix_rate`) used to size refills (0 keeps only the current step, values near 1 keep a
             long memory).
         refill_margin: extra fresh prompts drawn per round, in standard deviations of the number of commits the
-            round can expect (0 draws for the expected need only: fewest rollouts, most rounds; 0.5 gave a median
-            of 4 rounds per step at k=8 for about 1% more rollouts in simulation, see benchmarks/RESULTS.md).
+            round can expect (0 draws for the expected need only: fewest rollouts, most rounds; 0.5 trades about
+            1% more rollouts for fewer rounds in simulation, see benchmarks/BEYOND_PAPER.md).
         carry_over: SARA only. Prompts still undecided when the step's B-th group commits, and groups committed
             beyond B, keep their rollouts and move into the next step (first in line) instead of being wasted, so
             the end-of-step waste of a finite batch disappears. Their earlier rollouts come from the previous
-            policy (one step off-policy; TRL's vLLM importance-sampling correction reweights them). Off by default
-            (the paper drops them).
+            policy (one step off-policy; with vLLM, TRL GRPO's importance-sampling correction reweights or masks
+            them). Off by default (the paper drops them).
 
     Beyond the paper (all off by default; with the defaults the allocator is the paper's SARA, decision for
     decision; see :mod:`sara_trl.allocation.extensions`):

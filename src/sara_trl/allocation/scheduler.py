@@ -200,7 +200,8 @@ class Allocator:
     Cross-step state (saved by :meth:`state_dict`): the refill model, decayed by ``yield_decay`` each step (per
     rollout count n, the share of still-unmixed prompts that went on to mix, :meth:`mix_rate`; and the rollouts a
     fresh prompt costs until resolved, :meth:`fresh_cost_estimate`), used to size refills so that a step needs few
-    rounds; and cumulative rollout/token totals.
+    rounds; cumulative rollout/token totals; and, with ``carry_over``, the prompts handed to the next step (their
+    counts and rollout outcomes; the trainer keeps their completions, see ``StepResult.carry_rollout_ids``).
     """
 
     def __init__(self, config: AllocationConfig | None = None):

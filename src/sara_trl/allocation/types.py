@@ -96,8 +96,8 @@ class Group:
         prompt_id: dataset index of the prompt.
         rollout_ids: ``(m,)`` int64 step-local ids of the group's rollouts, in generation order (ids count up from 0
             over the step: first the rollouts carried in from the previous step, in the order of its
-            ``carry_rollout_ids``, then in the order rollouts were returned by ``rollout_fn``). ``m <= k``; the trainer pads to k
-            with masked rows. Empty for a fill group.
+            ``carry_rollout_ids``, then in the order rollouts were returned by ``rollout_fn``). ``m <= k``; the
+            trainer pads to k with masked rows. Empty for a fill group.
         success: ``(m,)`` float64 outcomes of those rollouts (NaN = unscorable).
         is_fill: True for a placeholder group added because the step ended short of B (see
             :func:`sara_trl.allocation.scheduler.collect`); the trainer masks it out of the loss.

@@ -92,10 +92,11 @@ _SARA_DOC = r"""
             SARA only. Prompts still undecided when a step's B-th group commits (and groups committed beyond B) keep
             their rollouts and continue in the next step instead of being dropped, so a finite batch wastes nothing
             at its end (simulation, k=8, B=64: 0.73 instead of 0.76 of dynamic sampling's rollouts; more at small
-            B). Their earlier rollouts were sampled by the previous policy: one step off-policy, which TRL's vLLM
-            importance-sampling correction (`vllm_importance_sampling_correction`) reweights; with transformers
-            generation they are trained as if on-policy. Checkpoints save the carried completions
-            (`sara_carry.pt`).
+            B). Their earlier rollouts were sampled by the previous policy: one step off-policy. With vLLM, GRPO's
+            `vllm_importance_sampling_correction` (on by default) compares the current model's log-probs with the
+            sampling log-probs kept for each rollout, so a stale rollout is reweighted or, outside the clip range of
+            the default `"sequence_mask"` mode, masked; with transformers generation (or RLOO) it is trained as if
+            on-policy. Checkpoints save the carried completions (`sara_carry.pt`).
         success_threshold (`float`, *optional*, defaults to `0.5`):
             A rollout counts as a success when its score is `> success_threshold`. The score is the weighted reward
             sum (`reward_weights`, as TRL combines rewards), or the raw value of the reward function named by

@@ -64,7 +64,8 @@ def log_step_metrics(
 
     Logged: every name in :data:`STEP_METRICS` (accounting invariant, for rollouts and tokens alike:
     ``generated + carried_in = trained + abandoned + surplus + active_left``, where ``carried_in`` is nonzero only
-    with ``carry_over``, whose ``surplus`` and ``active_left`` are carried into the next step, not lost); ``sara/raw_success_rate``, the success rate over
+    with ``carry_over``, whose ``surplus`` and ``active_left`` are carried into the next step, not lost);
+    ``sara/raw_success_rate``, the success rate over
     *all* rollouts generated this step (TRL's ``reward`` only sees the committed, mostly mixed groups, so it is biased
     towards 0.5 under SARA and dynamic sampling); ``sara/cumulative_rollouts`` and ``sara/cumulative_tokens``,
     running totals since the start of training (restored on resume); and ``sara/<key>`` for each number in
