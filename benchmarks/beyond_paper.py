@@ -419,9 +419,9 @@ def report(P, in_step, robust, multi, drift, replay_res, bank_info, oracle, elap
               f"{bank_info['mean_success']:.3f}, all-fail {bank_info['all_fail']:.1%}, all-pass "
               f"{bank_info['all_pass']:.1%}, Phi(k=8)={bank_info.get('phi', float('nan')):.3f}. "
               f"{P['replay_steps']} steps (the bank recurs: multi-epoch).", "", table(replay_res, with_hits=True), "",
-              "Read this table with its regime in mind: the bank has 184 prompts, of which about 43% can mix at "
-              "k=8, for B=64 groups per step, so every step redraws the same prompts (often several times per "
-              "step, for every allocator) and the refill over-draws. Without carry_over the groups committed beyond "
+              f"Read this table with its regime in mind: the bank has {bank_info['prompts']} prompts (Phi(k=8) = "
+              f"{bank_info.get('phi', float('nan')):.2f}) for B={B} groups per step, so every step redraws the same "
+              "prompts (often several times per step, for every allocator) and the refill over-draws. Without carry_over the groups committed beyond "
               "B and the prompts in flight are thrown away each step; with it they are trained in later steps, so "
               "over-draws cost nothing and selection can ask for few, well-predicted prompts. On a dataset much "
               "larger than B (sections 1-2) the effect of carry_over is the few percent of end-of-step waste."]

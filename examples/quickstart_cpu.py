@@ -87,6 +87,8 @@ def load_task_file(path: str) -> tuple[Dataset, object]:
     math rows (``problem``, ``answer``) -> ``math_reward``. Raises ValueError for any other layout."""
     import datasets
 
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--dataset {path}: no such file (give a local .jsonl or .parquet file)")
     builder = "parquet" if path.endswith(".parquet") else "json"
     columns = set(datasets.load_dataset(builder, data_files=path, split="train").column_names)
     if {"nums", "target"} <= columns:

@@ -195,7 +195,10 @@ def test_quick_run_end_to_end(tmp_path):
                     "## 4. Replay", "## 5. Allocator overhead", "## 6. Real CPU training runs"):
         assert heading in md
     assert "QUICK MODE" in md and "120 prompts x 16 completions" in md
-    assert "| SARA | 2 | 380 | 3800 | 1.000 | 0.200 -> 0.300 | 0.100 -> 0.200 | 3 |" in md
+    # Section 6: SARA's 2 * 190 rollouts are 380 / 500 = 0.76 of DS's, its tokens 3800 / 5000.
+    assert "| SARA | 2 | 380 | 0.76 | 3800 | 0.76 | 1.0 | 1.000 | 0.200 -> 0.300 | 0.100 -> 0.200 | 3 |" in md
+    assert "Measured: SARA spent 0.76 of DS's rollouts and 0.76 of its tokens" in md
+    assert "uniform trained 75.0% zero-advantage groups" in md
     assert "Command: `python benchmarks/run.py --quick" in md
     for png in ("fig3a_decidability", "fig3c_effective_vs_rollouts", "fig6a_tau_sweep", "fig6b_n0_sweep",
                 "fig6c_fixed_budget", "fig6d_savings_vs_k", "overhead", "replay_cost", "train_runs"):
@@ -215,3 +218,19 @@ def test_quick_run_skips_replay_without_bank(tmp_path):
     md = (out / "RESULTS.md").read_text()
     assert "**Skipped: no replay bank" in md and "**Not run.**" in md
     assert json.loads((out / "results.json").read_text())["replay"] is None
+
+
+def test_beyond_paper_quick_run(tmp_path):
+    from benchmarks import beyond_paper
+
+    success, tokens = synthetic_bank(P=120)
+    bank = tmp_path / "bank.npz"
+    np.savez_compressed(bank, success=success, tokens=tokens)
+    assert beyond_paper.main(["--quick", "--out", str(tmp_path), "--bank", str(bank)]) == 0
+    md = (tmp_path / "BEYOND_PAPER.md").read_text()
+    for heading in ("## 1. In-step only", "## 2. Multi-epoch", "## 3. Drift", "## 4. Replay", "## Targets (issue 8)"):
+        assert heading in md
+    assert "| auto + loss cap 0.12 + carry_over |" in md and "Bank: 120 prompts x 16 completions" in md
+    res = json.loads((tmp_path / "beyond_paper.json").read_text())
+    assert res["in_step"]["DS"]["rollouts_vs_ds"]["mean"] == 1.0
+    assert res["in_step"]["SARA + carry_over"]["min_effective_fraction"] == 1.0

@@ -252,3 +252,10 @@ def test_unreachable_hub_falls_back_to_the_offline_copy_or_says_what_to_pass(tmp
     monkeypatch.setenv("SARA_SHARED_DATA", str(tmp_path))  # no offline copy there
     with pytest.raises(ConnectionError, match=r"could not load amc23 \(test\) from the Hub .*pass path="):
         load_dataset_by_name("amc23")
+
+
+def test_missing_local_paths_say_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"data_dir='.*nowhere' is not a directory"):
+        load_math(data_dir=tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match=r"missing.jsonl does not exist \(expected a local"):
+        load_math(path=tmp_path / "missing.jsonl")

@@ -106,6 +106,8 @@ def test_quickstart_dataset_file_picks_the_reward():
     assert reward is countdown_reward and len(data) == 1024 and data[0]["target"] == 36
     data, reward = quickstart.load_task_file(str(shared_data_file("amc23")))
     assert reward is math_reward and len(data) == 40 and "answer" in data.column_names
+    with pytest.raises(FileNotFoundError, match=r"--dataset /nonexistent/data.jsonl: no such file"):
+        quickstart.load_task_file("/nonexistent/data.jsonl")
 
 
 def test_dynamic_sampling_estimate_closed_form():

@@ -94,7 +94,7 @@ def test_python_fields_and_rloo_share_them():
         ({"selection_pool": 0.5}, r"selection_pool=0.5 must be >= 1"),
         ({"selection_floor": 0.0}, r"selection_floor=0.0 must lie in \(0, 1\]"),
         ({"selection_seed": 1.5}, r"selection_seed=1.5 must be an integer"),
-        ({"n0": 2.5}, r"n0=2.5 must satisfy 1 <= n0 <= k=4"),  # not silently rounded to 2
+        ({"n0": 2.5}, r"n0=2.5 must be an integer number of rollouts"),  # not silently rounded to 2
         ({"allocator": "greedy"}, r"allocator must be one of \('sara', 'dynamic_sampling', 'uniform'\)"),
         ({"round_increment": 0}, r"round_increment=0 must be an integer >= 1"),
         ({"yield_decay": 1.5}, r"yield_decay=1.5 must lie in \[0, 1\]"),

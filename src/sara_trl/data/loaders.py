@@ -123,7 +123,7 @@ MATH_SUBJECTS = (
 def _load_file(path: str | os.PathLike) -> datasets.Dataset:
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{p} does not exist")
+        raise FileNotFoundError(f"{p} does not exist (expected a local .jsonl, .json or .parquet file)")
     name = p.name.lower()
     if name.endswith(".parquet"):
         builder = "parquet"
@@ -146,6 +146,9 @@ def _load_raw(
         key = _LOCAL_KEYS.get((dataset, split))
         if key is None:
             raise ValueError(f"no offline file for {dataset} split {split!r}; pass path= or load it from the Hub")
+        if not Path(data_dir).is_dir():
+            raise FileNotFoundError(f"data_dir={str(data_dir)!r} is not a directory (it should hold the offline files, "
+                                    f"e.g. {LOCAL_FILES[key]})")
         return _load_file(Path(data_dir) / LOCAL_FILES[key])
     src = HUB_SOURCES[(dataset, split)]
     try:

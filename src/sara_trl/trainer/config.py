@@ -77,9 +77,11 @@ _SARA_DOC = r"""
             The core's `round_increment="to_decision"`: an unmixed prompt gets, in one round, all its rollouts up to
             the point where the rule would abandon it if its run stayed unanimous (n_a = k - floor(tau_low (k + 1))
             in all for the paper's rule). With `commit_min=None` (full groups) every prompt costs exactly the
-            rollouts it costs one at a time, and a step needs fewer rounds (k=8 simulation: median 3-4 instead of
-            5; see benchmarks/RESULTS.md for the end-of-step cost). A separate field because `HfArgumentParser`
-            gives `round_increment` one type.
+            rollouts it costs one at a time, and a step needs fewer rounds (simulation, k=8: median 3 instead of
+            5). Per step it costs more (0.79 instead of 0.76 of dynamic sampling's rollouts at k=8): larger rounds
+            leave more prompts drawn beyond the need when the batch fills, unless `carry_over=True` keeps them
+            (0.75, median 3; benchmarks/RESULTS.md). A separate field because `HfArgumentParser` gives
+            `round_increment` one type.
         max_rollouts_per_round (`int` or `None`, *optional*, defaults to `None`):
             Capacity of one batched generation call, in rollouts (`>= k`). `None` means no cap.
         yield_decay (`float`, *optional*, defaults to `0.5`):
@@ -91,8 +93,8 @@ _SARA_DOC = r"""
         carry_over (`bool`, *optional*, defaults to `False`):
             SARA only. Prompts still undecided when a step's B-th group commits (and groups committed beyond B) keep
             their rollouts and continue in the next step instead of being dropped, so a finite batch wastes nothing
-            at its end (simulation, k=8, B=64: 0.73 instead of 0.76 of dynamic sampling's rollouts; more at small
-            B). Their earlier rollouts were sampled by the previous policy: one step off-policy. With vLLM, GRPO's
+            at its end (simulation, k=8, B=64: 0.74 instead of 0.76 of dynamic sampling's rollouts). Their earlier
+            rollouts were sampled by the previous policy: one step off-policy. With vLLM, GRPO's
             `vllm_importance_sampling_correction` (on by default) compares the current model's log-probs with the
             sampling log-probs kept for each rollout, so a stale rollout is reweighted or, outside the clip range of
             the default `"sequence_mask"` mode, masked; with transformers generation (or RLOO) it is trained as if
@@ -203,7 +205,8 @@ class _SaraArguments:
         metadata={
             "help": "Give an unmixed prompt, in one round, all its rollouts up to the point where the rule would "
             "abandon it if its run stayed unanimous (the core's round_increment='to_decision'): same rollouts per "
-            "prompt as the paper's one-at-a-time schedule when commit_min = num_generations, fewer rounds."
+            "prompt as the paper's one-at-a-time schedule when commit_min = num_generations, fewer rounds; more "
+            "end-of-step over-draw unless carry_over=True."
         },
     )
     max_rollouts_per_round: int | None = field(
