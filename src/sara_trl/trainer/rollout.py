@@ -101,6 +101,7 @@ class RolloutCache:
 
     @classmethod
     def from_state(cls, state: dict) -> RolloutCache:
+        """Rebuild a cache from :meth:`state` (a carried cache loaded from a checkpoint's ``sara_carry.pt``)."""
         n = len(state["completion_ids"])
         return cls(completion_ids=list(state["completion_ids"]), logprobs=list(state["logprobs"]),
                    rewards=[state["rewards"]] if n else [], success=[np.asarray(state["success"])] if n else [],
