@@ -18,6 +18,9 @@ first steps included), divided by DS's on the same seed; the mean and a 95% Stud
 simulator's gamma, hypergeometric for the replay bank).
 
 The full run takes about 15 minutes on 2 shared CPU cores; ``--quick`` runs a smoke-sized version in seconds.
+
+Layout: :func:`run_beyond` computes (-> :class:`BeyondResults`, one :class:`RunTotals` per allocator and seed),
+:func:`render` formats (prose in ``benchmarks/templates/beyond_paper.md``), :meth:`BeyondResults.to_json` saves.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 # The allocator's linear algebra is tiny (a 4-parameter prior fit per step); BLAS worker threads only contend for
@@ -42,11 +46,12 @@ if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
 from benchmarks import replay, sim  # noqa: E402
-from benchmarks.common import environment_lines, fmt_ci, mean_ci, md_table  # noqa: E402
+from benchmarks.common import TextBlocks, environment_lines, fmt_ci, mean_ci, md_table  # noqa: E402
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream  # noqa: E402
 from sara_trl.allocation.optimal_stopping import MixturePrior, evaluate_policy, solve_rate  # noqa: E402
 from sara_trl.allocation.types import FATE_ABANDONED  # noqa: E402
 
+TEXT = TextBlocks(HERE / "templates" / "beyond_paper.md")
 K = 8
 B = 64
 DS = AllocationConfig(allocator="dynamic_sampling", budget_cap=40.0)  # as in run.py: DS must always fill
@@ -97,10 +102,26 @@ REPLAY = [MULTI[i] for i in (0, 1, 2)] + [("auto (mixture prior)", AUTO),
                                           ("auto + carry_over", dataclasses.replace(AUTO, carry_over=True))] + [
     MULTI[i] for i in (6, 9, 12)]
 
-FULL = dict(seeds=tuple(range(10)), in_steps=30, pool=20_000, multi_seeds=(0, 1, 2), multi_steps=150, multi_pool=512,
-            drift=0.02, robust_steps=15, replay_steps=60)
-QUICK = dict(seeds=(0, 1), in_steps=3, pool=3_000, multi_seeds=(0,), multi_steps=6, multi_pool=256, drift=0.02,
-             robust_steps=2, replay_steps=4)
+@dataclass(frozen=True)
+class Settings:
+    """Sizes of one run (``FULL`` for the committed results, ``QUICK`` for the smoke test); saved as ``params``."""
+
+    seeds: tuple[int, ...]  # seeds of the in-step and robustness tables
+    in_steps: int  # consecutive steps per seed, in-step table
+    pool: int  # prompts per seed's pool, in-step and robustness tables (little recurrence)
+    multi_seeds: tuple[int, ...]  # seeds of the multi-epoch, drift and replay tables
+    multi_steps: int
+    multi_pool: int  # small pool: prompts recur every few steps
+    drift: float  # share of prompts redrawing their success rate each step (drift table)
+    robust_steps: int
+    replay_steps: int
+
+
+FULL = Settings(seeds=tuple(range(10)), in_steps=30, pool=20_000, multi_seeds=(0, 1, 2), multi_steps=150,
+                multi_pool=512, drift=0.02, robust_steps=15, replay_steps=60)
+QUICK = Settings(seeds=(0, 1), in_steps=3, pool=3_000, multi_seeds=(0,), multi_steps=6, multi_pool=256, drift=0.02,
+                 robust_steps=2, replay_steps=4)
+ROBUST_LAWS = ("hard", "beta_0.3", "beta_1_1")
 
 
 class DriftSource(sim.SimSource):
@@ -122,45 +143,66 @@ class DriftSource(sim.SimSource):
         self.steps += 1
 
 
-def run_one(source, cfg: AllocationConfig, steps: int, seed: int) -> dict:
+# ------------------------------------------------------------------------------------------------ computing
+@dataclass
+class RunTotals:
+    """Totals of one run: ``steps`` consecutive steps of one allocator on one seed."""
+
+    rollouts: int = 0  # generated
+    tokens: int = 0  # generated
+    effective: int = 0  # effective (mixed) groups in the trained batches
+    groups: int = 0  # groups in the trained batches
+    abandoned: int = 0  # abandoned prompts
+    would_mix: float = 0.0  # expected number of abandoned groups that would have mixed at size k
+    rounds: int = 0
+    min_effective_fraction: float = 1.0  # over steps
+    # End-of-step waste in rollouts (still in flight or surplus when the B-th group committed); with carry_over only
+    # what the last step still holds, as everything earlier is trained later.
+    waste: int = 0
+    steps: int = 0
+    diagnostics: dict | None = None  # Allocator.diagnostics() after the last step
+    history_hit_rate: float = float("nan")  # mean over steps where the allocator reports one; NaN if none does
+
+
+def run_one(source, cfg: AllocationConfig, steps: int, seed: int) -> RunTotals:
     """``steps`` consecutive steps of one allocator; totals over the run plus the allocator's final diagnostics."""
     alloc = Allocator(cfg)
     stream = PromptStream(len(source), seed=seed)
-    tot = dict(rollouts=0, tokens=0, eff=0, groups=0, abandoned=0, would=0.0, rounds=0, min_eff_frac=1.0,
-               active_left=0)
+    tot = RunTotals(steps=steps)
     hits = []
     for _ in range(steps):
         source.start_step()
         res = alloc.collect(source, stream, B)
         st = res.stats
-        ab = [r for r in res.records if r.fate == FATE_ABANDONED]
-        if ab:
-            pid = np.array([r.prompt_id for r in ab], np.int64)
-            s = np.array([r.s for r in ab], np.int64)
+        abandoned = [r for r in res.records if r.fate == FATE_ABANDONED]
+        if abandoned:
+            pid = np.array([r.prompt_id for r in abandoned], np.int64)
+            s = np.array([r.s for r in abandoned], np.int64)
             # An all-pass prefix with unscorable rollouts has s < n: use s as its length (an upper bound on r).
-            n = np.array([r.s if 0 < r.s < r.n else r.n for r in ab], np.int64)
-            tot["would"] += float(source.would_mix(pid, n, s, cfg.k).sum())
-        tot["rollouts"] += st.rollouts_generated
-        tot["tokens"] += st.tokens_generated
-        tot["eff"] += st.effective_in_batch
-        tot["groups"] += st.batch_groups
-        tot["abandoned"] += len(ab)
-        tot["rounds"] += st.rounds
-        # Waste = rollouts never trained or abandoned: with carry_over only what the last step still holds.
-        tot["active_left"] += 0 if cfg.carry_over else st.rollouts_active_left + st.rollouts_surplus
-        tot["min_eff_frac"] = min(tot["min_eff_frac"], st.effective_fraction)
+            n = np.array([r.s if 0 < r.s < r.n else r.n for r in abandoned], np.int64)
+            tot.would_mix += float(source.would_mix(pid, n, s, cfg.k).sum())
+        tot.rollouts += st.rollouts_generated
+        tot.tokens += st.tokens_generated
+        tot.effective += st.effective_in_batch
+        tot.groups += st.batch_groups
+        tot.abandoned += len(abandoned)
+        tot.rounds += st.rounds
+        tot.waste += 0 if cfg.carry_over else st.rollouts_active_left + st.rollouts_surplus
+        tot.min_effective_fraction = min(tot.min_effective_fraction, st.effective_fraction)
         d = alloc.diagnostics()
         if d and np.isfinite(d.get("history_hit_rate", np.nan)):
             hits.append(d["history_hit_rate"])
     if cfg.carry_over:
-        tot["active_left"] = st.rollouts_active_left + st.rollouts_surplus
-    tot["steps"] = steps
-    tot["diag"] = alloc.diagnostics()
-    tot["hit_rate"] = float(np.mean(hits)) if hits else float("nan")
+        tot.waste = st.rollouts_active_left + st.rollouts_surplus
+    tot.diagnostics = alloc.diagnostics()
+    tot.history_hit_rate = float(np.mean(hits)) if hits else float("nan")
     return tot
 
 
-def run_table(configs, make_source, seeds, steps, log) -> dict:
+Runs = dict[str, list[RunTotals]]  # allocator name -> one RunTotals per seed; the first allocator is the reference
+
+
+def run_table(configs, make_source, seeds, steps, log) -> Runs:
     """Every config on every seed; per-seed ratios to the first config (DS)."""
     out = {name: [] for name, _ in configs}
     for seed in seeds:
@@ -171,12 +213,84 @@ def run_table(configs, make_source, seeds, steps, log) -> dict:
     return out
 
 
-def _ratio(runs, ref, key):
-    return np.array([r[key] / r["eff"] / (d[key] / d["eff"]) for r, d in zip(runs, ref)])
+@dataclass
+class BeyondResults:
+    """Every table of ``BEYOND_PAPER.md`` before formatting. ``bank``: :func:`benchmarks.replay.bank_summary` at k,
+    or None with ``replay`` when there is no bank; ``oracle_multi_epoch``: k over DS's rollouts per effective group
+    on the multi-epoch pool (an allocator that draws only prompts whose group mixes)."""
+
+    settings: Settings
+    quick: bool
+    in_step: Runs
+    robust: dict[str, Runs]
+    multi_epoch: Runs
+    drift: Runs
+    replay: Runs | None
+    bank: dict | None
+    oracle_multi_epoch: float
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict:
+        """The ``beyond_paper.json`` document."""
+        return {"params": {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self.settings).items()},
+                "quick": self.quick, "in_step": summary(self.in_step),
+                "robust": {k: summary(v) for k, v in self.robust.items()}, "multi_epoch": summary(self.multi_epoch),
+                "drift": summary(self.drift), "oracle_multi_epoch": self.oracle_multi_epoch,
+                "replay": summary(self.replay) if self.replay else None, "elapsed_s": self.elapsed_s}
 
 
-def _fmt_diag(run) -> str:
-    d = run["diag"]
+def run_beyond(settings: Settings, quick: bool, bank_path: Path, log) -> BeyondResults:
+    """Run the four sections (replay only when ``bank_path`` exists)."""
+    law = sim.DISTRIBUTIONS["u_shaped"].sample
+    log("1. in-step (u_shaped, large pool)")
+    in_step = run_table(IN_STEP, lambda s: sim.SimSource(law(settings.pool, s), seed=s), settings.seeds,
+                        settings.in_steps, log)
+    log("1b. robustness over distributions")
+    robust = {}
+    for name in ROBUST_LAWS:
+        d = sim.DISTRIBUTIONS[name]
+        robust[name] = run_table(ROBUST, lambda s, d=d: sim.SimSource(d.sample(settings.pool, s), seed=s),
+                                 settings.seeds, settings.robust_steps, log)
+    log("2. multi-epoch (small pool)")
+    multi = run_table(MULTI, lambda s: sim.SimSource(law(settings.multi_pool, s), seed=s), settings.multi_seeds,
+                      settings.multi_steps, log)
+    log("3. drift")
+    drift = run_table(DRIFT, lambda s: DriftSource(law(settings.multi_pool, s), s, law, settings.drift),
+                      settings.multi_seeds, settings.multi_steps, log)
+    replay_res, bank = None, None
+    if bank_path.exists():
+        log("4. replay bank")
+        success, tokens, _ = replay.load_bank(bank_path)
+        bank = replay.bank_summary(success, K)
+        replay_res = run_table(REPLAY, lambda s: replay.ReplaySource(success, tokens, seed=s), settings.multi_seeds,
+                               settings.replay_steps, log)
+    # Oracle for the multi-epoch pool: only prompts that will mix are drawn, k rollouts each.
+    oracle = K / np.mean([r.rollouts / r.effective for r in multi["DS"]])
+    return BeyondResults(settings, quick, in_step, robust, multi, drift, replay_res, bank, oracle)
+
+
+def _ratio(runs: list[RunTotals], ref: list[RunTotals], key: str) -> np.ndarray:
+    """Per seed: ``key`` (rollouts or tokens) per effective group, divided by the reference's on the same seed."""
+    return np.array([getattr(r, key) / r.effective / (getattr(d, key) / d.effective) for r, d in zip(runs, ref)])
+
+
+def _cost_vs_ds(runs: Runs, name: str, key: str = "rollouts"):
+    return mean_ci(_ratio(runs[name], runs["DS"], key))
+
+
+def _would_mix_share(runs: list[RunTotals]) -> float | None:
+    abandoned = sum(r.abandoned for r in runs)
+    return sum(r.would_mix for r in runs) / abandoned if abandoned else None
+
+
+def _mean_hit_rate(runs: list[RunTotals]) -> float | None:
+    """Mean history hit rate over the seeds that report one; None (not NaN) when none does."""
+    rates = [r.history_hit_rate for r in runs if np.isfinite(r.history_hit_rate)]
+    return float(np.mean(rates)) if rates else None
+
+
+def _fmt_diag(run: RunTotals) -> str:
+    d = run.diagnostics
     if not d or not np.isfinite(d.get("lam", np.nan)):
         return ""
     unit = "tok" if d["cost_pass"] != 1.0 or d["cost_fail"] != 1.0 else "roll"
@@ -185,9 +299,9 @@ def _fmt_diag(run) -> str:
             f"lam*={d['lam']:.4g} {unit}/group")
 
 
-def table(res: dict, with_diag: bool = True, with_hits: bool = False, oracle: float | None = None) -> str:
-    names = list(res)
-    ref = res[names[0]]
+def table(res: Runs, with_diag: bool = True, with_hits: bool = False, oracle: float | None = None) -> str:
+    """One row per allocator: costs relative to the first (DS), waste, effective fraction, would-mix, rounds."""
+    ref = next(iter(res.values()))
     header = ["allocator", "rollouts / DS", "tokens / DS", "rollouts per effective group", "end-of-step waste",
               "effective fraction (min step)", "would-mix / abandoned", "rounds per step"]
     if with_hits:
@@ -195,52 +309,41 @@ def table(res: dict, with_diag: bool = True, with_hits: bool = False, oracle: fl
     if with_diag:
         header.append("prior, boundary, lam* (last step, seed 0)")
     rows = []
-    for name in names:
-        runs = res[name]
-        r_ratio = mean_ci(_ratio(runs, ref, "rollouts"))
-        t_ratio = mean_ci(_ratio(runs, ref, "tokens"))
-        per_eff = mean_ci([r["rollouts"] / r["eff"] for r in runs])
-        frac = mean_ci([r["eff"] / r["groups"] for r in runs])
-        min_frac = min(r["min_eff_frac"] for r in runs)
-        ab = sum(r["abandoned"] for r in runs)
-        would = f"{sum(r['would'] for r in runs) / ab:.1%}" if ab else "-"
-        rounds = np.mean([r["rounds"] / r["steps"] for r in runs])
-        waste = np.mean([r["active_left"] / r["eff"] for r in runs])
-        row = [name, fmt_ci(r_ratio), fmt_ci(t_ratio), fmt_ci(per_eff, 2), f"{waste:.2f}",
-               f"{frac.mean:.3f} ({min_frac:.2f})", would, f"{rounds:.1f}"]
+    for name, runs in res.items():
+        per_effective = mean_ci([r.rollouts / r.effective for r in runs])
+        fraction = mean_ci([r.effective / r.groups for r in runs])
+        would = _would_mix_share(runs)
+        row = [name, fmt_ci(mean_ci(_ratio(runs, ref, "rollouts"))), fmt_ci(mean_ci(_ratio(runs, ref, "tokens"))),
+               fmt_ci(per_effective, 2), f"{np.mean([r.waste / r.effective for r in runs]):.2f}",
+               f"{fraction.mean:.3f} ({min(r.min_effective_fraction for r in runs):.2f})",
+               "-" if would is None else f"{would:.1%}", f"{np.mean([r.rounds / r.steps for r in runs]):.1f}"]
         if with_hits:
-            h = np.nanmean([r["hit_rate"] for r in runs])
-            row.append("-" if not np.isfinite(h) else f"{h:.2f}")
+            hit_rate = _mean_hit_rate(runs)
+            row.append("-" if hit_rate is None else f"{hit_rate:.2f}")
         if with_diag:
             row.append(_fmt_diag(runs[0]))
         rows.append(row)
     if oracle is not None:
-        extra = ["oracle (draws only prompts whose k-group mixes)", f"{oracle:.3f}", "", f"{K:.2f}", "0", "1.000", "-",
-                 ""]
+        extra = [TEXT("multi_oracle_row"), f"{oracle:.3f}", "", f"{K:.2f}", "0", "1.000", "-", ""]
         extra += [""] * (len(header) - len(extra))
         rows.append(extra)
     return md_table(header, rows)
 
 
-def summary(res: dict) -> dict:
-    names = list(res)
-    ref = res[names[0]]
-    out = {}
-    for name in names:
-        runs = res[name]
-        ab = sum(r["abandoned"] for r in runs)
-        out[name] = {
-            "rollouts_vs_ds": dataclasses.asdict(mean_ci(_ratio(runs, ref, "rollouts"))),
-            "tokens_vs_ds": dataclasses.asdict(mean_ci(_ratio(runs, ref, "tokens"))),
-            "rollouts_per_effective": float(np.mean([r["rollouts"] / r["eff"] for r in runs])),
-            "effective_fraction": float(np.mean([r["eff"] / r["groups"] for r in runs])),
-            "min_effective_fraction": float(min(r["min_eff_frac"] for r in runs)),
-            "would_mix_share": (sum(r["would"] for r in runs) / ab) if ab else None,
-            "rounds_per_step": float(np.mean([r["rounds"] / r["steps"] for r in runs])),
-            "end_of_step_waste_per_effective": float(np.mean([r["active_left"] / r["eff"] for r in runs])),
-            "diagnostics_seed0": runs[0]["diag"],
-        }
-    return out
+def summary(res: Runs) -> dict:
+    """Per allocator, the JSON form of :func:`table`'s row (plus the seed-0 diagnostics)."""
+    ref = next(iter(res.values()))
+    return {name: {
+        "rollouts_vs_ds": dataclasses.asdict(mean_ci(_ratio(runs, ref, "rollouts"))),
+        "tokens_vs_ds": dataclasses.asdict(mean_ci(_ratio(runs, ref, "tokens"))),
+        "rollouts_per_effective": float(np.mean([r.rollouts / r.effective for r in runs])),
+        "effective_fraction": float(np.mean([r.effective / r.groups for r in runs])),
+        "min_effective_fraction": float(min(r.min_effective_fraction for r in runs)),
+        "would_mix_share": _would_mix_share(runs),
+        "rounds_per_step": float(np.mean([r.rounds / r.steps for r in runs])),
+        "end_of_step_waste_per_effective": float(np.mean([r.waste / r.effective for r in runs])),
+        "diagnostics_seed0": runs[0].diagnostics,
+    } for name, runs in res.items()}
 
 
 def law_optimum() -> list[list]:
@@ -264,55 +367,77 @@ def law_optimum() -> list[list]:
     return rows
 
 
+# ------------------------------------------------------------------------------------------------ rendering
+def render(results: BeyondResults, bank_path: Path, command: str) -> str:
+    """``BEYOND_PAPER.md`` (prose in ``benchmarks/templates/beyond_paper.md``)."""
+    settings = results.settings
+    seeds = ", ".join(map(str, settings.seeds))
+    multi_seeds = ", ".join(map(str, settings.multi_seeds))
+    in_step, multi = results.in_step, results.multi_epoch
+    waste = {n: np.mean([r.waste / r.effective for r in in_step[n]]) for n in in_step}
+    best = min((n for n in multi if n != "DS"), key=lambda n: _cost_vs_ds(multi, n).mean)
+    robust = "\n\n".join(TEXT("robust_law", name=name, description=sim.DISTRIBUTIONS[name].description,
+                                steps=settings.robust_steps, seeds=seeds, table=table(runs))
+                           for name, runs in results.robust.items())
+    return TEXT(
+        "document", quick_banner=TEXT("quick_banner") + "\n\n" if results.quick else "", k=K, batch=B,
+        in_step_pool=settings.pool, in_step_steps=settings.in_steps, in_step_table=table(in_step),
+        in_step_stamp=environment_lines(command, seeds),
+        law_table=md_table(["policy", "cost / DS (exact)", "abandon all-fail / all-pass run at n ="], law_optimum()),
+        in_step_measured=_in_step_measured(in_step), auto_waste=f"{waste['auto (mixture prior)']:.2f}",
+        sara_waste=f"{waste['SARA (paper default, tau_low=0.45)']:.2f}", robust_tables=robust,
+        multi_pool=settings.multi_pool, multi_steps=settings.multi_steps, history_decay=HIST, multi_seeds=multi_seeds,
+        multi_table=table(multi, with_hits=True, oracle=results.oracle_multi_epoch),
+        multi_stamp=environment_lines(command, multi_seeds), best=best,
+        best_ratio=f"{_cost_vs_ds(multi, best).mean:.3f}", oracle=f"{results.oracle_multi_epoch:.3f}",
+        drift=f"{settings.drift:.0%}", drift_table=table(results.drift, with_hits=True),
+        replay_section=_replay_section(results, bank_path), targets_table=_targets(in_step, multi),
+        elapsed=f"{results.elapsed_s:.0f}") + "\n"
+
+
+def _in_step_measured(res: Runs) -> str:
+    def cost(name: str, key: str = "rollouts") -> str:
+        return f"{_cost_vs_ds(res, name, key).mean:.3f}"
+
+    return TEXT("in_step_measured", sara=cost("SARA (paper default, tau_low=0.45)"), auto=cost("auto (mixture prior)"),
+                auto_cap=cost("auto + loss cap 0.10"), auto_tokens=cost("auto, token cost", "tokens"),
+                sara_no_margin=cost("SARA, refill_margin=0"), auto_no_margin=cost("auto, refill_margin=0"),
+                auto_cap_no_margin=cost("auto + loss cap 0.10, refill_margin=0"), sara_carry=cost("SARA + carry_over"),
+                auto_carry=cost("auto + carry_over"), auto_cap_carry=cost("auto + loss cap 0.10 + carry_over"),
+                auto_cap12_carry=cost("auto + loss cap 0.12 + carry_over"),
+                auto_cap15_carry=cost("auto + loss cap 0.15 + carry_over"),
+                auto_tokens_carry=cost("auto, token cost + carry_over", "tokens"))
+
+
+def _replay_section(results: BeyondResults, bank_path: Path) -> str:
+    if results.replay is None:
+        return TEXT("replay_skipped", bank=bank_path)
+    bank = results.bank
+    return TEXT("replay", prompts=bank["prompts"], completions=bank["completions"],
+                mean_success=f"{bank['mean_success']:.3f}", all_fail=f"{bank['all_fail']:.1%}",
+                all_pass=f"{bank['all_pass']:.1%}", phi=f"{bank.get('phi', float('nan')):.3f}",
+                phi_rounded=f"{bank.get('phi', float('nan')):.2f}", steps=results.settings.replay_steps,
+                table=table(results.replay, with_hits=True), batch=B)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke-sized run (seconds); numbers are not results")
     ap.add_argument("--out", type=Path, default=HERE, help="output folder for BEYOND_PAPER.md / beyond_paper.json")
     ap.add_argument("--bank", type=Path, default=replay.DEFAULT_BANK, help="replay bank (.npz)")
     args = ap.parse_args(argv)
-    P = QUICK if args.quick else FULL
     args.out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
 
     def log(msg):
         print(msg, flush=True)
 
-    law = sim.DISTRIBUTIONS["u_shaped"].sample
-    log("1. in-step (u_shaped, large pool)")
-    in_step = run_table(IN_STEP, lambda s: sim.SimSource(law(P["pool"], s), seed=s), P["seeds"], P["in_steps"], log)
-    log("1b. robustness over distributions")
-    robust = {}
-    for dname in ("hard", "beta_0.3", "beta_1_1"):
-        d = sim.DISTRIBUTIONS[dname]
-        robust[dname] = run_table(ROBUST, lambda s, d=d: sim.SimSource(d.sample(P["pool"], s), seed=s), P["seeds"],
-                                  P["robust_steps"], log)
-    log("2. multi-epoch (small pool)")
-    multi = run_table(MULTI, lambda s: sim.SimSource(law(P["multi_pool"], s), seed=s), P["multi_seeds"],
-                      P["multi_steps"], log)
-    log("3. drift")
-    drift = run_table(DRIFT, lambda s: DriftSource(law(P["multi_pool"], s), s, law, P["drift"]), P["multi_seeds"],
-                      P["multi_steps"], log)
-    replay_res, bank_info = None, None
-    if args.bank.exists():
-        log("4. replay bank")
-        success, tokens, meta = replay.load_bank(args.bank)
-        bank_info = replay.bank_summary(success, K)
-        replay_res = run_table(REPLAY, lambda s: replay.ReplaySource(success, tokens, seed=s), P["multi_seeds"],
-                               P["replay_steps"], log)
-
-    # Oracle for the multi-epoch pool: only prompts that will mix are drawn, k rollouts each.
-    ds_multi = np.mean([r["rollouts"] / r["eff"] for r in multi["DS"]])
-    oracle = K / ds_multi
-    elapsed = time.time() - t_start
-    cmd = "python benchmarks/beyond_paper.py" + (" --quick" if args.quick else "")
-    md = report(P, in_step, robust, multi, drift, replay_res, bank_info, oracle, elapsed, cmd, args)
-    (args.out / "BEYOND_PAPER.md").write_text(md)
-    js = {"params": {k: list(v) if isinstance(v, tuple) else v for k, v in P.items()}, "quick": args.quick,
-          "in_step": summary(in_step), "robust": {k: summary(v) for k, v in robust.items()},
-          "multi_epoch": summary(multi), "drift": summary(drift), "oracle_multi_epoch": oracle,
-          "replay": summary(replay_res) if replay_res else None, "elapsed_s": elapsed}
-    (args.out / "beyond_paper.json").write_text(json.dumps(js, indent=1, default=_json_default))
-    log(f"wrote {args.out / 'BEYOND_PAPER.md'} in {elapsed:.0f}s")
+    results = run_beyond(QUICK if args.quick else FULL, args.quick, args.bank, log)
+    results.elapsed_s = time.time() - t_start
+    command = "python benchmarks/beyond_paper.py" + (" --quick" if args.quick else "")
+    (args.out / "BEYOND_PAPER.md").write_text(render(results, args.bank, command))
+    (args.out / "beyond_paper.json").write_text(json.dumps(results.to_json(), indent=1, default=_json_default))
+    log(f"wrote {args.out / 'BEYOND_PAPER.md'} in {results.elapsed_s:.0f}s")
     return 0
 
 
@@ -324,214 +449,41 @@ def _json_default(o):
     raise TypeError(type(o))
 
 
-def _val(res, name, key="rollouts"):
-    return mean_ci(_ratio(res[name], res["DS"], key))
-
-
-def report(P, in_step, robust, multi, drift, replay_res, bank_info, oracle, elapsed, cmd, args) -> str:
-    seeds = ", ".join(map(str, P["seeds"]))
-    mseeds = ", ".join(map(str, P["multi_seeds"]))
-    L = ["# Beyond the paper: Bayes-optimal stopping, history warm-start, predictive selection, token cost", ""]
-    if args.quick:
-        L += ["**QUICK RUN: smoke-test sizes, the numbers below are not results.**", ""]
-    L += [
-        "Options of `AllocationConfig` added for issue 8, all off by default (the defaults reproduce the paper's SARA "
-        "decision for decision, `tests/test_beyond_paper.py::test_off_by_default_equivalence`):",
-        "",
-        "| field | default | meaning |",
-        "| :--- | :--- | :--- |",
-        "| `tau_low` | `0.45` | `\"auto\"`: Bayes-optimal continue/abandon boundary over (n, side) by backward "
-        "induction at the self-consistent cost per effective group (Dinkelbach), prior fitted online |",
-        "| `auto_prior` | `\"mixture\"` | fitted family: point masses at 0 and 1 + Beta, or `\"beta\"` |",
-        "| `auto_prior_decay` | `0.9` | per-step decay of the outcome table the prior (and token means) are fitted "
-        "on |",
-        "| `auto_min_prompts` | `64` | outcomes needed before the fit is used (until then the paper's rule at 0.45) |",
-        "| `auto_loss_cap` | `None` | abandon only where p_eff < cap (Thm 1 bound on would-mix per "
-        "abandonment) |",
-        "| `cost_unit` | `\"rollouts\"` | `\"tokens\"`: a rollout costs its expected length (success / failure "
-        "means) |",
-        "| `history_decay` | `None` | lambda: per-prompt decayed Beta pseudo-counts carried across steps "
-        "(App. D) |",
-        "| `selection` | `None` | `\"thompson\"` / `\"greedy\"`: fresh prompts ranked by the history posterior |",
-        "| `selection_pool` | `4.0` | candidate pool drawn from the stream, as a multiple of the prompts requested |",
-        "| `selection_floor` | `0.1` | epsilon-uniform share of picks: every candidate's chance >= eps * requested / "
-        "pool |",
-        "| `selection_seed` | `0` | seed of the selection generator (checkpointed) |",
-        "",
-        "Metrics are logged by `Allocator.diagnostics()` (fitted prior `prior_w0/w1/a/b`, boundary "
-        "`abandon_at_fail/pass`, `lam`, `history_hit_rate`, `cost_pass/fail`, `boundary_recomputes`, "
-        "`selection_pool`).",
-        "",
-        "Columns: *rollouts / DS* and *tokens / DS*: generated per effective group in the batch, over all steps of a "
-        "run (cold start included), divided by DS on the same seed; mean [95% t-interval] over seeds. *end-of-step "
-        "waste*: rollouts per effective group spent on prompts still in flight when the B-th group committed "
-        "(`rollouts_active_left`), set by the scheduler's refill rule (`refill_margin`, default 0.5 sd), not by the "
-        "stopping rule. *would-mix / abandoned*: expected share of abandoned groups that would have mixed at size k. "
-        "DS runs with its safety cap lifted (as in `RESULTS.md`).",
-        "",
-        f"## 1. In-step only (no history), k={K}, B={B}, realistic U-shaped law",
-        "",
-        f"`u_shaped` law (42% gamma=0, 24% gamma=1, 34% Beta(1,1)), pool of {P['pool']} prompts (little recurrence), "
-        f"{P['in_steps']} steps per seed.",
-        "",
-        table(in_step),
-        "",
-        environment_lines(cmd, seeds),
-        "",
-        "Exact values under the law itself (no sampling noise; `optimal_stopping.evaluate_policy` / `solve_rate`), "
-        "relative to DS's exact k/Phi:",
-        "",
-        md_table(["policy", "cost / DS (exact)", "abandon all-fail / all-pass run at n ="], law_optimum()),
-        "",
-    ]
-    L += _in_step_text(in_step)
-    L += ["", "### Other success-rate laws (auto vs paper default)", ""]
-    for dname, res in robust.items():
-        L += [f"**{dname}**: {sim.DISTRIBUTIONS[dname].description}. {P['robust_steps']} steps x seeds {seeds}.",
-              "", table(res), ""]
-    L += [
-        f"## 2. Multi-epoch: {P['multi_pool']} prompts, {P['multi_steps']} steps (prompts recur every few steps)",
-        "",
-        f"Same law, small pool; history decay lambda={HIST} unless stated. Seeds {mseeds}.",
-        "",
-        table(multi, with_hits=True, oracle=oracle),
-        "",
-        environment_lines(cmd, mseeds),
-        "",
-    ]
-    L += _multi_text(multi, oracle)
-    L += [
-        "",
-        f"## 3. Drift: the multi-epoch pool with {P['drift']:.0%} of prompts redrawing gamma every step",
-        "",
-        "A moving policy: a prompt's success rate is redrawn from the law at random steps, so history goes stale.",
-        "",
-        table(drift, with_hits=True),
-        "",
-    ]
-    L += _drift_text(drift)
-    L += ["", "## 4. Replay of real SmolLM2 outcomes", ""]
-    if replay_res is None:
-        L += [f"Skipped: no replay bank at `{args.bank}` yet (produced by `benchmarks/make_replay_bank.py`, another "
-              "work item). Rerun this script once it exists."]
-    else:
-        L += [f"Bank: {bank_info['prompts']} prompts x {bank_info['completions']} completions, mean success "
-              f"{bank_info['mean_success']:.3f}, all-fail {bank_info['all_fail']:.1%}, all-pass "
-              f"{bank_info['all_pass']:.1%}, Phi(k=8)={bank_info.get('phi', float('nan')):.3f}. "
-              f"{P['replay_steps']} steps (the bank recurs: multi-epoch).", "", table(replay_res, with_hits=True), "",
-              f"Read this table with its regime in mind: the bank has {bank_info['prompts']} prompts (Phi(k=8) = "
-              f"{bank_info.get('phi', float('nan')):.2f}) for B={B} groups per step, so every step redraws the same "
-              "prompts (often several times per step, for every allocator) and the refill over-draws. Without carry_over the groups committed beyond "
-              "B and the prompts in flight are thrown away each step; with it they are trained in later steps, so "
-              "over-draws cost nothing and selection can ask for few, well-predicted prompts. On a dataset much "
-              "larger than B (sections 1-2) the effect of carry_over is the few percent of end-of-step waste."]
-    L += ["", "## Targets (issue 8)", ""] + _targets(in_step, multi) + [
-        "", "## What is not covered", "",
-        "- The boundary assumes one rollout per round for a continuing prompt (`round_increment=1`, the paper's "
-        "setting); with larger increments it is still applied per state but is no longer exactly optimal.",
-        "- The empirical-Bayes fit is parametric: prompts abandoned after two or three same-outcome rollouts cannot "
-        "distinguish a point mass at 0 from a Beta with mass near 0, so the continuation probabilities beyond the "
-        "abandon point are extrapolated by the family (correct by construction in simulation, an assumption on real "
-        "data).",
-        "- Under history the prior is fitted only on prompts drawn without history (the unbiased sample under "
-        "selection); once every prompt has history the fit is frozen at its last value.",
-        "- The stopping rule optimises the renewal-reward rate (B -> infinity). With the paper's step boundary, "
-        "the prompts still in flight when the B-th group commits are wasted, a cost that grows as the per-prompt "
-        "commit rate falls (aggressive abandonment). `carry_over=True` removes the boundary instead of correcting "
-        "lam* for it: those prompts continue in the next step, so the renewal rate is what a run pays. Its price "
-        "is one step of staleness for the carried rollouts, which these simulations (fixed success rates) cannot "
-        "show; a finite-B correction that keeps the step boundary is not implemented.",
-        "",
-        f"*Total time {elapsed:.0f} s.*",
-    ]
-    return "\n".join(L) + "\n"
-
-
-def _in_step_text(res) -> list[str]:
-    s, a = _val(res, "SARA (paper default, tau_low=0.45)"), _val(res, "auto (mixture prior)")
-    c = _val(res, "auto + loss cap 0.10")
-    t = _val(res, "auto, token cost", "tokens")
-    s0, a0 = _val(res, "SARA, refill_margin=0"), _val(res, "auto, refill_margin=0")
-    c0 = _val(res, "auto + loss cap 0.10, refill_margin=0")
-    waste = {n: np.mean([r["active_left"] / r["eff"] for r in res[n]]) for n in res}
-    return [
-        f"Measured with the scheduler's default refill (`refill_margin=0.5`): paper-default SARA {s.mean:.3f} of DS's "
-        f"rollouts, `tau_low=\"auto\"` {a.mean:.3f}, with the 10% reliability cap {c.mean:.3f}; token-aware cost "
-        f"{t.mean:.3f} of DS's tokens. With `refill_margin=0`: SARA {s0.mean:.3f}, auto {a0.mean:.3f}, auto + cap "
-        f"{c0.mean:.3f}. With `carry_over=True` (no end-of-step waste): SARA {_val(res, 'SARA + carry_over').mean:.3f}"
-        f", auto {_val(res, 'auto + carry_over').mean:.3f}, auto + cap "
-        f"{_val(res, 'auto + loss cap 0.10 + carry_over').mean:.3f} (cap 0.12: "
-        f"{_val(res, 'auto + loss cap 0.12 + carry_over').mean:.3f}, 0.15: "
-        f"{_val(res, 'auto + loss cap 0.15 + carry_over').mean:.3f}; the cap bounds p_eff at every abandonment, "
-        "so the average would-mix share sits below it and a cap a little above the 10% target still meets it); "
-        "token cost + carry_over "
-        f"{_val(res, 'auto, token cost + carry_over', 'tokens').mean:.3f} of DS's tokens.",
-        "",
-        "Why the in-step gain is small, and why it can vanish: (1) under this law the exact optimum at commit_min=k "
-        "(table above) is only ~5% cheaper than tau_low=0.45; it abandons an all-fail run right after the "
-        "two-rollout probe and an all-pass run after three, accepting that ~14% of abandoned groups would have mixed "
-        "(they are cheap to replace); the 10% cap costs ~1% more. (2) That optimum is a renewal-reward (B -> "
-        "infinity) rate. At B=64 the step ends with prompts in flight: their rollouts are the end-of-step waste "
-        f"column ({waste['auto (mixture prior)']:.2f} rollouts per effective group for auto vs "
-        f"{waste['SARA (paper default, tau_low=0.45)']:.2f} for SARA at the default margin), and the groups that "
-        "mixed in the last round but were not needed also inflate the abandonment cost per *committed* group. Both "
-        "grow as the commit rate per fresh prompt falls, which is exactly what early abandonment does (about 0.14 "
-        "of fresh prompts commit under the optimum vs 0.20 under tau_low=0.45), so the end effect eats the "
-        "stopping rule's saving; the cap, abandoning a little later, keeps more of it. Plugging the true law in as "
-        "the prior (no fitting) leaves the same gap, so it is not an estimation error. Carrying the in-flight "
-        "prompts into the next step (`carry_over`) is the remedy: the rows with it are the renewal-reward rates "
-        "the optimum is computed for (DS, which has its own batching waste of surplus groups, stays as measured).",
-    ]
-
-
-def _multi_text(res, oracle) -> list[str]:
-    best = min((n for n in res if n != "DS"), key=lambda n: _val(res, n).mean)
-    v = _val(res, best)
-    return [
-        f"Best: **{best}** at {v.mean:.3f} of DS's rollouts (oracle {oracle:.3f}), effective fraction 1.0 in every "
-        "step: selection only orders the draw, in-step verification still decides. The predictive-only row "
-        "(uniform allocator, same history and selection) shows what prediction alone gives: cheap but the batch is "
-        "not clean.",
-    ]
-
-
-def _drift_text(res) -> list[str]:
-    return ["With drift, histories mislead for a while; in-step verification keeps every SARA variant's batch clean "
-            "(effective fraction 1.0), while predictive-only selection loses effective groups."]
-
-
-def _targets(in_step, multi) -> list[str]:
-    summ_in, summ_multi = summary(in_step), summary(multi)
+def _targets(in_step: Runs, multi: Runs) -> str:
+    would_mix_in_step = {n: _would_mix_share(runs) for n, runs in in_step.items()}
     autos = [n for n in in_step if n.startswith("auto") and "token" not in n]
-    best_any = min(autos, key=lambda n: _val(in_step, n).mean)
-    reliable = [n for n in autos if (summ_in[n]["would_mix_share"] or 0) <= 0.10]
-    best_rel = min(reliable, key=lambda n: _val(in_step, n).mean) if reliable else None
-    best = min((n for n in multi if n != "DS" and not n.startswith("predictive")), key=lambda n: _val(multi, n).mean)
-    m = _val(multi, best)
-    frac = summ_multi[best]["min_effective_fraction"]
-    tok = _val(multi, best, "tokens")
-    toks_in = [n for n in in_step if "token" in n]
-    best_tok_in = min(toks_in, key=lambda n: _val(in_step, n, "tokens").mean)
-    tok_in = _val(in_step, best_tok_in, "tokens")
+    best_any = min(autos, key=lambda n: _cost_vs_ds(in_step, n).mean)
+    reliable = [n for n in autos if (would_mix_in_step[n] or 0) <= 0.10]
+    best_reliable = min(reliable, key=lambda n: _cost_vs_ds(in_step, n).mean) if reliable else None
+    best = min((n for n in multi if n != "DS" and not n.startswith("predictive")),
+               key=lambda n: _cost_vs_ds(multi, n).mean)
+    best_multi = _cost_vs_ds(multi, best)
+    min_fraction = float(min(r.min_effective_fraction for r in multi[best]))
+    tokens_multi = _cost_vs_ds(multi, best, "tokens")
+    token_rows = [n for n in in_step if "token" in n]
+    best_tokens_in_step = min(token_rows, key=lambda n: _cost_vs_ds(in_step, n, "tokens").mean)
+    tokens_in_step = _cost_vs_ds(in_step, best_tokens_in_step, "tokens")
 
-    def ok(x):
-        return "met" if x else "**not met**"
+    def status(met: bool) -> str:
+        return "met" if met else "**not met**"
 
-    a, wa = _val(in_step, best_any), summ_in[best_any]["would_mix_share"]
-    rel_txt, rel_ok = "none", False
-    if best_rel is not None:
-        r = _val(in_step, best_rel)
-        rel_txt = f"{best_rel}: {r.mean:.3f} (would-mix {summ_in[best_rel]['would_mix_share']:.1%})"
-        rel_ok = r.mean <= 0.72
+    cheapest = _cost_vs_ds(in_step, best_any)
+    reliable_text, reliable_met = "none", False
+    if best_reliable is not None:
+        r = _cost_vs_ds(in_step, best_reliable)
+        reliable_text = f"{best_reliable}: {r.mean:.3f} (would-mix {would_mix_in_step[best_reliable]:.1%})"
+        reliable_met = r.mean <= 0.72
     return md_table(["target", "measured (best row)", "status"], [
         ["in-step, k=8, U-shaped: <= 0.72 of DS rollouts with would-mix <= 10% of abandoned",
-         f"cheapest: {best_any} {a.mean:.3f} (would-mix {wa:.1%}); cheapest with would-mix <= 10%: {rel_txt}",
-         ok(rel_ok)],
+         f"cheapest: {best_any} {cheapest.mean:.3f} (would-mix {would_mix_in_step[best_any]:.1%}); cheapest with "
+         f"would-mix <= 10%: {reliable_text}", status(reliable_met)],
         ["multi-epoch: <= 0.30 of DS rollouts, effective fraction 1.0",
-         f"{best}: {m.mean:.3f}, min effective fraction {frac:.2f}", ok(m.mean <= 0.30 and frac == 1.0)],
-        ["tokens <= 0.65 of DS", f"multi-epoch ({best}) {tok.mean:.3f}; in-step ({best_tok_in}) {tok_in.mean:.3f}",
-         ok(tok.mean <= 0.65) + " (multi-epoch); " + ok(tok_in.mean <= 0.65) + " (in-step)"],
-    ]).split("\n")
+         f"{best}: {best_multi.mean:.3f}, min effective fraction {min_fraction:.2f}",
+         status(best_multi.mean <= 0.30 and min_fraction == 1.0)],
+        ["tokens <= 0.65 of DS", f"multi-epoch ({best}) {tokens_multi.mean:.3f}; in-step ({best_tokens_in_step}) "
+                                 f"{tokens_in_step.mean:.3f}",
+         status(tokens_multi.mean <= 0.65) + " (multi-epoch); " + status(tokens_in_step.mean <= 0.65) + " (in-step)"],
+    ])
 
 
 if __name__ == "__main__":

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from string import Template
 
 import numpy as np
 from scipy import stats as sps
 
-__all__ = ["Interval", "mean_ci", "fmt_ci", "md_table", "environment", "environment_lines"]
+__all__ = ["Interval", "mean_ci", "fmt_ci", "md_table", "environment", "environment_lines", "TextBlocks"]
 
 
 @dataclass(frozen=True)
@@ -84,9 +87,18 @@ def _cpu_model() -> str:
 
 
 def environment() -> dict:
-    """Machine and versions: CPU model and core count, Python, numpy, scipy, matplotlib, sara_trl."""
-    import matplotlib
+    """Machine and versions: CPU model and core count, Python, numpy, scipy, matplotlib, sara_trl.
+
+    matplotlib is optional (the ``plots`` extra); without it its version reads "not installed".
+    """
     import scipy
+
+    try:
+        import matplotlib
+
+        matplotlib_version = matplotlib.__version__
+    except ImportError:
+        matplotlib_version = "not installed"
 
     try:
         import sara_trl
@@ -104,15 +116,44 @@ def environment() -> dict:
         "python": sys.version.split()[0],
         "numpy": np.__version__,
         "scipy": scipy.__version__,
-        "matplotlib": matplotlib.__version__,
+        "matplotlib": matplotlib_version,
         "sara_trl": sara_version,
         "platform": platform.platform(),
     }
 
 
-def environment_lines(command: str, seeds: str) -> str:
-    """The stamp printed under each result table: machine, versions, seeds, and the exact command."""
-    e = environment()
+def environment_lines(command: str, seeds: str, env: dict | None = None) -> str:
+    """The stamp printed under each result table: machine, versions, seeds, and the exact command.
+
+    ``env``: an :func:`environment` dict saved with the results (default: this machine now).
+    """
+    e = environment() if env is None else env
     return (f"*Machine: {e['cpu']}, {e['cores']} cores (shared), {e['platform']}. Versions: Python {e['python']}, "
             f"numpy {e['numpy']}, scipy {e['scipy']}, sara_trl {e['sara_trl']}. Seeds: {seeds}. "
             f"Command: `{command}`.*")
+
+
+class TextBlocks:
+    """Named blocks of report prose read from a Markdown template file, filled with :class:`string.Template`.
+
+    A block starts at a line ``<!-- block: NAME -->`` and runs to the next such line; its trailing newlines are
+    dropped. ``${name}`` placeholders take already-formatted strings; ``$$`` is a literal dollar sign.
+
+    Raises:
+        ValueError: the file defines no block, or one name twice.
+        KeyError: (when filling) a placeholder of the block was not given, or the block does not exist.
+    """
+
+    _MARKER = re.compile(r"^<!-- block: ([A-Za-z0-9_]+) -->\n", re.M)
+
+    def __init__(self, path: str | Path):
+        parts = self._MARKER.split(Path(path).read_text())
+        names = parts[1::2]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"{path}: expected uniquely named '<!-- block: NAME -->' sections, found {names}")
+        self.path = Path(path)
+        self.blocks = {name: Template(body.rstrip("\n")) for name, body in zip(names, parts[2::2])}
+
+    def __call__(self, block: str, /, **values) -> str:
+        """Block ``block`` with its placeholders replaced by ``values``."""
+        return self.blocks[block].substitute(values)

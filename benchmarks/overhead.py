@@ -17,7 +17,7 @@ import numpy as np
 
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, RoundOutcome, u_shaped_gammas
 
-__all__ = ["PrecomputedSource", "measure", "summarize", "TARGETS"]
+__all__ = ["PrecomputedSource", "measure", "summarize", "summarize_finish", "TARGETS"]
 
 TARGETS = (64, 256, 1024, 4096)
 
@@ -110,3 +110,12 @@ def summarize(meas: dict, targets=TARGETS) -> list[dict]:
             out.append({"target": t, "rounds": 0, "mean_prompts": float("nan"), "median_ms": float("nan"),
                         "p90_ms": float("nan")})
     return out
+
+
+def summarize_finish(meas: dict) -> list[dict]:
+    """Per batch size B (in measuring order): the median per-step finish time (ms) and the mean prompts drawn."""
+    by_batch: dict[int, list[tuple[int, float]]] = {}
+    for batch, drawn, secs in meas["finish"]:
+        by_batch.setdefault(batch, []).append((drawn, secs))
+    return [{"batch_size": batch, "steps": len(v), "median_ms": float(np.median([x[1] for x in v]) * 1e3),
+             "mean_prompts_drawn": float(np.mean([x[0] for x in v]))} for batch, v in by_batch.items()]

@@ -1,5 +1,8 @@
 """PNG plots mirroring the paper's figures (matplotlib, Agg backend). Each function takes already-aggregated numbers
-and a path; none runs a simulation."""
+and a path; none runs a simulation. :func:`suite_plots` draws all of ``benchmarks/run.py``'s figures from its results.
+
+matplotlib is an optional dependency of sara_trl (the ``plots`` extra, part of ``dev``); only this module needs it.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["fig3a", "fig3c", "fig6a", "fig6b", "fig6c", "fig6d", "overhead_plot", "replay_plot", "training_plot"]
+__all__ = ["fig3a", "fig3c", "fig6a", "fig6b", "fig6c", "fig6d", "overhead_plot", "replay_plot", "training_plot",
+           "effective_curve_band", "suite_plots"]
 
 COLORS = {"uniform": "#7f7f7f", "DS": "#1f77b4", "SARA": "#d62728", "SARA + carry_over": "#ff7f0e"}
 
@@ -239,3 +243,63 @@ def training_plot(runs: dict, path: Path) -> None:
         ax.legend(fontsize=8)
     fig.suptitle("Real CPU training runs (SmolLM2-135M)")
     _save(fig, path)
+
+
+# ------------------------------------------------------------------------------------------------ run.py's figures
+def effective_curve_band(traces: list, grid_x: np.ndarray):
+    """Mean and 5-95% band over steps of the staircase 'effective groups collected by x rollouts' (Fig. 3c).
+
+    ``traces``: per step, ``(cumulative rollouts, cumulative effective groups)`` after each round.
+    """
+    ys = []
+    for cum_r, cum_e in traces:
+        idx = np.searchsorted(cum_r, grid_x, side="right") - 1
+        ys.append(np.where(idx >= 0, cum_e[np.maximum(idx, 0)], 0))
+    ys = np.array(ys, np.float64)
+    return grid_x, ys.mean(0), np.percentile(ys, 5, axis=0), np.percentile(ys, 95, axis=0)
+
+
+def _triple(iv) -> list[float]:
+    return [iv.mean, iv.lo, iv.hi]
+
+
+def suite_plots(results, train: dict | None, plot_dir: Path) -> None:
+    """Every PNG of ``RESULTS.md`` from a freshly computed :class:`benchmarks.suite.SuiteResults` (it needs the
+    in-memory traces, savings and overhead rounds, so not from a reloaded ``results.json``) and the training runs."""
+    from benchmarks.suite import BATCH, DEFAULTS
+
+    plot_dir = Path(plot_dir)
+    head = results.headline
+    if results.overhead is not None:
+        overhead_plot(results.overhead.rounds, plot_dir / "overhead.png")
+    fig3a(results.decidability, 8, DEFAULTS.n0, DEFAULTS.tau_low, plot_dir / "fig3a_decidability.png")
+    xmax = max(t[0][-1] for name in ("DS", "SARA") for t in head.traces[name])
+    grid_x = np.linspace(0, xmax, 300)
+    curves = {name: effective_curve_band(head.traces[name], grid_x) for name in ("DS", "SARA")}
+    uniform = head.summary["uniform"]
+    fig3c(curves, (uniform["rollouts"].mean, uniform["effective_fraction"].mean * BATCH), BATCH,
+          plot_dir / "fig3c_effective_vs_rollouts.png")
+
+    def filled(summary: dict) -> bool:
+        return summary["steps_filled"] == summary["steps"]
+
+    def wrong(summary: dict) -> list[float]:
+        return _triple(summary["wrong_exact_rate"]) if summary["wrong_exact_rate"] else [0] * 3
+
+    fig6a([{"tau": p.value, "saving": _triple(p.saving), "wrong": wrong(p.summary),
+            "peff": p.summary["peff_rate"].mean if p.summary["peff_rate"] else 0.0, "filled": filled(p.summary)}
+           for p in results.tau_sweep], DEFAULTS.tau_low, plot_dir / "fig6a_tau_sweep.png")
+    fig6b([{"n0": p.value, "saving": _triple(p.saving), "token_saving": _triple(p.token_saving),
+            "wrong": wrong(p.summary), "filled": filled(p.summary)} for p in results.n0_sweep],
+          plot_dir / "fig6b_n0_sweep.png")
+    fig6c({n: tuple(_triple(v)) for n, v in results.fixed_budget.items()}, BATCH, results.fixed_budget_rollouts,
+          plot_dir / "fig6c_fixed_budget.png")
+    series = {d: [_triple(results.grid[(d, k)].sara_saving) + [filled(results.grid[(d, k)].summary["SARA"])]
+                  for k in results.settings.group_sizes] for d in results.settings.distributions}
+    fig6d(series, list(results.settings.group_sizes), plot_dir / "fig6d_savings_vs_k.png")
+    if results.replay and 8 in results.replay.by_k:
+        at_8 = results.replay.by_k[8].summary
+        replay_plot({n: (at_8[n]["rollouts_ratio"].mean, at_8[n]["tokens_ratio"].mean) for n in at_8},
+                    plot_dir / "replay_cost.png")
+    if train and train.get("runs"):
+        training_plot(train["runs"], plot_dir / "train_runs.png")
