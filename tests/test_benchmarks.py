@@ -234,6 +234,13 @@ def test_library_does_not_import_matplotlib():
     assert "matplotlib" not in deps
 
 
+def test_committed_results_render_to_the_committed_report(tmp_path):
+    """benchmarks/RESULTS.md is exactly what the renderer makes of benchmarks/results.json (+ train_results.json):
+    the text is regenerable without rerunning the benchmarks, and a template edit that changes it shows here."""
+    assert run.main(["--render-only", str(REPO / "benchmarks" / "results.json"), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "RESULTS.md").read_text() == (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 @pytest.mark.filterwarnings("error")
 def test_quick_run_end_to_end(tmp_path):
