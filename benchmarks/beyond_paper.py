@@ -232,7 +232,8 @@ class BeyondResults:
 
     def to_json(self) -> dict:
         """The ``beyond_paper.json`` document."""
-        return {"params": {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self.settings).items()},
+        params = dataclasses.asdict(self.settings)
+        return {"params": {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()},
                 "quick": self.quick, "in_step": summary(self.in_step),
                 "robust": {k: summary(v) for k, v in self.robust.items()}, "multi_epoch": summary(self.multi_epoch),
                 "drift": summary(self.drift), "oracle_multi_epoch": self.oracle_multi_epoch,

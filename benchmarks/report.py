@@ -17,7 +17,6 @@ from benchmarks.suite import (
     CARRY_OVER,
     DEFAULTS,
     EARLY_COMMIT,
-    HEADLINE,
     TO_DECISION,
     TO_DECISION_CARRY_OVER,
     SuiteResults,
@@ -45,7 +44,8 @@ def render_results(results: SuiteResults, train: dict | None, bank_path: Path, t
     return TEXT(
         "document",
         quick_banner=TEXT("quick_banner") + "\n\n" if settings.quick else "",
-        generated=results.generated, elapsed=f"{results.elapsed_s:.0f}", quick_flag=" --quick" if settings.quick else "",
+        generated=results.generated, elapsed=f"{results.elapsed_s:.0f}",
+        quick_flag=" --quick" if settings.quick else "",
         u_shaped=sim.DISTRIBUTIONS["u_shaped"].description, headline_phi=f"{head.theory['phi']:.3f}",
         headline_table=headline_table(head.summary), stamp=stamp, targets_table=_targets_table(results),
         distribution_list="\n".join(f"- **{d}**: {sim.DISTRIBUTIONS[d].description}" for d in settings.distributions),
@@ -259,7 +259,8 @@ def _theorem_verdict(results: SuiteResults) -> str:
             for a, label in _MEASURED for p, name in _PREDICTIONS]
     table = md_table(["measured allocator", "prediction", "mean abs. rel. error vs total",
                       "inside [excl., total] (+-2%)"], rows)
-    return TEXT("theorem_verdict", settings=len(valid), left_out=f" (left out: {', '.join(skipped)})" if skipped else "",
+    return TEXT("theorem_verdict", settings=len(valid),
+                left_out=f" (left out: {', '.join(skipped)})" if skipped else "",
                 table=table, early_commit_review=f"{score('corrected', EARLY_COMMIT)[0]:.1%}",
                 early_commit_eq6=f"{score('eq6', EARLY_COMMIT)[0]:.1%}",
                 default_full_groups=f"{score('corrected_full', 'SARA')[0]:.1%}")
@@ -424,7 +425,8 @@ def _training_section(train: dict | None, train_path: Path) -> str:
         lines += [TEXT("training_measured",
                        rollouts_vs_ds=f"{sara['cum_rollouts'][-1] / ds['cum_rollouts'][-1]:.2f}",
                        tokens_vs_ds=f"{sara['cum_tokens'][-1] / ds['cum_tokens'][-1]:.2f}", steps=sara["step"][-1],
-                       uniform_zero_advantage=f"{1 - uniform_effective:.1%}", uniform_effective=f"{uniform_effective:.0%}",
+                       uniform_zero_advantage=f"{1 - uniform_effective:.1%}",
+                       uniform_effective=f"{uniform_effective:.0%}",
                        sara_rounds=f"{np.mean(sara['rounds']):.1f}", ds_rounds=f"{np.mean(ds['rounds']):.1f}"), ""]
     eval_prompts = config.get("eval_prompts")
     lines += [TEXT("training_caveat", steps=config.get("steps"), eval_prompts=eval_prompts,

@@ -73,8 +73,9 @@ class Settings:
     decidability_prompts: int  # simulated prompts of the Fig. 3a curve
 
 
-FULL = Settings(quick=False, seeds=20, steps=10, pool=20_000, distributions=("u_shaped", "hard", "beta_0.3", "beta_1_1"),
-                group_sizes=(4, 8, 16, 32), tau_values=(0.1, 0.15, 0.25, 0.35, 0.45, 0.55, 0.6, 0.7),
+FULL = Settings(quick=False, seeds=20, steps=10, pool=20_000,
+                distributions=("u_shaped", "hard", "beta_0.3", "beta_1_1"), group_sizes=(4, 8, 16, 32),
+                tau_values=(0.1, 0.15, 0.25, 0.35, 0.45, 0.55, 0.6, 0.7),
                 n0_values=(1, 2, 3, 4), fixed_budget_steps=5, overhead_batch_sizes=(16, 64, 256, 1024),
                 overhead_steps=10, replay_seeds=20, replay_steps=10, replay_group_sizes=(4, 8, 16),
                 decidability_prompts=20_000)
@@ -183,7 +184,8 @@ class SuiteResults:
         if self.replay is not None:
             replay_json = {
                 "bank": self.replay.bank, "meta": self.replay.meta,
-                "by_k": {str(k): {n: _summary_json(s) for n, s in v.summary.items()} for k, v in self.replay.by_k.items()},
+                "by_k": {str(k): {n: _summary_json(s) for n, s in v.summary.items()}
+                         for k, v in self.replay.by_k.items()},
                 "bank_by_k": {str(k): v.bank for k, v in self.replay.by_k.items()}}
         return {
             "mode": "quick" if self.settings.quick else "full", "environment": self.environment,
@@ -211,8 +213,8 @@ class SuiteResults:
         grid = {}
         for key, cell in doc["grid"].items():
             dist, k = key.split("/k=")
-            grid[(dist, int(k))] = GridCell(dist, int(k), {n: _summary_from_json(s) for n, s in cell["summary"].items()},
-                                            cell["theory"], cell["ds_steps_over_cap"])
+            summaries = {n: _summary_from_json(s) for n, s in cell["summary"].items()}
+            grid[(dist, int(k))] = GridCell(dist, int(k), summaries, cell["theory"], cell["ds_steps_over_cap"])
         rep = doc["replay"]
         replay_res = None if rep is None else ReplayResults(
             rep["meta"], rep["bank"],
