@@ -1,14 +1,17 @@
-"""`SaraGRPOTrainer`: TRL's `GRPOTrainer` with SARA rollout allocation."""
+"""``SaraGRPOTrainer``: TRL's ``GRPOTrainer`` with SARA rollout allocation."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
 from trl.data_utils import is_conversational
+from trl.trainer.utils import nanmax, nanmin
 
 from sara_trl.trainer.config import SaraConfig
+from sara_trl.trainer.metrics import CLIP_RATIO_METRICS, replace_last
 from sara_trl.trainer.mixin import SaraTrainerMixin
 from sara_trl.trainer.model_card import sara_paper
 
@@ -16,45 +19,52 @@ __all__ = ["SaraGRPOTrainer"]
 
 
 class SaraGRPOTrainer(SaraTrainerMixin, GRPOTrainer):
-    """[`~trl.GRPOTrainer`] whose generation batches are collected by SARA (or the DS / uniform baselines).
+    """TRL's ``GRPOTrainer`` whose generation batches are collected by SARA (or the DS / uniform baselines).
 
-    A drop-in replacement: swap `GRPOTrainer`/`GRPOConfig` for `SaraGRPOTrainer`/[`SaraConfig`] and set `max_steps`.
-    Only rollout collection changes; TRL's padding, masks, old/ref log-probs, importance sampling, advantages, loss
-    and metrics run unchanged on the B = `generation_batch_size / num_generations` groups SARA commits. See
-    :mod:`sara_trl.trainer.mixin` for the mechanism, the padding of short groups (`commit_min < k`) and which
-    `loss_type` values stay exact.
+    A drop-in replacement: swap ``GRPOTrainer``/``GRPOConfig`` for ``SaraGRPOTrainer``/:class:`SaraConfig` and set
+    ``max_steps``. Only rollout collection changes; TRL's padding, masks, old/ref log-probs, importance sampling,
+    advantages, loss and metrics run unchanged on the B = ``generation_batch_size / num_generations`` groups SARA
+    commits. See :mod:`sara_trl.trainer.mixin` for the mechanism, the padding of short groups (``commit_min < k``) and
+    which ``loss_type`` values stay exact.
 
-    Example:
+    Parameters
+    ----------
+    model, reward_funcs, eval_dataset, processing_class, reward_processing_classes, callbacks, optimizers, \
+quantization_config, peft_config
+        As in ``trl.GRPOTrainer``.
+    args : SaraConfig, optional
+        GRPO settings plus the allocation fields.
+    train_dataset : datasets.Dataset
+        Map-style, with a ``"prompt"`` column (text or conversational).
+    tools, rollout_func, environment_factory
+        Not supported yet; passing one raises ``ValueError``.
 
-    ```python
+    Raises
+    ------
+    ValueError
+        An unsupported feature (tools, environment_factory, rollout_func, vision-language model or image columns), a
+        dataset SARA cannot index, or a ``success_reward_func`` that names no reward function.
+    TypeError
+        ``args`` is not a :class:`SaraConfig`.
+
+    Notes
+    -----
+    Logged metrics besides TRL's: see :func:`sara_trl.trainer.metrics.log_step_metrics`. TRL's ``reward`` metrics only
+    see the committed groups; ``sara/raw_success_rate`` covers every generated rollout.
+
+    Examples
+    --------
     >>> from datasets import load_dataset
     >>> from trl.rewards import accuracy_reward
     >>> from sara_trl import SaraConfig, SaraGRPOTrainer
-
     >>> args = SaraConfig(output_dir="out", max_steps=300, num_generations=8, n0=2, tau_low=0.45)
     >>> trainer = SaraGRPOTrainer(
     ...     model="Qwen/Qwen2.5-0.5B-Instruct",
     ...     reward_funcs=accuracy_reward,
     ...     args=args,
     ...     train_dataset=load_dataset("trl-lib/DeepMath-103K", split="train"),
-    ... )
-    >>> trainer.train()
-    ```
-
-    Args:
-        model, reward_funcs, train_dataset, eval_dataset, processing_class, reward_processing_classes, callbacks,
-        optimizers, quantization_config, peft_config: as in [`~trl.GRPOTrainer`]. `train_dataset` must be a
-            map-style `datasets.Dataset` with a `"prompt"` column (text or conversational).
-        args ([`SaraConfig`], *optional*): GRPO settings plus the allocation fields.
-        tools, rollout_func, environment_factory: not supported yet; passing one raises `ValueError`.
-
-    Raises:
-        ValueError: an unsupported feature (tools, environment_factory, rollout_func, vision-language model or image
-            columns), a dataset SARA cannot index, or a `success_reward_func` that names no reward function.
-        TypeError: `args` is not a [`SaraConfig`].
-
-    Logged metrics (besides TRL's): see :func:`sara_trl.trainer.metrics.log_step_metrics`. TRL's `reward` metrics
-    only see the committed groups; `sara/raw_success_rate` covers every generated rollout.
+    ... )  # doctest: +SKIP
+    >>> trainer.train()  # doctest: +SKIP
     """
 
     _tag_names = ["trl", "grpo", "sara"]
@@ -102,12 +112,16 @@ class SaraGRPOTrainer(SaraTrainerMixin, GRPOTrainer):
         )
         self._sara_setup()
 
+    # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)
     def _sara_generate_round(self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict):
-        """ONE batched generation call through TRL's backend; each entry of ``prompt_ids`` gets one completion.
+        """ONE batched generation call: ``GRPOTrainer._generate_single_turn`` with ``num_generations=1``.
 
-        Returns:
-            ``(completion_ids, logprobs)``: lists with one entry per prompt entry; ``logprobs`` holds the vLLM
-            sampled-token log-probs (one float per completion token) or is None for transformers generation.
+        Returns
+        -------
+        completion_ids : list of list of int
+            One completion per entry of ``prompt_ids``.
+        logprobs : list of list of float or None
+            vLLM's sampled-token log-probs (one per completion token), None for transformers generation.
         """
         return self._generate_single_turn(prompt_ids, images, multimodal_fields, 1)
 
@@ -125,3 +139,49 @@ class SaraGRPOTrainer(SaraTrainerMixin, GRPOTrainer):
             contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
             return [[{"role": "assistant", "content": content}] for content in contents]
         return self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+
+    def _sara_row_metrics(self) -> tuple[str, ...]:
+        """GRPO's metrics averaged over rows: the clip ratios under ``importance_sampling_level="sequence"`` (one
+        ratio per sequence), and ``vespo/phi_seq_mean`` (one weight per sequence)."""
+        names: tuple[str, ...] = ()
+        if self.importance_sampling_level == "sequence":
+            names += CLIP_RATIO_METRICS + ("cispo_clip_ratio",)
+        if self.loss_type == "vespo":
+            names += ("vespo/phi_seq_mean",)
+        return names
+
+    def _sara_fix_replay_metrics(self, output: dict, is_padding_local: torch.Tensor, replay_logps: list) -> None:
+        """Recompute the vLLM importance-sampling metrics (``sampling/*``) over real tokens.
+
+        TRL computes them in ``_generate_and_score_completions`` over every row's tokens: a padding row has no
+        sampling log-prob (NaN), so its importance ratio is exactly 1 and entered the min/mean/max, and a process
+        holding only padding rows reported 0. Here, as in TRL: per process the mean and max of
+        ``|old log-prob - sampling log-prob|`` and the min/mean/max of the importance ratio (per token, or per
+        sequence in the ``sequence_*`` modes), then the mean / max / min over processes; a process without a real
+        token is left out (NaN), and each value is NaN when no process has one.
+        """
+        if not (self.use_vllm and self.vllm_importance_sampling_correction) or "importance_sampling_ratio" not in output:
+            return
+        mask = output["completion_mask"].bool()
+        if "tool_mask" in output:
+            mask = mask & output["tool_mask"].bool()
+        metrics = self._metrics["train"]
+        nan = torch.tensor(float("nan"), device=mask.device)
+        old, sampling = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")
+        if old is not None and sampling is not None:
+            delta = (old - sampling).abs()
+            delta = delta[mask & ~torch.isnan(delta)]
+            local = torch.stack([delta.mean(), delta.max()]) if delta.numel() else torch.stack([nan, nan])
+            gathered = self.accelerator.gather(local.unsqueeze(0)).view(-1, 2)
+            replace_last(metrics, "sampling/sampling_logp_difference/mean", gathered[:, 0].nanmean().item())
+            replace_last(metrics, "sampling/sampling_logp_difference/max", nanmax(gathered[:, 1]).item())
+        ratio = output["importance_sampling_ratio"]
+        if self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate"):
+            ratio = ratio[~is_padding_local].flatten()  # (N, 1): one ratio per sequence
+        else:
+            ratio = ratio[mask]
+        local = torch.stack([ratio.min(), ratio.mean(), ratio.max()]) if ratio.numel() else torch.stack([nan] * 3)
+        gathered = self.accelerator.gather(local.unsqueeze(0)).view(-1, 3)
+        replace_last(metrics, "sampling/importance_sampling_ratio/min", nanmin(gathered[:, 0]).item())
+        replace_last(metrics, "sampling/importance_sampling_ratio/mean", gathered[:, 1].nanmean().item())
+        replace_last(metrics, "sampling/importance_sampling_ratio/max", nanmax(gathered[:, 2]).item())

@@ -16,7 +16,8 @@ import torch
 
 from sara_trl.allocation import StepStats
 
-__all__ = ["CUMULATIVE_DIAGNOSTICS", "STEP_METRICS", "correct_padding_metrics", "log_step_metrics",
+__all__ = ["CLIP_RATIO_METRICS", "CUMULATIVE_DIAGNOSTICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "STEP_METRICS",
+           "correct_loss_metrics", "correct_padding_metrics", "global_masked_mean", "log_step_metrics", "replace_last",
            "zero_padding_rows"]
 
 # Per-step counters logged as `sara/<name>`, read from StepStats (units: rollouts, tokens = completion tokens,
@@ -103,7 +104,8 @@ def log_step_metrics(
             metrics[f"sara/{key}"].append(float(value))
 
 
-def _replace_last(metrics: dict[str, list], name: str, value: float) -> None:
+def replace_last(metrics: dict[str, list], name: str, value: float) -> None:
+    """Overwrite the value TRL appended last to ``metrics[name]`` (nothing happens if TRL logged none)."""
     if metrics.get(name):
         metrics[name][-1] = float(value)
 
@@ -138,18 +140,18 @@ def correct_padding_metrics(
     real = ~is_padding
     if real.any():
         real_lengths = lengths[real].astype(np.float64)
-        _replace_last(metrics, "completions/mean_length", real_lengths.mean())
-        _replace_last(metrics, "completions/min_length", real_lengths.min())
-        _replace_last(metrics, "completions/max_length", real_lengths.max())
-        _replace_last(metrics, "completions/clipped_ratio", truncated[real].mean())
+        replace_last(metrics, "completions/mean_length", real_lengths.mean())
+        replace_last(metrics, "completions/min_length", real_lengths.min())
+        replace_last(metrics, "completions/max_length", real_lengths.max())
+        replace_last(metrics, "completions/clipped_ratio", truncated[real].mean())
         term = real_lengths[~truncated[real]]
         term = term if term.size else np.zeros(1)
-        _replace_last(metrics, "completions/mean_terminated_length", term.mean())
-        _replace_last(metrics, "completions/min_terminated_length", term.min())
-        _replace_last(metrics, "completions/max_terminated_length", term.max())
+        replace_last(metrics, "completions/mean_terminated_length", term.mean())
+        replace_last(metrics, "completions/min_terminated_length", term.min())
+        replace_last(metrics, "completions/max_terminated_length", term.max())
     else:  # an all-padding batch (every group a fill group): no real completion to measure
         for name in _LENGTH_METRICS:
-            _replace_last(metrics, name, float("nan"))
+            replace_last(metrics, name, float("nan"))
     if unfilled and metrics.get("frac_reward_zero_std"):
         # TRL's value is a mean over rows of isclose(group std, 0); fill-group rows (std NaN) counted as False.
         metrics["frac_reward_zero_std"][-1] += unfilled / num_groups
@@ -166,3 +168,111 @@ def zero_padding_rows(output: dict, is_padding_local: torch.Tensor) -> None:
     output["completion_mask"] = output["completion_mask"] * keep
     if "old_logps" in output:
         output["old_logps"] = output["old_logps"].masked_fill(is_padding_local, 0.0)
+
+
+# Metrics TRL 1.16 appends in `_compute_loss` as a mean over the micro-batch's completion tokens (masked): a padding
+# row is already out of them (its completion_mask is zero), but a micro-batch without any real token is reported as
+# 0 (TRL divides by max(count, 1)).
+LOSS_TOKEN_METRICS = ("kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+                      "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio", "vespo/phi_seq_mean")
+
+# TRL's clip-ratio metrics (GRPO and RLOO), each one value per micro-batch.
+CLIP_RATIO_METRICS = ("clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
+                      "clip_ratio/region_mean")
+
+# Metrics some settings make TRL average over rows (one value per sequence, no mask), with the value one padding
+# row contributes. A padding row has advantage exactly 0, so no clip flag is ever set on it (TRL's flags require
+# advantage < 0 or > 0); its sequence log-ratio is 0 (its mask is zero), so VESPO's weight phi(w=1) is exactly 1.
+ROW_METRIC_PADDING = {
+    "clip_ratio/low_mean": 0.0,
+    "clip_ratio/high_mean": 0.0,
+    "clip_ratio/region_mean": 0.0,
+    "clip_ratio/low_min": 0.0,
+    "clip_ratio/high_max": 0.0,
+    "cispo_clip_ratio": 0.0,
+    "vespo/phi_seq_mean": 1.0,
+}
+
+
+def correct_loss_metrics(
+    metrics: dict[str, list],
+    appended: set[str],
+    real_tokens: int,
+    real_rows: int,
+    rows: int,
+    row_metrics: tuple[str, ...] = (),
+) -> None:
+    """Remove padding rows from the metrics TRL has just appended for one micro-batch (in place).
+
+    Rules, with counts summed over all processes for this micro-batch:
+
+    - a name in ``row_metrics`` (a mean over rows, see :data:`ROW_METRIC_PADDING`): ``(value * rows - c * padding)
+      / real_rows``, where ``c`` is a padding row's contribution and ``padding = rows - real_rows``. For the row
+      flags' extremes: ``clip_ratio/high_max`` over rows is unchanged by padding rows (flags are 0 or 1, padding
+      adds a 0); ``clip_ratio/low_min`` over the real rows is 1 exactly when every real row is low-clipped, i.e.
+      when the corrected ``clip_ratio/low_mean`` counts ``real_rows`` clipped rows. NaN when ``real_rows == 0``.
+    - any other name of :data:`LOSS_TOKEN_METRICS`: TRL's masked token mean already excludes padding rows; NaN when
+      ``real_tokens == 0`` (TRL reports 0 there).
+
+    Other metrics (``policy_loss``, ``aux_loss``, ``entropy_coef``) describe the loss itself and are left alone.
+    TRL's ``log`` drops NaN values from the logging-window mean, and logs None when nothing is left.
+
+    Parameters
+    ----------
+    metrics : dict
+        ``trainer._metrics["train"]``.
+    appended : set of str
+        Names TRL appended a value to during this micro-batch's ``_compute_loss``.
+    real_tokens : int
+        Completion tokens in the loss mask of the micro-batch, all processes.
+    real_rows, rows : int
+        Non-padding rows and all rows of the micro-batch, all processes.
+    row_metrics : tuple of str, optional
+        Names TRL averaged over rows under the current settings (the trainer's ``_sara_row_metrics()``).
+
+    Raises
+    ------
+    KeyError
+        A name of ``row_metrics`` has no entry in :data:`ROW_METRIC_PADDING`.
+    """
+    padding = rows - real_rows
+    corrected: dict[str, float] = {}
+    for name in sorted(appended & set(row_metrics), key=lambda n: n.endswith(("_min", "_max"))):  # means first
+        value = metrics[name][-1]
+        if real_rows == 0:
+            corrected[name] = float("nan")
+        elif name == "clip_ratio/low_min":
+            clipped = round(corrected.get("clip_ratio/low_mean", float("nan")) * real_rows)
+            corrected[name] = 1.0 if clipped == real_rows else 0.0
+        elif name == "clip_ratio/high_max":
+            corrected[name] = value
+        else:
+            corrected[name] = (value * rows - ROW_METRIC_PADDING[name] * padding) / real_rows
+    for name in appended & set(LOSS_TOKEN_METRICS) - set(row_metrics):
+        if real_tokens == 0:
+            corrected[name] = float("nan")
+    for name, value in corrected.items():
+        replace_last(metrics, name, value)
+
+
+def global_masked_mean(accelerator, values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of ``values`` over the positions where ``mask`` is set, over all processes; NaN when there is none.
+
+    Parameters
+    ----------
+    accelerator : accelerate.Accelerator
+        Its ``reduce`` sums over processes (every process must call this function at the same point).
+    values : torch.Tensor
+        ``(N, T)`` per-token values of this process's rows.
+    mask : torch.Tensor
+        ``(N, T)`` 0/1 (or bool) mask of the same shape.
+
+    Returns
+    -------
+    float
+        ``sum(values * mask) / sum(mask)`` over all processes, or NaN when ``sum(mask) == 0``.
+    """
+    mask = mask.bool()
+    local = torch.stack([torch.where(mask, values, 0.0).sum(), mask.sum()]).float()
+    total, count = accelerator.reduce(local, reduction="sum").tolist()
+    return total / count if count > 0 else float("nan")

@@ -1,15 +1,16 @@
 """`SaraTrainerMixin`: SARA rollout collection inside TRL's GRPO/RLOO trainers, by *collect, then replay*.
 
-How one generation batch is built (integration note §11):
+How one generation batch is built:
 
-1. **Collect.** :meth:`Allocator.collect` runs rounds over SARA's own prompt stream. Each round is ONE call of the
-   step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`): TRL's own ``_tokenize_prompts`` and
+1. **Collect.** :meth:`sara_trl.allocation.Allocator.collect` runs rounds over SARA's own prompt stream. Each round is
+   ONE call of the step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`): TRL's own ``_tokenize_prompts`` and
    ``_generate_single_turn`` with every prompt's ids repeated ``count`` times (``num_generations=1``), then ONE pass of
    the reward functions (TRL's ``_calculate_rewards``). Success labels come from the rewards (threshold on the
    weighted sum, or one named function). The result is exactly B groups: committed ones first, then fill groups.
 2. **Lay out.** Each group becomes k contiguous rows (TRL defines groups by contiguity, ``view(-1, k)``): its
    rollouts, then padding rows up to k (short groups when ``commit_min < k``; all k rows for a fill group). Padding
-   rows carry the group's prompt, a one-token (EOS) completion and an all-NaN reward row.
+   rows carry the group's prompt, a completion of :data:`PADDING_COMPLETION_TOKENS` EOS tokens and an all-NaN reward
+   row.
 3. **Replay.** The *unchanged* ``super()._generate_and_score_completions(rows)`` runs on those B*k rows with two
    hooks answering from the cache: ``_generate_single_turn`` returns the cached completion ids (and vLLM sampling
    log-probs, so importance sampling sees the real sampling distribution), ``_calculate_rewards`` returns the cached
@@ -32,12 +33,18 @@ Loss exactness with padding rows (rows = B*k per generation batch, real = non-pa
 Metrics: TRL's ``reward``, ``reward_std``, ``rewards/*`` and the completions table only see the *committed* rows (for
 SARA and dynamic sampling these are mostly mixed groups, so the mean reward is biased towards 0.5); SARA logs
 ``sara/raw_success_rate`` over every generated rollout and the full rollout/token accounting as ``sara/*``
-(:mod:`sara_trl.trainer.metrics`). TRL's completion-length metrics and ``num_tokens`` are corrected to exclude padding
-rows; ``frac_reward_zero_std`` counts fill groups as zero-std; RLOO's ``kl`` metric still includes the single EOS
-token of each padding row (its value is not used by the loss).
+(:mod:`sara_trl.trainer.metrics`). Every TRL metric computed per row or per token excludes padding rows, and is NaN
+(logged as None) when no real row is left: the completion-length metrics and ``num_tokens``
+(:func:`~sara_trl.trainer.metrics.correct_padding_metrics`), the loss-time ``kl``, ``entropy`` and clip ratios
+(:func:`~sara_trl.trainer.metrics.correct_loss_metrics`), and the replay-time metrics each trainer recomputes in its
+``_sara_fix_replay_metrics`` hook (RLOO's ``kl``, GRPO's vLLM ``sampling/*``). ``frac_reward_zero_std`` counts fill
+groups as zero-std groups.
 
 Steps and data: prompts come from SARA's stream (seeded, identical on every process, wrapping at epoch end), not
 from the dataloader; the dataloader's batches only count steps. Set ``max_steps``.
+
+The members this mixin needs from the TRL base and from the trainer file are declared in
+:class:`sara_trl.trainer.hooks.SaraTrainerBase`.
 """
 
 from __future__ import annotations
@@ -59,7 +66,9 @@ from trl.extras.profiling import profiling_context
 from trl.trainer.utils import get_config_model_id
 
 from sara_trl.allocation import Allocator, Group, PromptStream, StepResult
+from sara_trl.trainer.hooks import check_trainer_class
 from sara_trl.trainer.metrics import (
+    correct_loss_metrics,
     correct_padding_metrics,
     log_step_metrics,
     zero_padding_rows,
@@ -67,27 +76,44 @@ from sara_trl.trainer.metrics import (
 from sara_trl.trainer.progress import RoundProgress
 from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn
 
-__all__ = ["SARA_STATE_NAME", "SaraTrainerMixin", "build_row_plan"]
+__all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "SARA_STATE_NAME", "SaraTrainerMixin", "build_row_plan"]
 
 logger = logging.get_logger(__name__)
 
 SARA_STATE_NAME = "sara_state.json"
 SARA_CARRY_NAME = "sara_carry.pt"  # carry_over: completions of the prompts carried into the next step
 
+# A padding row's completion: this many EOS tokens. Two, not one, so that a micro-batch holding a padding row is
+# always at least two tokens wide: TRL 1.16's `_compute_loss` treats a one-column tensor as one value per sequence
+# and then averages its metrics over every row, padding rows included, ignoring the mask.
+PADDING_COMPLETION_TOKENS = 2
+
+# Key of TRL's batch dict marking padding rows, `(N,)` bool; present only in a generation batch with padding rows.
+# TRL's shuffling and splitting carry it along with the other per-row tensors into every micro-batch.
+PADDING_KEY = "sara_padding"
+
 
 def build_row_plan(groups: list[Group], k: int) -> tuple[np.ndarray, np.ndarray]:
     """Lay B groups out as B*k contiguous rows: each group's rollouts, then padding rows up to k.
 
-    Args:
-        groups: the B groups of a :class:`StepResult` (real groups first, fill groups last).
-        k: group size (``num_generations``).
+    Parameters
+    ----------
+    groups : list of Group
+        The B groups of a :class:`~sara_trl.allocation.StepResult` (real groups first, fill groups last).
+    k : int
+        Group size (``num_generations``).
 
-    Returns:
-        ``(prompt_ids, rollout_ids)``, both ``(B*k,)`` int64: the dataset index of each row's prompt and the
-        step-local rollout id it replays, ``-1`` for a padding row.
+    Returns
+    -------
+    prompt_ids : numpy.ndarray
+        ``(B*k,)`` int64, the dataset index of each row's prompt.
+    rollout_ids : numpy.ndarray
+        ``(B*k,)`` int64, the step-local rollout id each row replays, ``-1`` for a padding row.
 
-    Raises:
-        ValueError: a group holds more than k rollouts.
+    Raises
+    ------
+    ValueError
+        A group holds more than k rollouts.
     """
     prompt_ids, rollout_ids = [], []
     for group in groups:
@@ -102,26 +128,45 @@ def build_row_plan(groups: list[Group], k: int) -> tuple[np.ndarray, np.ndarray]
 
 @dataclass
 class _Replay:
-    """Cached results handed to TRL's pipeline for the local rows of one generation batch."""
+    """Cached results handed to TRL's pipeline for the local rows of one generation batch.
+
+    Attributes
+    ----------
+    completion_ids : list of list of int
+        ``(N,)`` completions of this process's rows.
+    logprobs : list of list of float or None
+        ``(N,)`` vLLM sampling log-probs, or None.
+    rewards : torch.Tensor
+        ``(B*k, F)`` gathered reward rows of the whole batch, NaN rows for padding.
+    prompt_lengths : list of int
+        ``(N,)`` prompt lengths in tokens, filled by the replayed generation hook.
+    logps : list of torch.Tensor
+        ``(N, T)`` per-token log-probs of each forward pass TRL made during the replay, in call order.
+    """
 
     completion_ids: list[list[int]]
     logprobs: list[list[float]] | None
-    rewards: torch.Tensor  # (B*k, F): the gathered reward rows of the whole batch, NaN rows for padding
-    prompt_lengths: list[int] = field(default_factory=list)  # filled by the replayed generation hook
+    rewards: torch.Tensor
+    prompt_lengths: list[int] = field(default_factory=list)
+    logps: list[torch.Tensor] = field(default_factory=list)
 
 
 class SaraTrainerMixin:
     """Shared SARA logic for :class:`SaraGRPOTrainer` and :class:`SaraRLOOTrainer` (put it first in the bases).
 
-    Subclasses define ``_sara_returns_logprobs`` (whether the base ``_generate_single_turn`` returns
-    ``(ids, logprobs)``), ``_sara_generate_round`` and ``_sara_decode``.
+    A subclass implements the hooks of :class:`sara_trl.trainer.hooks.SaraTrainerBase` (``_sara_returns_logprobs``,
+    ``_sara_generate_round``, ``_sara_decode``, ``_sara_row_metrics``, ``_sara_fix_replay_metrics``); the class
+    docstring there has the checklist for a new TRL trainer base.
 
-    Public attributes after construction: ``sara_allocator`` (:class:`sara_trl.allocation.Allocator`),
-    ``sara_stream`` (:class:`sara_trl.allocation.PromptStream`) and ``sara_last_step`` (the latest
-    :class:`StepResult`, with per-prompt records, or None before the first step).
+    Attributes
+    ----------
+    sara_allocator : sara_trl.allocation.Allocator
+        The allocation core (set after construction).
+    sara_stream : sara_trl.allocation.PromptStream
+        SARA's prompt stream over ``train_dataset``.
+    sara_last_step : sara_trl.allocation.StepResult or None
+        The latest step's result, with per-prompt records; None before the first step.
     """
-
-    _sara_returns_logprobs: bool = True
 
     # ------------------------------------------------------------------------------------------ construction
     @classmethod
@@ -130,11 +175,36 @@ class SaraTrainerMixin:
     ) -> Any:
         """Validate what can be validated before TRL's (slow) construction; return the args to use.
 
-        Raises:
-            ValueError: an unsupported feature was passed (tools, environment_factory, rollout_func, multimodal
-                input), or the dataset cannot feed SARA's prompt stream.
-            TypeError: ``args`` is not a ``config_class``.
+        Parameters
+        ----------
+        model : str or transformers.PreTrainedModel
+            As passed to the trainer (names the default output folder when ``args`` is None).
+        args : config_class or None
+            The trainer's config; None builds a default one.
+        config_class : type
+            The SARA config class of this trainer (e.g. ``SaraConfig``).
+        train_dataset : datasets.Dataset
+            The training data.
+        processing_class : tokenizer or processor
+            As passed to the trainer.
+        unsupported : dict
+            ``{argument name: value}`` of TRL features SARA cannot replay; a truthy value raises.
+
+        Returns
+        -------
+        config_class
+            ``args``, or a default config when it was None.
+
+        Raises
+        ------
+        ValueError
+            An unsupported feature was passed (tools, environment_factory, rollout_func, multimodal input), or the
+            dataset cannot feed SARA's prompt stream.
+        TypeError
+            ``args`` is not a ``config_class``, or the class lacks a member of
+            :class:`~sara_trl.trainer.hooks.SaraTrainerBase`.
         """
+        check_trainer_class(cls)
         for name, value in unsupported.items():
             if value:
                 raise ValueError(
@@ -182,8 +252,10 @@ class SaraTrainerMixin:
     def _sara_setup(self) -> None:
         """Create the allocator and the prompt stream (after TRL's construction).
 
-        Raises:
-            ValueError: a vision-language processor was resolved, or ``success_reward_func`` names no reward function.
+        Raises
+        ------
+        ValueError
+            A vision-language processor was resolved, or ``success_reward_func`` names no reward function.
         """
         if getattr(self, "_is_vlm", False):
             raise ValueError(
@@ -224,16 +296,28 @@ class SaraTrainerMixin:
 
     # ------------------------------------------------------------------------------------------ entry point
     def _generate_and_score_completions(self, inputs):
-        """Training: collect with the allocator, then replay the committed rows through TRL (see module doc).
+        """Training: collect with the allocator, then replay the committed rows through TRL (see the module doc).
 
         Evaluation (and the replay itself) pass straight to TRL. In training, ``inputs`` (the dataloader batch) is
         ignored: prompts come from ``sara_stream``.
+
+        Parameters
+        ----------
+        inputs : list of dict
+            The dataloader's batch (used in evaluation only).
+
+        Returns
+        -------
+        dict
+            TRL's batch dict for this process's rows (padding rows masked, :data:`PADDING_KEY` added when there are
+            padding rows).
         """
         if not self.model.training or getattr(self, "_sara_replay", None) is not None:
             return super()._generate_and_score_completions(inputs)
         return self._sara_generate_and_score()
 
     def _sara_generate_and_score(self) -> dict:
+        """One training generation batch: collect, lay out, replay, mask (steps 1 to 4 of the module doc)."""
         args = self.args
         k = self.num_generations
         num_groups = args.generation_batch_size // k
@@ -280,10 +364,12 @@ class SaraTrainerMixin:
         if (~is_padding).any():
             reward_rows[torch.as_tensor(~is_padding)] = rewards_all[torch.as_tensor(plan_rollouts[~is_padding])]
         local_rollouts = plan_rollouts[local]
-        completion_ids = [cache.completion_ids[r] if r >= 0 else [eos] for r in local_rollouts]
+        padding_ids = [eos] * PADDING_COMPLETION_TOKENS
+        completion_ids = [cache.completion_ids[r] if r >= 0 else padding_ids for r in local_rollouts]
         logprobs = None
         if self._sara_returns_logprobs and any(lp is not None for lp in cache.logprobs):
-            logprobs = [cache.logprobs[r] if r >= 0 else [float("nan")] for r in local_rollouts]
+            padding_logprobs = [float("nan")] * PADDING_COMPLETION_TOKENS
+            logprobs = [cache.logprobs[r] if r >= 0 else padding_logprobs for r in local_rollouts]
         rows = [self._sara_row(int(pid)) for pid in plan_prompts[local]]
 
         # Extra completions-table columns, one value per local row (flushed by TRL's pipeline).
@@ -293,9 +379,9 @@ class SaraTrainerMixin:
 
         # 3. Replay through TRL's unchanged pipeline.
         self._sara_replay = _Replay(completion_ids=completion_ids, logprobs=logprobs, rewards=reward_rows.to(device))
+        replay = self._sara_replay
         try:
             output = super()._generate_and_score_completions(rows)
-            prompt_lengths = self._sara_replay.prompt_lengths
         finally:
             self._sara_replay = None
 
@@ -309,18 +395,22 @@ class SaraTrainerMixin:
                 if "tool_mask" in output:
                     loss_mask = loss_mask * output["tool_mask"]
                 output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-            # TRL counted each padding row's prompt and its one EOS token in `num_input_tokens_seen`.
-            pad_tokens = sum(length + 1 for length, pad in zip(prompt_lengths, is_padding[local]) if pad)
+            # TRL counted each padding row's prompt and its EOS tokens in `num_input_tokens_seen`.
+            pad_tokens = sum(length + PADDING_COMPLETION_TOKENS
+                             for length, pad in zip(replay.prompt_lengths, is_padding[local]) if pad)
             pad_tokens = self.accelerator.gather(torch.tensor([pad_tokens], device=device)).sum().item()
             self.state.num_input_tokens_seen -= pad_tokens
             metrics["num_tokens"] = [self.state.num_input_tokens_seen]
             eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
-            lengths = np.asarray([len(cache.completion_ids[r]) if r >= 0 else 1 for r in plan_rollouts])
+            lengths = np.asarray([len(cache.completion_ids[r]) if r >= 0 else PADDING_COMPLETION_TOKENS
+                                  for r in plan_rollouts])
             truncated = np.asarray(
                 [r >= 0 and (not cache.completion_ids[r] or cache.completion_ids[r][-1] not in eos_and_pad)
                  for r in plan_rollouts]
             )
             correct_padding_metrics(metrics, lengths, truncated, is_padding, result.stats.unfilled, num_groups)
+            self._sara_fix_replay_metrics(output, pad_local, replay.logps)
+            output[PADDING_KEY] = pad_local
 
         log_step_metrics(
             metrics,
@@ -334,7 +424,13 @@ class SaraTrainerMixin:
 
     # ------------------------------------------------------------------------------------------ replay hooks
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        """Replay: return the cached completions (and vLLM log-probs for GRPO) instead of generating."""
+        """Replay: return the cached completions (and vLLM log-probs for GRPO) instead of generating.
+
+        Raises
+        ------
+        RuntimeError
+            TRL asked for a different number of completions than the replay holds.
+        """
         replay = getattr(self, "_sara_replay", None)
         if replay is None:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
@@ -349,7 +445,13 @@ class SaraTrainerMixin:
         return completion_ids
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        """Replay: return the cached, already gathered ``(B*k, F)`` reward rows instead of scoring again."""
+        """Replay: return the cached, already gathered ``(B*k, F)`` reward rows instead of scoring again.
+
+        Raises
+        ------
+        RuntimeError
+            TRL's batch does not match the cached reward rows.
+        """
         replay = getattr(self, "_sara_replay", None)
         if replay is None:
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -357,6 +459,38 @@ class SaraTrainerMixin:
         if replay.rewards.shape[0] != expected:
             raise RuntimeError(f"replay mismatch: {expected} reward rows expected, {replay.rewards.shape[0]} cached")
         return replay.rewards
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        """TRL's forward pass; during the replay, its per-token log-probs are also kept for
+        ``_sara_fix_replay_metrics``."""
+        result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        replay = getattr(self, "_sara_replay", None)
+        if replay is not None:
+            replay.logps.append(result[0].detach())
+        return result
+
+    # ------------------------------------------------------------------------------------------ loss metrics
+    def _compute_loss(self, model, inputs):
+        """TRL's loss, unchanged; then the per-token and per-row metrics it appended are made to exclude padding rows.
+
+        Only for micro-batches of a generation batch with padding rows (marked by :data:`PADDING_KEY`, which is
+        removed before TRL sees the batch). One extra small collective per such micro-batch counts real tokens and
+        rows over all processes; see :func:`sara_trl.trainer.metrics.correct_loss_metrics` for the rules.
+        """
+        padding = inputs.get(PADDING_KEY) if isinstance(inputs, dict) else None
+        if padding is None:
+            return super()._compute_loss(model, inputs)
+        inputs = {key: value for key, value in inputs.items() if key != PADDING_KEY}
+        mode = "train" if self.model.training else "eval"
+        metrics = self._metrics[mode]
+        before = {name: len(values) for name, values in metrics.items()}
+        loss = super()._compute_loss(model, inputs)
+        appended = {name for name, values in metrics.items() if len(values) > before.get(name, 0)}
+        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        local = torch.tensor([float(mask.sum()), float((~padding).sum()), float(len(padding))], device=mask.device)
+        real_tokens, real_rows, rows = (int(v) for v in self.accelerator.reduce(local, reduction="sum").tolist())
+        correct_loss_metrics(metrics, appended, real_tokens, real_rows, rows, self._sara_row_metrics())
+        return loss
 
     # ------------------------------------------------------------------------------------------ vLLM
     @contextmanager
@@ -388,6 +522,7 @@ class SaraTrainerMixin:
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def _sara_state_dict(self) -> dict:
+        """The allocator, stream and allocation config as JSON-ready data (written to ``sara_state.json``)."""
         return {
             "version": 1,
             "allocator": self.sara_allocator.state_dict(),
@@ -398,7 +533,8 @@ class SaraTrainerMixin:
     def _save_checkpoint(self, model, trial):
         """Write ``sara_state.json`` (allocator and stream state) into the checkpoint, then TRL's own save.
 
-        Written first so that a ``push_to_hub`` of the checkpoint includes it.
+        Written first so that a ``push_to_hub`` of the checkpoint includes it. With ``carry_over``, the carried
+        prompts' completions go to ``sara_carry.pt`` beside it.
         """
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
@@ -413,6 +549,11 @@ class SaraTrainerMixin:
         """Also restore the allocator and stream state saved by :meth:`_save_checkpoint` when resuming.
 
         A checkpoint without ``sara_state.json`` (e.g. from a plain TRL run) starts a fresh stream, with a warning.
+
+        Raises
+        ------
+        FileNotFoundError
+            The state carries undecided prompts into the next step but ``sara_carry.pt`` is missing.
         """
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:

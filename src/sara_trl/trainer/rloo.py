@@ -1,13 +1,15 @@
-"""`SaraRLOOTrainer`: TRL's `RLOOTrainer` with SARA rollout allocation."""
+"""``SaraRLOOTrainer``: TRL's ``RLOOTrainer`` with SARA rollout allocation."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from trl import RLOOTrainer
 from trl.data_utils import is_conversational
 
 from sara_trl.trainer.config import SaraRLOOConfig
+from sara_trl.trainer.metrics import CLIP_RATIO_METRICS, global_masked_mean, replace_last
 from sara_trl.trainer.mixin import SaraTrainerMixin
 from sara_trl.trainer.model_card import sara_paper
 
@@ -15,24 +17,31 @@ __all__ = ["SaraRLOOTrainer"]
 
 
 class SaraRLOOTrainer(SaraTrainerMixin, RLOOTrainer):
-    """[`~trl.RLOOTrainer`] whose generation batches are collected by SARA (or the DS / uniform baselines).
+    """TRL's ``RLOOTrainer`` whose generation batches are collected by SARA (or the DS / uniform baselines).
 
-    A drop-in replacement: swap `RLOOTrainer`/`RLOOConfig` for `SaraRLOOTrainer`/[`SaraRLOOConfig`] and set
-    `max_steps`. TRL's leave-one-out baseline, KL-in-reward (`beta`, default 0.05, which loads a reference model),
-    clipping and loss run unchanged on the committed groups; padding rows of short groups (`commit_min < k`) have NaN
-    rewards, so they leave the baseline and get a zero advantage. RLOO's loss is a mean over sequences, so padding
+    A drop-in replacement: swap ``RLOOTrainer``/``RLOOConfig`` for ``SaraRLOOTrainer``/:class:`SaraRLOOConfig` and set
+    ``max_steps``. TRL's leave-one-out baseline, KL-in-reward (``beta``, default 0.05, which loads a reference model),
+    clipping and loss run unchanged on the committed groups; padding rows of short groups (``commit_min < k``) have
+    NaN rewards, so they leave the baseline and get a zero advantage. RLOO's loss is a mean over sequences, so padding
     rows scale it by real/total rows (see :mod:`sara_trl.trainer.mixin`).
 
-    Args:
-        model, reward_funcs, train_dataset, eval_dataset, processing_class, reward_processing_classes, callbacks,
-        optimizers, quantization_config, peft_config: as in [`~trl.RLOOTrainer`]. `train_dataset` must be a
-            map-style `datasets.Dataset` with a `"prompt"` column.
-        args ([`SaraRLOOConfig`], *optional*): RLOO settings plus the allocation fields.
+    Parameters
+    ----------
+    model, reward_funcs, eval_dataset, processing_class, reward_processing_classes, callbacks, optimizers, \
+quantization_config, peft_config
+        As in ``trl.RLOOTrainer``.
+    args : SaraRLOOConfig, optional
+        RLOO settings plus the allocation fields.
+    train_dataset : datasets.Dataset
+        Map-style, with a ``"prompt"`` column.
 
-    Raises:
-        ValueError: a vision-language model or image columns, a dataset SARA cannot index, or a
-            `success_reward_func` that names no reward function.
-        TypeError: `args` is not a [`SaraRLOOConfig`].
+    Raises
+    ------
+    ValueError
+        A vision-language model or image columns, a dataset SARA cannot index, or a ``success_reward_func`` that
+        names no reward function.
+    TypeError
+        ``args`` is not a :class:`SaraRLOOConfig`.
     """
 
     _tag_names = ["trl", "rloo", "sara"]
@@ -70,14 +79,19 @@ class SaraRLOOTrainer(SaraTrainerMixin, RLOOTrainer):
         )
         self._sara_setup()
 
+    # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)
     def _sara_generate_round(self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict):
-        """ONE batched generation call through TRL's backend; each entry of ``prompt_ids`` gets one completion.
+        """ONE batched generation call: ``RLOOTrainer._generate_single_turn``, one completion per entry.
 
         RLOO's vLLM *server* path de-duplicates prompts with a stride of ``self.num_generations``; SARA's request
         list is already expanded (prompt-major, arbitrary counts), so the stride is set to 1 for this call.
 
-        Returns:
-            ``(completion_ids, None)``: RLOO generation returns no log-probs.
+        Returns
+        -------
+        completion_ids : list of list of int
+            One completion per entry of ``prompt_ids``.
+        logprobs : None
+            RLOO generation returns no log-probs.
         """
         saved = self.num_generations
         self.num_generations = 1
@@ -93,3 +107,32 @@ class SaraRLOOTrainer(SaraTrainerMixin, RLOOTrainer):
         if is_conversational({"prompt": prompts[0]}):
             return [[{"role": "assistant", "content": content}] for content in contents]
         return contents
+
+    def _sara_row_metrics(self) -> tuple[str, ...]:
+        """RLOO's clip ratios are per sequence (one importance ratio per sequence), so they average over rows."""
+        return CLIP_RATIO_METRICS
+
+    def _sara_fix_replay_metrics(self, output: dict, is_padding_local: torch.Tensor, replay_logps: list) -> None:
+        """Recompute RLOO's ``kl`` metric over real tokens (NaN when there is none).
+
+        TRL logs it in ``_generate_and_score_completions`` as the mean over completion tokens of RLOO's first-order
+        estimate ``old log-prob - reference log-prob`` (Ahmadian et al., 2024), before SARA masks padding rows: every
+        padding row's EOS tokens were in it. Both log-prob tensors are the replay's two forward passes (policy, then
+        reference model); nothing is logged when ``beta == 0``.
+
+        Raises
+        ------
+        RuntimeError
+            The replay made fewer than two forward passes with ``beta != 0`` (a TRL version that computes the
+            reference log-probs elsewhere).
+        """
+        if self.beta == 0.0:
+            return
+        if len(replay_logps) < 2:
+            raise RuntimeError(
+                f"RLOO replay made {len(replay_logps)} forward passes; SARA expects the policy's and the reference "
+                "model's (TRL 1.16) to recompute the `kl` metric without padding rows."
+            )
+        old, ref = replay_logps[0], replay_logps[1]
+        kl = global_masked_mean(self.accelerator, old - ref, output["completion_mask"])
+        replace_last(self._metrics["train"], "kl", kl)

@@ -1,0 +1,259 @@
+"""The seam between SARA and a TRL trainer base: what a trainer class must provide, declared as two Protocols.
+
+:class:`RoundTrainer` is what :func:`sara_trl.trainer.rollout.make_rollout_fn` uses to run one generation round;
+:class:`SaraTrainerBase` adds what :class:`sara_trl.trainer.mixin.SaraTrainerMixin` uses to replay the committed rows
+through TRL and to keep TRL's metrics free of padding rows. Each member is marked either *TRL* (inherited from the
+TRL trainer base, named as in TRL 1.16) or *hook* (written in the SARA trainer file, e.g. :mod:`sara_trl.trainer.grpo`).
+:func:`check_trainer_class` checks a class against both at construction, so a TRL version that renamed an internal
+fails with a message naming it instead of an ``AttributeError`` in the middle of a step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+__all__ = ["HOOKS", "TRL_MEMBERS", "RoundTrainer", "SaraTrainerBase", "check_trainer_class"]
+
+
+class RoundTrainer(Protocol):
+    """What one generation round needs from a trainer (used by :func:`~sara_trl.trainer.rollout.make_rollout_fn`).
+
+    Attributes
+    ----------
+    accelerator : accelerate.Accelerator
+        *TRL.* ``num_processes``, ``process_index``, ``device`` and ``gather``.
+    args : SaraConfig or SaraRLOOConfig
+        *TRL.* Reads ``success_reward_func``, ``success_threshold`` and ``allocator``.
+    reward_funcs : list
+        *TRL.* The reward functions, F of them.
+    reward_func_names : list of str
+        *TRL.* Their names, ``(F,)``.
+    reward_weights : torch.Tensor
+        *TRL.* ``(F,)`` weights of the weighted reward sum.
+    _pending_extra_logs : dict of str to list
+        *TRL.* Buffer that reward functions fill through ``log_extra``; swapped out for the reward pass of a round.
+    """
+
+    accelerator: Any
+    args: Any
+    reward_funcs: list
+    reward_func_names: list[str]
+    reward_weights: torch.Tensor
+    _pending_extra_logs: dict[str, list]
+
+    def _sara_row(self, prompt_id: int) -> dict:
+        """*Mixin.* Dataset row ``prompt_id`` as a dict (it has a ``"prompt"`` key and the reward columns)."""
+        ...
+
+    def _tokenize_prompts(self, prompts: list) -> tuple[list[list[int]], Any, dict]:
+        """*TRL.* Apply the chat template and tokenize.
+
+        Parameters
+        ----------
+        prompts : list
+            ``(R,)`` prompts, text or conversational.
+
+        Returns
+        -------
+        prompt_ids : list of list of int
+            ``(R,)`` token ids, one list per prompt.
+        images : None
+            Always None here (multimodal input is rejected at construction).
+        multimodal_fields : dict
+            Empty here; passed through to generation.
+        """
+        ...
+
+    def _sara_generate_round(
+        self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """*Hook.* ONE batched generation call through the base's backend, one completion per entry.
+
+        Wraps the base's ``_generate_single_turn`` (vLLM colocate or server, transformers ``generate`` or continuous
+        batching) with one generation per entry: SARA's request list is already expanded prompt-major.
+
+        Parameters
+        ----------
+        prompt_ids : list of list of int
+            ``(R,)`` prompt token ids, a prompt repeated once per requested rollout.
+        images, multimodal_fields
+            As returned by :meth:`_tokenize_prompts`.
+
+        Returns
+        -------
+        completion_ids : list of list of int
+            ``(R,)`` completion token ids.
+        logprobs : list of list of float or None
+            ``(R,)`` lists of the sampled tokens' log-probs (one per completion token) when the backend returns them
+            (vLLM under GRPO), else None.
+        """
+        ...
+
+    def _sara_decode(self, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list:
+        """*Hook.* Decode completions exactly as the base's ``_generate`` does: what reward functions receive.
+
+        Parameters
+        ----------
+        prompts : list
+            ``(R,)`` prompts.
+        prompt_ids, completion_ids : list of list of int
+            ``(R,)`` token ids.
+
+        Returns
+        -------
+        list
+            ``(R,)`` completions: strings, or ``[{"role": "assistant", "content": ...}]`` for conversational prompts.
+        """
+        ...
+
+    def _calculate_rewards(self, inputs: list, prompts: list, completions: list, completion_ids_list: list) -> torch.Tensor:
+        """*TRL.* One reward pass; returns the ``(R * num_processes, F)`` rows gathered over processes.
+
+        NaN where a function returned None. Called once per round by the rollout function (and answered from the
+        cache during the replay, see :meth:`SaraTrainerBase._calculate_rewards`).
+        """
+        ...
+
+
+class SaraTrainerBase(RoundTrainer, Protocol):
+    """Everything a SARA trainer class needs from its TRL base and from its own file.
+
+    :class:`~sara_trl.trainer.mixin.SaraTrainerMixin` drives TRL through these members only: it overrides
+    ``_generate_and_score_completions`` (collect, then replay), ``_generate_single_turn`` and ``_calculate_rewards``
+    (answer the replay from the cache), ``_get_per_token_logps_and_entropies`` (record the replay's log-probs),
+    ``_compute_loss`` (padding-free metrics) and the checkpoint methods, and calls ``super()`` for each.
+
+    Checklist for a third TRL trainer base ``XTrainer`` (one new file, ``sara_trl/trainer/x.py``; nothing else changes):
+
+    1. ``@dataclass class SaraXConfig(<allocation arguments of sara_trl.trainer.config>, XConfig)``, as
+       :class:`~sara_trl.trainer.config.SaraRLOOConfig` is built from ``RLOOConfig``.
+    2. ``class SaraXTrainer(SaraTrainerMixin, XTrainer)`` (mixin first) with ``_name``, ``_tag_names`` and
+       ``_paper = sara_paper(XTrainer._paper)``.
+    3. ``__init__``: ``args = self._sara_prepare(model, args, SaraXConfig, train_dataset, processing_class,
+       unsupported)`` before ``super().__init__``, and ``self._sara_setup()`` after it.
+    4. The hooks: ``_sara_returns_logprobs``, ``_sara_generate_round``, ``_sara_decode``, ``_sara_row_metrics`` and
+       ``_sara_fix_replay_metrics``, documented below.
+    5. Check that ``XTrainer`` has every *TRL* member listed here with the same meaning (:func:`check_trainer_class`
+       checks that they exist), that it builds groups as ``view(-1, num_generations)`` over contiguous rows, and that
+       a NaN reward row leaves the group statistics and gets a zero advantage.
+    6. A test like ``tests/test_trainer_padding.py`` for the new class (hand-computed advantages, loss and metrics).
+
+    Attributes
+    ----------
+    _sara_returns_logprobs : bool
+        *Hook* (class attribute). Whether the base's ``_generate_single_turn`` returns ``(ids, logprobs)`` (GRPO)
+        rather than ``ids`` alone (RLOO); the replay answers in the same form.
+    num_generations : int
+        *TRL.* Group size k.
+    _tokenizer : transformers.PreTrainedTokenizerBase
+        *TRL.* Gives ``eos_token_id`` and ``pad_token_id``.
+    eos_token_ids : list of int
+        *TRL.* Tokens that end a completion (a completion not ending in one of them or pad is truncated).
+    _metrics : dict
+        *TRL.* ``{"train": {name: [values]}, "eval": ...}``, averaged over the logging window.
+    state : transformers.TrainerState
+        *TRL.* ``global_step`` and ``num_input_tokens_seen``.
+    """
+
+    _sara_returns_logprobs: ClassVar[bool]
+    num_generations: int
+    _tokenizer: Any
+    eos_token_ids: list[int]
+    _metrics: dict[str, dict[str, list]]
+    state: Any
+
+    def _generate_and_score_completions(self, inputs: list) -> dict:
+        """*TRL.* Generate, score and pad one generation batch; returns TRL's batch dict (``completion_mask``,
+        ``advantages``, ...). Replayed unchanged on the B*k rows SARA lays out."""
+        ...
+
+    def _generate_single_turn(self, prompt_ids: list[list[int]], *args: Any, **kwargs: Any) -> Any:
+        """*TRL.* The base's generation call; ``(ids, logprobs)`` or ``ids`` (see ``_sara_returns_logprobs``)."""
+        ...
+
+    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> tuple:
+        """*TRL.* Forward pass; returns ``(per_token_logps (N, T), entropies or None, aux_loss or None)``."""
+        ...
+
+    def _compute_loss(self, model: Any, inputs: dict) -> torch.Tensor:
+        """*TRL.* Loss of one micro-batch; appends ``kl``, ``entropy``, ``clip_ratio/*``, ... to ``_metrics``."""
+        ...
+
+    def _log_completion_extra(self, column: str, values: list) -> None:
+        """*TRL.* Add a column to the completions table (one value per local row of the batch being scored)."""
+        ...
+
+    def _sara_row_metrics(self) -> tuple[str, ...]:
+        """*Hook.* Names of the TRL metrics that ``_compute_loss`` averages over rows (sequences) without the
+        completion mask, under the current settings.
+
+        A padding row is in those averages; :func:`sara_trl.trainer.metrics.correct_loss_metrics` removes it (every
+        name must be a key of :data:`sara_trl.trainer.metrics.ROW_METRIC_PADDING`). TRL 1.16: every ``clip_ratio/*``
+        of RLOO (one ratio per sequence); GRPO's ``clip_ratio/*`` with ``importance_sampling_level="sequence"`` and
+        ``vespo/phi_seq_mean``. Token-level metrics are masked by TRL itself and are not listed.
+
+        Returns
+        -------
+        tuple of str
+            Metric names, possibly empty.
+        """
+        ...
+
+    def _sara_fix_replay_metrics(self, output: dict, is_padding_local: torch.Tensor, replay_logps: list) -> None:
+        """*Hook.* Recompute, over real rows only, the metrics the base logged during the replay from every row.
+
+        Called on every process after padding rows were masked out of ``output`` (its ``completion_mask`` is zero
+        on them), only for a batch that holds padding rows. Replaces the last value of each such metric in
+        ``self._metrics["train"]`` by the value over real tokens (NaN when there is none). TRL 1.16: RLOO's ``kl``
+        (computed before any mask, in ``_generate_and_score_completions``); GRPO's ``sampling/*`` vLLM
+        importance-sampling metrics.
+
+        Parameters
+        ----------
+        output : dict
+            TRL's batch dict for this process's ``(N, T)`` rows, padding rows already masked.
+        is_padding_local : torch.Tensor
+            ``(N,)`` bool, this process's padding rows.
+        replay_logps : list of torch.Tensor
+            The ``(N, T)`` per-token log-probs of every ``_get_per_token_logps_and_entropies`` call the replay made,
+            in call order (RLOO: the policy's, then the reference model's when ``beta != 0``).
+        """
+        ...
+
+
+# Members checked on the class by check_trainer_class (instance attributes set in TRL's __init__ are not).
+TRL_MEMBERS = ("_tokenize_prompts", "_calculate_rewards", "_generate_and_score_completions", "_generate_single_turn",
+               "_get_per_token_logps_and_entropies", "_compute_loss", "_log_completion_extra", "_save_checkpoint",
+               "_load_optimizer_and_scheduler")
+HOOKS = ("_sara_returns_logprobs", "_sara_generate_round", "_sara_decode", "_sara_row_metrics",
+         "_sara_fix_replay_metrics")
+
+
+def check_trainer_class(cls: type) -> None:
+    """Check that a SARA trainer class has every member of :class:`SaraTrainerBase` that lives on the class.
+
+    Parameters
+    ----------
+    cls : type
+        The SARA trainer class (e.g. ``SaraGRPOTrainer``).
+
+    Raises
+    ------
+    TypeError
+        A *TRL* member is missing (an incompatible TRL version) or a *hook* was not written in the SARA trainer's
+        file; the message names each missing member.
+    """
+    missing_trl = [name for name in TRL_MEMBERS if not callable(getattr(cls, name, None))]
+    missing_hooks = [name for name in HOOKS if getattr(cls, name, None) is None]
+    if missing_trl:
+        raise TypeError(
+            f"{cls.__name__}: its TRL base lacks {missing_trl}, which SARA drives (written for TRL 1.16). Install a "
+            "TRL version with these methods, or adapt the SARA trainer file to the new names."
+        )
+    if missing_hooks:
+        raise TypeError(
+            f"{cls.__name__} does not define the SARA hooks {missing_hooks}; see "
+            "sara_trl.trainer.hooks.SaraTrainerBase for what each must do."
+        )
