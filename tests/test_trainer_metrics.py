@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from _helpers_trainer import POSITION, scripted_reward
 from datasets import Dataset
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
@@ -20,17 +21,6 @@ from sara_trl.trainer.metrics import ROW_METRIC_PADDING, correct_loss_metrics, g
 from sara_trl.trainer.mixin import PADDING_KEY
 
 NAN = float("nan")
-POSITION: dict[int, int] = {}
-
-
-def scripted_reward(completions, script, pid, **kwargs):
-    """Rollout j of prompt `pid` (in generation order) gets reward int(script[j])."""
-    rewards = []
-    for text, p in zip(script, pid):
-        j = POSITION.get(p, 0)
-        POSITION[p] = j + 1
-        rewards.append(float(text[j % len(text)]))
-    return rewards
 
 
 class SumAccelerator:

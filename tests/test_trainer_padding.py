@@ -10,21 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _helpers_trainer import POSITION, scripted_reward
 from datasets import Dataset
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
-
-POSITION: dict[int, int] = {}
-
-
-def scripted_reward(completions, script, pid, **kwargs):
-    """Rollout j of prompt `pid` (in generation order) gets reward int(script[j])."""
-    rewards = []
-    for text, p in zip(script, pid):
-        j = POSITION.get(p, 0)
-        POSITION[p] = j + 1
-        rewards.append(float(text[j]))
-    return rewards
 
 
 def grpo_advantages(rewards) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _helpers_trainer import POSITION, scripted_reward
 from datasets import Dataset
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
@@ -183,3 +184,39 @@ def test_rloo_vllm_standin(data, tiny_model_dir, tokenizer, cpu_trainer_kwargs):
         assert out["completion_ids"].shape[0] == args.generation_batch_size
         for row, length in enumerate(out["completion_mask"].sum(dim=1).tolist()):
             assert tuple(out["completion_ids"][row, :length].tolist()) in engine.samples
+
+
+@pytest.mark.parametrize("scripts", [["10"] + ["0"] * 7, ["0"] * 8], ids=["some_fill", "all_fill"])
+def test_grpo_vllm_sampling_metrics_skip_padding_rows(scripts, tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    """TRL's vLLM importance-sampling metrics over real rows only: a padding row has no sampling log-prob, so TRL
+    would count its ratio of exactly 1 into min/mean/max."""
+    data = Dataset.from_dict({"prompt": [f"Question {i}?" for i in range(8)], "script": scripts,
+                              "pid": list(range(8))})
+    args = SaraConfig(**cpu_trainer_kwargs(max_steps=1, max_rounds=1, commit_min=2, shuffle_dataset=False))
+    trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=scripted_reward, args=args, train_dataset=data,
+                              processing_class=tokenizer)
+    inject(trainer, StandInVLLMGeneration(tokenizer.eos_token_id, args.max_completion_length, enable_sleep_mode=False))
+    outputs = []
+    original = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: outputs.append(original(inputs)) or outputs[-1]
+    POSITION.clear()
+
+    trainer.train()
+
+    out = outputs[0]
+    log = next(entry for entry in trainer.state.log_history if "sara/unfilled" in entry)
+    names = ["sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
+             "sampling/importance_sampling_ratio/max", "sampling/sampling_logp_difference/mean",
+             "sampling/sampling_logp_difference/max"]
+    if log["sara/unfilled"] == 2:
+        assert all(log[name] is None for name in names)
+        return
+    real = ~out["sara_padding"]
+    assert int(real.sum()) == 2 and args.vllm_importance_sampling_mode == "sequence_mask"
+    ratio = out["importance_sampling_ratio"][real].flatten()  # one ratio per real sequence
+    mask = out["completion_mask"].bool()
+    delta = (out["old_per_token_logps"] - out["sampling_per_token_logps"]).abs()[mask]
+    expected = [ratio.min(), ratio.mean(), ratio.max(), delta.mean(), delta.max()]
+    for name, value in zip(names, expected):
+        assert log[name] == pytest.approx(float(value), rel=1e-5), name
+    assert float(ratio.max()) != 1.0  # a padding row's ratio (exactly 1) would be visible in min or max

@@ -1,4 +1,4 @@
-"""Multi-process helpers for SARA's lock-step rounds (integration note §6, issue 7).
+"""Multi-process helpers for SARA's lock-step rounds.
 
 Every process runs the same allocator on the same (gathered) outcomes, so each round's global request list is
 identical everywhere. This module holds the two pieces of that protocol that must be exactly right on every rank:
@@ -33,17 +33,27 @@ def split_round(requests: np.ndarray, world: int, rank: int) -> tuple[np.ndarray
     With ``total >= 1`` requests every process gets ``per_rank = ceil(total / world) >= 1`` rows, also when
     ``total < world``.
 
-    Args:
-        requests: ``(total,)`` int64 dataset indices, one per requested rollout (prompt-major), ``total >= 1``.
-        world: number of processes W (>= 1).
-        rank: this process's index in ``[0, world)``.
+    Parameters
+    ----------
+    requests : numpy.ndarray
+        ``(total,)`` int64 dataset indices, one per requested rollout (prompt-major), ``total >= 1``.
+    world : int
+        Number of processes W (>= 1).
+    rank : int
+        This process's index in ``[0, world)``.
 
-    Returns:
-        ``(local, per_rank)``: ``local`` is the ``(per_rank,)`` int64 slice of the padded list this process
-        generates; global request ``i`` (``i < total``) is row ``i - rank * per_rank`` of process ``i // per_rank``.
+    Returns
+    -------
+    local : numpy.ndarray
+        ``(per_rank,)`` int64, the slice of the padded list this process generates; global request ``i``
+        (``i < total``) is row ``i - rank * per_rank`` of process ``i // per_rank``.
+    per_rank : int
+        Rows per process, ``ceil(total / world)``.
 
-    Raises:
-        ValueError: ``requests`` is empty, or ``world``/``rank`` are out of range.
+    Raises
+    ------
+    ValueError
+        ``requests`` is empty, or ``world``/``rank`` are out of range.
     """
     requests = np.asarray(requests, dtype=np.int64).reshape(-1)
     total = len(requests)
@@ -65,10 +75,14 @@ def match_reward_gather(accelerator: Any, num_rows: int, num_funcs: int) -> None
     discarded. This mirrors TRL's tensor exactly (``torch.zeros(len(prompts), len(reward_funcs))``, default dtype,
     on ``accelerator.device``).
 
-    Args:
-        accelerator: the trainer's ``Accelerator`` (or an object with ``gather`` and ``device``).
-        num_rows: rows this process scores per round (``per_rank`` of :func:`split_round`).
-        num_funcs: number of reward functions F.
+    Parameters
+    ----------
+    accelerator : accelerate.Accelerator
+        The trainer's accelerator (or an object with ``gather`` and ``device``).
+    num_rows : int
+        Rows this process scores per round (``per_rank`` of :func:`split_round`).
+    num_funcs : int
+        Number of reward functions F.
     """
     accelerator.gather(torch.zeros(num_rows, num_funcs, device=accelerator.device))
 
@@ -76,15 +90,22 @@ def match_reward_gather(accelerator: Any, num_rows: int, num_funcs: int) -> None
 def raise_if_any_failed(accelerator: Any, error: BaseException | None, what: str) -> None:
     """Collective error check: every process calls it at the same point; if any process failed, all raise.
 
-    Args:
-        accelerator: the trainer's ``Accelerator`` (``num_processes``, ``process_index``).
-        error: the exception this process caught since the previous collective, or None.
-        what: what was being done, for the message (e.g. ``"SARA round 3 (generation and rewards)"``).
+    Parameters
+    ----------
+    accelerator : accelerate.Accelerator
+        The trainer's accelerator (``num_processes``, ``process_index``).
+    error : BaseException or None
+        The exception this process caught since the previous collective, or None.
+    what : str
+        What was being done, for the message (e.g. ``"SARA round 3 (generation and rewards)"``).
 
-    Raises:
-        BaseException: ``error`` itself (original type and traceback) on a process that failed.
-        RuntimeError: on the other processes, naming the first failing process and its exception's type and
-            message, e.g. ``"SARA round 3 (generation and rewards) failed on process 1: ValueError: boom"``.
+    Raises
+    ------
+    BaseException
+        ``error`` itself (original type and traceback) on a process that failed.
+    RuntimeError
+        On the other processes, naming the first failing process and its exception's type and message, e.g.
+        ``"SARA round 3 (generation and rewards) failed on process 1: ValueError: boom"``.
     """
     if accelerator.num_processes == 1:
         if error is not None:

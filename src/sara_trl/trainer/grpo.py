@@ -160,7 +160,8 @@ quantization_config, peft_config
         sequence in the ``sequence_*`` modes), then the mean / max / min over processes; a process without a real
         token is left out (NaN), and each value is NaN when no process has one.
         """
-        if not (self.use_vllm and self.vllm_importance_sampling_correction) or "importance_sampling_ratio" not in output:
+        uses_is = self.use_vllm and self.vllm_importance_sampling_correction
+        if not uses_is or "importance_sampling_ratio" not in output:
             return
         mask = output["completion_mask"].bool()
         if "tool_mask" in output:

@@ -108,7 +108,9 @@ class RoundTrainer(Protocol):
         """
         ...
 
-    def _calculate_rewards(self, inputs: list, prompts: list, completions: list, completion_ids_list: list) -> torch.Tensor:
+    def _calculate_rewards(
+        self, inputs: list, prompts: list, completions: list, completion_ids_list: list
+    ) -> torch.Tensor:
         """*TRL.* One reward pass; returns the ``(R * num_processes, F)`` rows gathered over processes.
 
         NaN where a function returned None. Called once per round by the rollout function (and answered from the

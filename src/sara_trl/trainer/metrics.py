@@ -81,12 +81,18 @@ def log_step_metrics(
     Values that are NaN (an option that is off, a fit not yet available) and non-numbers are skipped, so a key is
     absent rather than logged as None.
 
-    Args:
-        metrics: ``trainer._metrics["train"]``.
-        stats: the step's :class:`StepStats`.
-        success_labels: ``(rollouts_generated,)`` threshold labels, NaN = unscorable.
-        cumulative_rollouts, cumulative_tokens: running totals after this step.
-        diagnostics: ``Allocator.diagnostics()`` after this step, or None.
+    Parameters
+    ----------
+    metrics : dict
+        ``trainer._metrics["train"]``.
+    stats : StepStats
+        The step's accounting.
+    success_labels : numpy.ndarray
+        ``(rollouts_generated,)`` threshold labels, NaN = unscorable.
+    cumulative_rollouts, cumulative_tokens : int
+        Running totals (rollouts, completion tokens) after this step.
+    diagnostics : mapping, optional
+        ``Allocator.diagnostics()`` after this step.
     """
     values = stats.as_dict()
     for name in STEP_METRICS:
@@ -129,13 +135,20 @@ def correct_padding_metrics(
     included, and counts a fill group (all rewards NaN, so its std is NaN) as a group with non-zero reward std.
     This replaces the value TRL has just appended for the current batch (NaN when every row is padding).
 
-    Args:
-        metrics: ``trainer._metrics["train"]``.
-        lengths: ``(B*k,)`` completion lengths of the global batch, in rows order.
-        truncated: ``(B*k,)`` bool, the completion did not end with EOS/pad.
-        is_padding: ``(B*k,)`` bool, padding row (short-group padding or fill group).
-        unfilled: number of fill groups in the batch.
-        num_groups: B.
+    Parameters
+    ----------
+    metrics : dict
+        ``trainer._metrics["train"]``.
+    lengths : numpy.ndarray
+        ``(B*k,)`` completion lengths of the global batch in tokens, in row order.
+    truncated : numpy.ndarray
+        ``(B*k,)`` bool, the completion did not end with EOS/pad.
+    is_padding : numpy.ndarray
+        ``(B*k,)`` bool, padding row (short-group padding or fill group).
+    unfilled : int
+        Number of fill groups in the batch.
+    num_groups : int
+        B.
     """
     real = ~is_padding
     if real.any():
@@ -160,9 +173,16 @@ def correct_padding_metrics(
 def zero_padding_rows(output: dict, is_padding_local: torch.Tensor) -> None:
     """Mask padding rows out of the loss in TRL's output dict (in place).
 
-    ``completion_mask`` rows are zeroed (so the loss, entropy, KL and clip metrics ignore them), and RLOO's
+    ``completion_mask`` rows are zeroed (so the loss and TRL's token-masked metrics ignore them), and RLOO's
     sequence-level ``old_logps`` is zeroed to match (its ratio becomes exp(0) = 1, with a zero advantage).
     ``num_items_in_batch`` is recomputed by the caller (it is a collective).
+
+    Parameters
+    ----------
+    output : dict
+        TRL's batch dict for this process's ``(N, T)`` rows.
+    is_padding_local : torch.Tensor
+        ``(N,)`` bool, this process's padding rows.
     """
     keep = (~is_padding_local).to(output["completion_mask"].dtype).unsqueeze(1)
     output["completion_mask"] = output["completion_mask"] * keep

@@ -486,7 +486,9 @@ class SaraTrainerMixin:
         before = {name: len(values) for name, values in metrics.items()}
         loss = super()._compute_loss(model, inputs)
         appended = {name for name, values in metrics.items() if len(values) > before.get(name, 0)}
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
         local = torch.tensor([float(mask.sum()), float((~padding).sum()), float(len(padding))], device=mask.device)
         real_tokens, real_rows, rows = (int(v) for v in self.accelerator.reduce(local, reduction="sum").tolist())
         correct_loss_metrics(metrics, appended, real_tokens, real_rows, rows, self._sara_row_metrics())

@@ -27,8 +27,15 @@ SARA_CITATION = textwrap.dedent("""\
 def sara_paper(base_paper: dict) -> dict:
     """``_paper`` dict for a SARA trainer: SARA's title and arXiv id, SARA's BibTeX followed by the base trainer's.
 
-    Args:
-        base_paper: the base trainer's ``_paper`` (keys ``title``, ``id``, ``citation``).
+    Parameters
+    ----------
+    base_paper : dict
+        The base trainer's ``_paper`` (keys ``title``, ``id``, ``citation``).
+
+    Returns
+    -------
+    dict
+        ``{"title", "id", "citation"}`` for TRL's model-card template.
     """
     citation = SARA_CITATION
     if base_paper.get("citation"):

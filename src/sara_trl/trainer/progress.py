@@ -14,6 +14,13 @@ class RoundProgress:
     Disabled when ``enabled`` is False (not the main process, or ``args.disable_tqdm``). Use as a context manager
     around one step's collection; call the instance after each round (it is the ``on_round`` hook of
     :func:`sara_trl.trainer.rollout.make_rollout_fn`).
+
+    Parameters
+    ----------
+    step : int
+        The 1-based training step shown in the line.
+    enabled : bool
+        Whether to show the line.
     """
 
     def __init__(self, step: int, enabled: bool):
@@ -30,6 +37,7 @@ class RoundProgress:
         return self
 
     def __call__(self, round_number: int, rollouts: int, success: np.ndarray) -> None:
+        """Count one round: ``rollouts`` generated with ``(rollouts,)`` success labels (NaN = unscorable)."""
         self.rollouts += rollouts
         scored = success[~np.isnan(success)]
         self.successes += float(scored.sum())

@@ -7,7 +7,7 @@ columns) is kept in a :class:`RolloutCache`, indexed by the step-local rollout i
 committed rollouts can later be *replayed* through TRL's unchanged scoring pipeline without generating or scoring
 them again.
 
-Distributed layout (lock-step rounds, integration note §6): every process runs the same allocator on the same
+Distributed layout (lock-step rounds): every process runs the same allocator on the same
 outcomes, so every process builds the same global request list. It is padded to a multiple of the world size W with
 copies of its last request (their results are discarded) and cut into W equal contiguous chunks, one per process.
 TRL's reward gather (inside ``_calculate_rewards``) and one ``gather_object`` of the completions then give every
@@ -38,7 +38,7 @@ from sara_trl.trainer.distributed import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from sara_trl.trainer.mixin import SaraTrainerMixin
+    from sara_trl.trainer.hooks import RoundTrainer
 
 __all__ = ["RolloutCache", "binarize", "make_rollout_fn", "reward_score", "std_mixed_labels"]
 
@@ -47,19 +47,28 @@ __all__ = ["RolloutCache", "binarize", "make_rollout_fn", "reward_score", "std_m
 class RolloutCache:
     """What every rollout of one step produced, indexed by step-local rollout id (generation order).
 
-    Attributes:
-        completion_ids: per rollout, the completion token ids (as TRL's generation path returned them).
-        logprobs: per rollout, the sampled tokens' log-probs from vLLM (``None`` entries when the backend gives
-            none: transformers generation, RLOO).
-        rewards: per round, the ``(R_round, F)`` float32 reward rows (NaN where a function returned ``None``), CPU.
-        success: per round, ``(R_round,)`` float64 threshold labels (1, 0, NaN unscorable): what
-            ``sara/raw_success_rate`` reports.
-        tokens: per round, ``(R_round,)`` int64 completion lengths.
-        round_index: per rollout, the 1-based round that generated it.
-        extra_logs: per column logged by a reward function through ``log_extra``, one value per rollout (``None``
-            where a round did not log that column).
-        carried: rollouts at the front that were carried in from the previous step (``carry_over``; round index 0);
-            the step's own rollouts follow.
+    Attributes
+    ----------
+    completion_ids : list of list of int
+        Per rollout, the completion token ids (as TRL's generation path returned them).
+    logprobs : list of (list of float or None)
+        Per rollout, the sampled tokens' log-probs from vLLM (``None`` entries when the backend gives none:
+        transformers generation, RLOO).
+    rewards : list of torch.Tensor
+        Per round, the ``(R_round, F)`` float32 reward rows (NaN where a function returned ``None``), CPU.
+    success : list of numpy.ndarray
+        Per round, ``(R_round,)`` float64 threshold labels (1, 0, NaN unscorable): what ``sara/raw_success_rate``
+        reports.
+    tokens : list of numpy.ndarray
+        Per round, ``(R_round,)`` int64 completion lengths.
+    round_index : list of int
+        Per rollout, the 1-based round that generated it.
+    extra_logs : dict of str to list
+        Per column logged by a reward function through ``log_extra``, one value per rollout (``None`` where a round
+        did not log that column).
+    carried : int
+        Rollouts at the front that were carried in from the previous step (``carry_over``; round index 0); the
+        step's own rollouts follow.
     """
 
     completion_ids: list[list[int]] = field(default_factory=list)
@@ -73,11 +82,22 @@ class RolloutCache:
 
     @property
     def num_rollouts(self) -> int:
+        """Rollouts held (carried ones included)."""
         return len(self.completion_ids)
 
     def carry(self, ids: np.ndarray) -> RolloutCache:
-        """The rollouts ``ids`` (``(C,)`` step-local ids, ``StepResult.carry_rollout_ids``) as the start of the next
-        step's cache: their ids there are ``0 .. C-1`` in this order, their round index 0 (carried)."""
+        """The rollouts ``ids`` as the start of the next step's cache.
+
+        Parameters
+        ----------
+        ids : numpy.ndarray
+            ``(C,)`` step-local rollout ids (``StepResult.carry_rollout_ids``).
+
+        Returns
+        -------
+        RolloutCache
+            A cache whose rollouts ``0 .. C-1`` are ``ids`` in this order, with round index 0 (carried).
+        """
         ids = np.asarray(ids, dtype=np.int64)
         pick = ids.tolist()
         rewards = self.reward_matrix()
@@ -132,12 +152,18 @@ def reward_score(
 ) -> torch.Tensor:
     """Score each rollout the way TRL combines rewards (``sum_then_normalize``), before any normalization.
 
-    Args:
-        rewards_per_func: ``(R, F)`` rewards, NaN where a function returned ``None``.
-        reward_weights: ``(F,)`` weights (``args.reward_weights``).
-        func_index: if given, the score is that function's raw (unweighted) value instead.
+    Parameters
+    ----------
+    rewards_per_func : torch.Tensor
+        ``(R, F)`` rewards, NaN where a function returned ``None``.
+    reward_weights : torch.Tensor
+        ``(F,)`` weights (``args.reward_weights``).
+    func_index : int, optional
+        If given, the score is that function's raw (unweighted) value instead.
 
-    Returns:
+    Returns
+    -------
+    torch.Tensor
         ``(R,)`` float32 scores; NaN when every function returned ``None`` (or, with ``func_index``, when that one
         did): the rollout is unscorable.
     """
@@ -154,11 +180,16 @@ def binarize(score: np.ndarray, threshold: float) -> np.ndarray:
 
     The strict inequality matches :mod:`sara_trl.rewards` (``success = combined > success_threshold``).
 
-    Args:
-        score: ``(R,)`` float scores from :func:`reward_score`.
-        threshold: ``success_threshold``.
+    Parameters
+    ----------
+    score : numpy.ndarray
+        ``(R,)`` float scores from :func:`reward_score`.
+    threshold : float
+        ``success_threshold``.
 
-    Returns:
+    Returns
+    -------
+    numpy.ndarray
         ``(R,)`` float64 labels in {0, 1, NaN}.
     """
     score = np.asarray(score, dtype=np.float64)
@@ -177,12 +208,18 @@ def std_mixed_labels(score: np.ndarray, counts: np.ndarray, threshold: float) ->
     label of the block mean for every scorable rollout (so it is not). NaN stays NaN. For binary rewards this equals
     :func:`binarize`.
 
-    Args:
-        score: ``(R,)`` scores, prompt-major.
-        counts: ``(P,)`` rollouts per prompt block, ``counts.sum() == R``.
-        threshold: ``success_threshold``.
+    Parameters
+    ----------
+    score : numpy.ndarray
+        ``(R,)`` scores, prompt-major.
+    counts : numpy.ndarray
+        ``(P,)`` rollouts per prompt block, ``counts.sum() == R``.
+    threshold : float
+        ``success_threshold``.
 
-    Returns:
+    Returns
+    -------
+    numpy.ndarray
         ``(R,)`` float64 labels in {0, 1, NaN}.
     """
     score = np.asarray(score, dtype=np.float64)
@@ -216,20 +253,28 @@ def _capture_extra_logs(trainer: Any):
 
 
 def make_rollout_fn(
-    trainer: SaraTrainerMixin, cache: RolloutCache, on_round: Callable[[int, int, np.ndarray], None] | None = None
+    trainer: RoundTrainer, cache: RolloutCache, on_round: Callable[[int, int, np.ndarray], None] | None = None
 ) -> Callable[[np.ndarray, np.ndarray], RoundOutcome]:
     """Build the step's ``rollout_fn`` (see :class:`sara_trl.allocation.types.RolloutFn`).
 
-    Args:
-        trainer: a :class:`SaraGRPOTrainer` or :class:`SaraRLOOTrainer` in training mode.
-        cache: receives every rollout's completion ids, log-probs, rewards and labels.
-        on_round: called after each round with ``(round_number, rollouts_in_round, success_labels)`` (progress).
+    Parameters
+    ----------
+    trainer : RoundTrainer
+        A SARA trainer in training mode; only the members of :class:`sara_trl.trainer.hooks.RoundTrainer` are used
+        (the hooks ``_sara_row``, ``_sara_generate_round``, ``_sara_decode`` and TRL's ``_tokenize_prompts``,
+        ``_calculate_rewards`` and ``_pending_extra_logs``).
+    cache : RolloutCache
+        Receives every rollout's completion ids, log-probs, rewards and labels.
+    on_round : callable, optional
+        Called after each round with ``(round_number, rollouts_in_round, success_labels)`` (progress display).
 
-    Returns:
+    Returns
+    -------
+    callable
         ``rollout_fn(prompt_ids (P,) int64, counts (P,) int64) -> RoundOutcome`` with ``counts.sum()`` outcomes in
-        prompt-major order. It raises ``ValueError`` (via :meth:`RoundOutcome.coerce`) on malformed outcomes and
-        propagates any error of generation or of a reward function; with several processes, such an error on one
-        process makes every process raise in the same round (see
+        prompt-major order. It raises ``ValueError`` on an empty request, and on malformed outcomes (via
+        :class:`~sara_trl.allocation.RoundOutcome`), and propagates any error of generation or of a reward function;
+        with several processes, such an error on one process makes every process raise in the same round (see
         :func:`sara_trl.trainer.distributed.raise_if_any_failed`).
     """
     accelerator = trainer.accelerator
