@@ -3,6 +3,8 @@ construction-time errors of the trainers for features that do not fit SARA's sea
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from datasets import Dataset, IterableDataset
 from transformers import HfArgumentParser
@@ -52,20 +54,22 @@ def test_hf_argument_parser_round_trip():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"n0": 5}, r"n0 \(5\) must satisfy 1 <= n0 <= num_generations \(4\)"),
-        ({"n0": 0}, r"n0 \(0\) must satisfy .*needs at least one probe rollout"),
-        ({"commit_min": 1}, r"commit_min \(1\) must satisfy 2 <= commit_min <= num_generations \(4\)"),
-        ({"commit_min": 5}, r"commit_min \(5\)"),
-        ({"tau_low": 1.0}, r"tau_low \(1.0\) must lie in \[0, 1\)"),
-        ({"tau_low": -0.1}, r"tau_low \(-0.1\) .*a negative threshold on a probability never abandons"),
+        ({"n0": 5}, r"SaraConfig: n0=5 must satisfy 1 <= n0 <= k=4: .*cannot be larger.*here k is num_generations"),
+        ({"n0": 0}, r"n0=0 must satisfy .*needs at least one probe rollout"),
+        ({"commit_min": 1}, r"commit_min=1 must satisfy 2 <= commit_min <= k=4: .*here k is num_generations"),
+        ({"commit_min": 5}, r"commit_min=5"),
+        ({"tau_low": 1.0}, r"tau_low=1.0 must lie in \[0, 1\).*here tau_low='auto' is stopping_rule='bayes_optimal'"),
+        ({"tau_low": -0.1}, r"tau_low=-0.1 .*a negative threshold on a probability never abandons"),
         ({"continue_to_decision": True, "round_increment": 2}, r"round_increment \(2\) is not used with "
                                                                 r"continue_to_decision=True"),
         ({"prior_alpha": 0.0}, r"prior_alpha=0.0 must be finite and > 0"),
         ({"prior_beta": -1.0}, r"prior_beta"),
-        ({"budget_cap": 0.5}, r"budget_cap \(0.5\) must be >= 1"),
+        ({"budget_cap": 0.5}, r"budget_cap=0.5 must be finite and >= 1"),
+        ({"budget_cap": float("inf")}, r"budget_cap=inf must be finite"),
         ({"max_rounds": 0}, r"max_rounds=0 must be an integer >= 1"),
         ({"round_increment": 0}, r"round_increment"),
-        ({"max_rollouts_per_round": 3}, r"max_rollouts_per_round \(3\) must be None or >= num_generations"),
+        ({"max_rollouts_per_round": 3},
+         r"max_rollouts_per_round=3 must be None or an integer >= k=4.*k is num_generations"),
         ({"yield_decay": 1.5}, r"yield_decay"),
         ({"allocator": "greedy"}, r"allocator must be one of"),
         ({"success_threshold": float("nan")}, r"success_threshold"),
@@ -78,6 +82,42 @@ def test_validation_messages(overrides, message):
         SaraConfig(**{**BASE, **overrides})
 
 
+@pytest.mark.parametrize("k", [0, 1, -4, 2.5])
+@pytest.mark.parametrize("config_class", [SaraConfig, SaraRLOOConfig])
+def test_num_generations_is_checked_before_trl_divides_by_it(config_class, k):
+    # num_generations=0 used to end in a ZeroDivisionError inside TRL's __post_init__.
+    with pytest.raises(ValueError, match=rf"{config_class.__name__}: k={k!r}: a group needs at least 2 rollouts.*"
+                                         r"here k is num_generations"):
+        config_class(**{**BASE, "num_generations": k})
+
+
+def test_allocation_fields_are_derived_from_the_core():
+    core = {f.name: f for f in dataclasses.fields(AllocationConfig)}
+    ours = {f.name: f for f in dataclasses.fields(SaraConfig)}
+    help_text = HfArgumentParser(SaraConfig).format_help()
+    squeezed = "".join(help_text.split())  # argparse re-wraps the text (also at hyphens)
+    for name, f in core.items():
+        if name == "k":  # TRL's num_generations
+            assert name not in ours
+            continue
+        assert ours[name].metadata["help"].startswith(f.metadata["help"])  # one text, plus a note where it differs
+        assert ours[name].metadata.get("choices") == f.metadata.get("choices")
+        assert ours[name].default == (None if name == "selection_seed" else f.default)
+        assert f"--{name}" in help_text and "".join(f.metadata["help"].split()) in squeezed
+        assert f"{name} : " in SaraConfig.__doc__ and f"{name} : " in SaraRLOOConfig.__doc__
+    for name in ("continue_to_decision", "stopping_rule", "success_threshold", "success_reward_func", "stream_seed"):
+        assert f"--{name}" in help_text and ours[name].metadata["help"]
+    assert SaraConfig(**BASE).tau_low == AllocationConfig().tau_low == 0.45
+
+
+def test_ds_filter_through_the_trainer_config():
+    args = SaraConfig(**BASE, allocator="dynamic_sampling", ds_filter="score")
+    assert args.to_allocation_config().ds_filter == "score"
+    assert SaraConfig(**BASE).ds_filter == "success"
+    with pytest.raises(ValueError, match="SaraConfig: ds_filter='score' is a dynamic-sampling option"):
+        SaraConfig(**BASE, ds_filter="score")
+
+
 def test_continue_to_decision_maps_to_the_core_schedule():
     parser = HfArgumentParser(SaraConfig)
     (args,) = parser.parse_args_into_dataclasses(
@@ -88,7 +128,7 @@ def test_continue_to_decision_maps_to_the_core_schedule():
 
 
 def test_rloo_config_validates_against_its_own_k():
-    with pytest.raises(ValueError, match=r"n0 \(3\) must satisfy 1 <= n0 <= num_generations \(2\)"):
+    with pytest.raises(ValueError, match=r"SaraRLOOConfig: n0=3 must satisfy 1 <= n0 <= k=2.*k is num_generations"):
         SaraRLOOConfig(**{**BASE, "num_generations": 2, "n0": 3})
 
 

@@ -1,10 +1,18 @@
-"""The torch-free allocation core: p_eff (Eq. 2), the decision rule (Eq. 3), the round-synchronous scheduler
+"""The torch-free allocation core: p_eff (paper Eq. 2), the decision rule (Eq. 3), the round-synchronous allocator
 (Alg. 1) for SARA and the uniform / dynamic-sampling baselines, their accounting, and a simulated rollout source.
 
+Modules, each with one job: :mod:`~sara_trl.allocation.config` (every option, its default, help and check),
+:mod:`~sara_trl.allocation.labels` (success labels and the one ``is_mixed`` test), :mod:`~sara_trl.allocation.predictor`
+and :mod:`~sara_trl.allocation.rules` (Eq. 2 and 3), :mod:`~sara_trl.allocation.ledger` (one step's bookkeeping),
+:mod:`~sara_trl.allocation.strategies` (uniform, dynamic sampling, SARA, registered by name),
+:mod:`~sara_trl.allocation.scheduler` (the :class:`Allocator` and its cross-step state),
+:mod:`~sara_trl.allocation.stream` (the seeded prompt stream), :mod:`~sara_trl.allocation.simulate`.
+
 Beyond the paper (off by default, see :class:`AllocationConfig`): Bayes-optimal stopping (``tau_low="auto"``,
-:mod:`~sara_trl.allocation.optimal_stopping`), its empirical-Bayes prior fit (:mod:`~sara_trl.allocation.empirical_bayes`)
-and the per-prompt history (:mod:`~sara_trl.allocation.history`). The names a user calls directly (to inspect a
-boundary, fit a prior to logged outcomes, or evaluate a policy) are exported here.
+:mod:`~sara_trl.allocation.optimal_stopping`), its empirical-Bayes prior fit
+(:mod:`~sara_trl.allocation.empirical_bayes`) and the per-prompt history (:mod:`~sara_trl.allocation.history`),
+wired in by :mod:`~sara_trl.allocation.extensions`. The names a user calls directly (to inspect a boundary, fit a
+prior to logged outcomes, or evaluate a policy) are exported here.
 
 Depends on numpy and scipy only; never imports torch, TRL or transformers.
 """
@@ -12,12 +20,15 @@ Depends on numpy and scipy only; never imports torch, TRL or transformers.
 from sara_trl.allocation.config import (
     ALLOCATORS,
     COST_UNITS,
+    DS_FILTERS,
     PRIOR_FAMILIES,
     SELECTIONS,
     AllocationConfig,
+    AllocationConfigError,
 )
 from sara_trl.allocation.empirical_bayes import fit_prior_counts
 from sara_trl.allocation.history import PromptHistory
+from sara_trl.allocation.labels import allocator_labels, is_mixed, score_spread_labels, success_labels
 from sara_trl.allocation.optimal_stopping import (
     MixturePrior,
     StoppingSolution,
@@ -30,11 +41,13 @@ from sara_trl.allocation.predictor import abandon_point_uniform, p_eff
 from sara_trl.allocation.rules import decide
 from sara_trl.allocation.scheduler import Allocator
 from sara_trl.allocation.simulate import SimulatedTask, phi, psi, u_shaped_gammas
+from sara_trl.allocation.strategies import STRATEGIES, StepContext, StrategyResult
 from sara_trl.allocation.stream import PromptStream
 from sara_trl.allocation.types import (
     ABANDON,
     COMMIT,
     CONTINUE,
+    Fate,
     Group,
     PromptRecord,
     RolloutFn,
@@ -44,9 +57,11 @@ from sara_trl.allocation.types import (
 )
 
 __all__ = [
-    "ALLOCATORS", "AllocationConfig", "Allocator", "PromptStream", "RoundOutcome", "RolloutFn", "StepResult",
-    "StepStats", "Group", "PromptRecord", "p_eff", "decide", "abandon_point_uniform", "SimulatedTask",
-    "u_shaped_gammas", "phi", "psi", "COMMIT", "ABANDON", "CONTINUE",
+    "ALLOCATORS", "AllocationConfig", "AllocationConfigError", "Allocator", "PromptStream", "RoundOutcome",
+    "RolloutFn", "StepResult", "StepStats", "Group", "PromptRecord", "Fate", "p_eff", "decide",
+    "abandon_point_uniform", "SimulatedTask", "u_shaped_gammas", "phi", "psi", "COMMIT", "ABANDON", "CONTINUE",
+    "is_mixed", "success_labels", "score_spread_labels", "allocator_labels", "DS_FILTERS",
+    "STRATEGIES", "StepContext", "StrategyResult",
     # beyond the paper
     "SELECTIONS", "COST_UNITS", "PRIOR_FAMILIES", "MixturePrior", "StoppingSolution", "solve_values", "solve_rate",
     "evaluate_policy", "p_eff_mixture", "fit_prior_counts", "PromptHistory",

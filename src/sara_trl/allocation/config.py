@@ -1,190 +1,354 @@
-"""Allocation settings shared by the three allocators (defaults from paper App. D)."""
+"""Allocation settings shared by every allocator, each option defined once (defaults from paper App. D).
+
+:class:`AllocationConfig` owns every allocation option: its default, its help text (``metadata={"help": ...}``, as
+TRL's configs write it, so :class:`transformers.HfArgumentParser` can print it) and its validation. The trainer
+configs (:mod:`sara_trl.trainer.config`) derive their allocation fields from these and validate through this class.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import textwrap
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Optional, Union
 
-ALLOCATORS = ("sara", "dynamic_sampling", "uniform")
+from sara_trl.allocation.labels import DS_FILTERS
+from sara_trl.allocation.strategies import STRATEGIES
+from sara_trl.allocation.strategies.sara import ROUND_TO_DECISION
+
+__all__ = [
+    "ALLOCATORS",
+    "COST_UNITS",
+    "DS_FILTERS",
+    "PAPER_TAU_LOW",
+    "PRIOR_FAMILIES",
+    "ROUND_TO_DECISION",
+    "SELECTIONS",
+    "AllocationConfig",
+    "AllocationConfigError",
+    "check_group_size",
+    "options_doc",
+]
+
+ALLOCATORS = tuple(STRATEGIES)
 SELECTIONS = ("thompson", "greedy")
 COST_UNITS = ("rollouts", "tokens")
 PRIOR_FAMILIES = ("mixture", "beta")
-ROUND_TO_DECISION = "to_decision"
+PAPER_TAU_LOW = 0.45
+"""The paper's abandon threshold (App. D); also the rule ``tau_low="auto"`` runs during its burn-in."""
+
+_OWNER = "AllocationConfig"
+
+
+class AllocationConfigError(ValueError):
+    """A rejected allocation setting.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong and which rule it breaks, in the core's spelling of the options.
+    terms : tuple of str
+        Core spellings the message uses that a front end may spell differently (``"k"``, ``"tau_low='auto'"``,
+        ``"round_increment='to_decision'"``), so that :meth:`respelled` can name the front end's spelling.
+    owner : str
+        The config class the message is reported for.
+    """
+
+    def __init__(self, message: str, terms: tuple[str, ...] = (), owner: str = _OWNER):
+        super().__init__(f"{owner}: {message}")
+        self.message = message
+        self.terms = tuple(terms)
+
+    def respelled(self, owner: str, spellings: Mapping[str, str]) -> AllocationConfigError:
+        """The same error reported for ``owner``, with a note naming ``spellings[term]`` for each term it uses.
+
+        Parameters
+        ----------
+        owner : str
+            The front end's config class (``"SaraConfig"``).
+        spellings : mapping of str to str
+            Core spelling -> front-end spelling (``{"k": "num_generations"}``).
+
+        Returns
+        -------
+        AllocationConfigError
+            E.g. ``"SaraConfig: n0=5 must satisfy 1 <= n0 <= k=4: ... (here k is num_generations)"``.
+        """
+        notes = [f"{term} is {spellings[term]}" for term in self.terms if term in spellings]
+        suffix = f" (here {'; '.join(notes)})" if notes else ""
+        return AllocationConfigError(self.message + suffix, self.terms, owner)
+
+
+def _fail(message: str, *terms: str) -> None:
+    raise AllocationConfigError(message, terms)
+
+
+def check_group_size(k) -> None:
+    """Check the group size k on its own (a front end checks it before any arithmetic uses it).
+
+    Raises
+    ------
+    AllocationConfigError
+        ``k`` is not an integer >= 2.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        _fail(f"k={k!r}: a group needs at least 2 rollouts to have a non-zero advantage (k must be an integer "
+              ">= 2)", "k")
+
+
+def _help(text: str, **extra) -> dict:
+    return {"help": " ".join(text.split()), **extra}
 
 
 @dataclass(frozen=True)
 class AllocationConfig:
-    """How one step's rollouts are allocated.
+    """How one step's rollouts are allocated (paper §3, Alg. 1; defaults from App. D).
 
-    Attributes:
-        allocator: ``"sara"`` (paper Alg. 1), ``"dynamic_sampling"`` (DAPO: full groups of k, keep the mixed ones
-            until B are kept) or ``"uniform"`` (B prompts x k rollouts in one round, all kept: plain GRPO).
-        k: group size (rollouts per prompt in a full group), >= 2.
-        n0: probe size, rollouts generated for a fresh prompt in its first round (SARA), 1 <= n0 <= k.
-        tau_low: abandon a prompt when p_eff < tau_low (paper Eq. 3), in [0, 1).
-        commit_min: commit floor; a mixed group is committed once it has at least this many rollouts
-            (2 <= commit_min <= k). None means k (the paper's default: every trained group has k rollouts).
-        prior_alpha, prior_beta: Beta prior on the success rate gamma (paper §3.2), > 0.
-        budget_cap: safety cap on rollouts generated in one step, in units of B*k (paper App. D: 6).
-        max_rounds: cap on generation rounds (batched calls) in one step.
-        round_increment: rollouts added per round to a continuing, still-unmixed prompt (paper: 1). Larger values
-            trade a few extra rollouts for fewer rounds. ``"to_decision"``: in one round, give an unmixed prompt all
-            the rollouts up to the point where the rule would abandon it if its run stayed unanimous (for the
-            paper's rule: n_a = k - floor(tau_low (k + 1)) in all). With commit_min = k this costs exactly the same
-            rollouts per prompt as one at a time (a prompt that mixes inside the jump is topped up to k either way;
-            one that stays unanimous is abandoned at the same n), so it only removes rounds; with an early commit
-            floor below n_a a prompt that mixes early is still grown to the jump's end.
-        max_rollouts_per_round: optional capacity of one batched call, in rollouts; when it binds, continuing
-            prompts are served in decreasing p_eff order and fresh prompts only with what is left. None = no cap.
-        yield_decay: per-step decay of the refill model (learned mix rates and cost per fresh prompt, see
-            :meth:`Allocator.mix_rate`) used to size refills (0 keeps only the current step, values near 1 keep a
-            long memory).
-        refill_margin: extra fresh prompts drawn per round, in standard deviations of the number of commits the
-            round can expect (0 draws for the expected need only: fewest rollouts, most rounds; 0.5 trades about
-            1% more rollouts for fewer rounds in simulation, see benchmarks/BEYOND_PAPER.md).
-        carry_over: SARA only. Prompts still undecided when the step's B-th group commits, and groups committed
-            beyond B, keep their rollouts and move into the next step (first in line) instead of being wasted, so
-            the end-of-step waste of a finite batch disappears. Their earlier rollouts come from the previous
-            policy (one step off-policy; with vLLM, TRL GRPO's importance-sampling correction reweights or masks
-            them). Off by default (the paper drops them).
+    With the defaults the allocator is the paper's SARA, decision for decision. The options after
+    ``carry_over``, and ``tau_low="auto"``, go beyond the paper (all off by default; see
+    :mod:`sara_trl.allocation.extensions`). Each option's meaning is its ``help`` metadata, listed in full under
+    Parameters below (the same text ``HfArgumentParser`` prints for the trainer configs).
 
-    Beyond the paper (all off by default; with the defaults the allocator is the paper's SARA, decision for
-    decision; see :mod:`sara_trl.allocation.extensions`):
-        tau_low: may also be ``"auto"``: the Bayes-optimal continue/abandon boundary for the objective "effective
-            groups per unit cost", by backward induction at the self-consistent cost per effective group
-            (Dinkelbach), under a prior fitted online (paper App. C.7, App. G future work). SARA only.
-        auto_prior: family of the fitted prior for ``"auto"``: ``"mixture"`` (point masses at 0 and 1 plus a Beta)
-            or ``"beta"``.
-        auto_prior_decay: per-step decay in [0, 1] of the outcome counts (and token means) the prior is fitted on.
-        auto_min_prompts: prompts (decayed count) observed before the fit is used; until then (burn-in) the paper's
-            rule runs at tau_low=0.45 with Beta(prior_alpha, prior_beta).
-        auto_loss_cap: optional cap in (0, 1] for ``"auto"``: abandon only where p_eff < cap, so the expected share of
-            abandoned groups that would have mixed stays below it (paper Thm 1); None = unconstrained optimum.
-        cost_unit: ``"rollouts"`` or ``"tokens"`` (each rollout costs its expected length, a success and a failure
-            priced separately from running means; needs ``tau_low="auto"``).
-        history_decay: None (off) or lambda in [0, 1]: warm-start each prompt's prior from its decayed past
-            outcomes (paper App. D); data from d steps ago weighs lambda^d, so 0 reproduces the paper's SARA.
-        selection: None (stream order), ``"thompson"`` or ``"greedy"``: draw fresh prompts from a candidate pool of
-            ``selection_pool`` x the request, ranked by a Thompson draw / the posterior mean of the chance that a
-            full group mixes under the prompt's history posterior (needs ``history_decay``).
-        selection_pool: candidate pool size as a multiple (>= 1) of the prompts requested.
-        selection_floor: epsilon in (0, 1]: that share of picks is uniform over the pool, so every candidate is
-            drawn with probability >= epsilon * requested / pool (no prompt starves).
-        selection_seed: seed of the selection generator (saved in the allocator state).
+    Raises
+    ------
+    AllocationConfigError
+        (a ``ValueError``) for an invalid value or combination, with a message that names the rule it breaks.
     """
 
-    allocator: str = "sara"
-    k: int = 8
-    n0: int = 2
-    tau_low: Union[float, str] = 0.45
-    commit_min: Optional[int] = None
-    prior_alpha: float = 1.0
-    prior_beta: float = 1.0
-    budget_cap: float = 6.0
-    max_rounds: int = 64
-    round_increment: Union[int, str] = 1
-    max_rollouts_per_round: Optional[int] = None
-    yield_decay: float = 0.5
-    refill_margin: float = 0.5
-    carry_over: bool = False
-    auto_prior: str = "mixture"
-    auto_prior_decay: float = 0.9
-    auto_min_prompts: int = 64
-    auto_loss_cap: Optional[float] = None
-    cost_unit: str = "rollouts"
-    history_decay: Optional[float] = None
-    selection: Optional[str] = None
-    selection_pool: float = 4.0
-    selection_floor: float = 0.1
-    selection_seed: int = 0
+    allocator: str = field(default="sara", metadata=_help(
+        """How each step's B groups are collected: 'sara' (sequential allocation, paper Alg. 1: probe, then commit /
+        abandon / continue each prompt, refill abandoned budget with fresh prompts), 'dynamic_sampling' (DAPO: full
+        groups of k from fresh prompts, keep the mixed ones until B are kept) or 'uniform' (B prompts x k
+        rollouts in one round, all kept: plain GRPO).""", choices=list(ALLOCATORS)))
+    k: int = field(default=8, metadata=_help("Group size: rollouts per prompt in a full group, >= 2."))
+    n0: int = field(default=2, metadata=_help(
+        "Probe size: rollouts generated for a fresh prompt in its first round (SARA only); 1 <= n0 <= k."))
+    tau_low: Union[float, str] = field(default=PAPER_TAU_LOW, metadata=_help(
+        f"""Abandon threshold of paper Eq. 3: an unmixed prompt is abandoned once p_eff (Eq. 2), its predicted
+        probability of an effective full group, drops below tau_low. In [0, 1); 0 never abandons. Beyond the paper:
+        'auto' uses the Bayes-optimal continue/abandon boundary for the objective "effective groups per unit
+        cost", by backward induction at the self-consistent cost per effective group, under a prior fitted online
+        (paper App. C.7, App. G); until auto_min_prompts prompts are in, the paper's rule runs at {PAPER_TAU_LOW} with
+        Beta(prior_alpha, prior_beta). SARA only."""))
+    commit_min: Optional[int] = field(default=None, metadata=_help(
+        """Commit floor: a mixed group is committed once it holds at least this many rollouts (2 <= commit_min <=
+        k). None means k (the paper's default: every trained group has k rollouts). A trainer pads shorter groups
+        to k with rows masked out of the loss, the token count and the group statistics."""))
+    prior_alpha: float = field(default=1.0, metadata=_help(
+        "alpha_0 of the Beta prior on a prompt's success rate gamma (paper §3.2), > 0."))
+    prior_beta: float = field(default=1.0, metadata=_help(
+        "beta_0 of the Beta prior on a prompt's success rate gamma (paper §3.2), > 0."))
+    budget_cap: float = field(default=6.0, metadata=_help(
+        """Safety cap on the rollouts generated in one step, in units of B*k (the generation batch; paper App. D:
+        6), >= 1."""))
+    max_rounds: int = field(default=64, metadata=_help(
+        """Cap on generation rounds (batched generation calls) per step, >= 1. When this cap, the budget or the
+        stream ends a step short of B committed groups, the missing groups are fully masked fill groups."""))
+    round_increment: Union[int, str] = field(default=1, metadata=_help(
+        """Rollouts added per round to a continuing, still-unmixed prompt (paper: 1); larger values trade a few
+        extra rollouts for fewer rounds. 'to_decision': in one round, an unmixed prompt gets all the rollouts up to
+        the point where the rule would abandon it if its run stayed unanimous (n_a = k - floor(tau_low (k + 1))
+        in all for the paper's rule). With commit_min = k every prompt then costs exactly what it costs one at a
+        time, and a step needs fewer rounds (simulation, k=8: median 3 instead of 5); per step it costs more (0.79
+        instead of 0.76 of dynamic sampling's rollouts at k=8) because larger rounds leave more prompts drawn beyond
+        the need when the batch fills, unless carry_over keeps them (0.75; benchmarks/RESULTS.md)."""))
+    max_rollouts_per_round: Optional[int] = field(default=None, metadata=_help(
+        """Capacity of one batched generation call, in rollouts (>= k); when it binds, continuing prompts are
+        served in decreasing p_eff order and fresh prompts only with what is left. None means no cap."""))
+    yield_decay: float = field(default=0.5, metadata=_help(
+        """Per-step decay in [0, 1] of the refill model (learned mix rates and cost per fresh prompt) used to size
+        refills: 0 keeps only the current step, values near 1 keep a long memory."""))
+    refill_margin: float = field(default=0.5, metadata=_help(
+        """Extra fresh prompts drawn per round, in standard deviations of the number of commits the round can
+        expect (>= 0): 0 draws for the expected need only (fewest rollouts, most rounds); 0.5 trades about 1 percent
+        more rollouts for fewer rounds in simulation (benchmarks/BEYOND_PAPER.md)."""))
+    carry_over: bool = field(default=False, metadata=_help(
+        """SARA only. Prompts still undecided when a step's B-th group commits, and groups committed beyond B, keep
+        their rollouts and continue in the next step (first in line) instead of being dropped, so a finite batch
+        wastes nothing at its end (simulation, k=8, B=64: 0.74 instead of 0.76 of dynamic sampling's rollouts).
+        Their earlier rollouts were sampled by the previous policy: one step off-policy. Off by default (the paper
+        drops them)."""))
+    ds_filter: str = field(default="success", metadata=_help(
+        """What dynamic sampling keeps a group on: 'success' (its binary success labels are mixed, the labels SARA
+        decides from, so the two are compared like for like) or 'score' (its scores differ beyond float32 noise,
+        DAPO's filter on the shaped reward: a group of wrong answers with different format or length scores then
+        counts as mixed). 'score' needs allocator='dynamic_sampling'.""", choices=list(DS_FILTERS)))
+    auto_prior: str = field(default="mixture", metadata=_help(
+        """Family of the prior fitted for tau_low='auto': 'mixture' (point masses at gamma = 0 and 1 plus a Beta)
+        or 'beta'.""", choices=list(PRIOR_FAMILIES)))
+    auto_prior_decay: float = field(default=0.9, metadata=_help(
+        "Per-step decay in [0, 1] of the outcome counts (and token means) the tau_low='auto' prior is fitted on."))
+    auto_min_prompts: int = field(default=64, metadata=_help(
+        f"""Prompts (decayed count) observed before the fitted prior is used, >= 1; until then (burn-in) the
+        paper's rule runs at tau_low={PAPER_TAU_LOW}."""))
+    auto_loss_cap: Optional[float] = field(default=None, metadata=_help(
+        """Cap in (0, 1] for tau_low='auto': abandon only where p_eff < cap, so the expected share of abandoned
+        groups that would have mixed stays below it (paper Thm 1). None: the unconstrained optimum."""))
+    cost_unit: str = field(default="rollouts", metadata=_help(
+        """What a rollout costs: 'rollouts' (one unit each) or 'tokens' (its expected completion length, a success
+        and a failure priced separately from running means). 'tokens' needs tau_low='auto'.""",
+        choices=list(COST_UNITS)))
+    history_decay: Optional[float] = field(default=None, metadata=_help(
+        """None (off) or lambda in [0, 1]: warm-start each prompt's prior from its decayed past outcomes (paper
+        App. D); data from d steps ago weighs lambda^d, so 0 reproduces the paper's SARA."""))
+    selection: Optional[str] = field(default=None, metadata=_help(
+        """None (stream order), 'thompson' or 'greedy': draw fresh prompts from a candidate pool of
+        selection_pool x the request, ranked by a Thompson draw / the posterior mean of the chance that a full
+        group mixes under the prompt's history posterior. Needs history_decay.""", choices=list(SELECTIONS)))
+    selection_pool: float = field(default=4.0, metadata=_help(
+        "Selection candidate pool size, as a multiple (>= 1) of the prompts requested."))
+    selection_floor: float = field(default=0.1, metadata=_help(
+        """epsilon in (0, 1]: that share of the selection picks is uniform over the pool, so every candidate is
+        drawn with probability >= epsilon * requested / pool (no prompt starves)."""))
+    selection_seed: int = field(default=0, metadata=_help(
+        "Seed of the selection generator (its state is saved with the allocator state)."))
 
     def __post_init__(self):
-        def bad(msg: str):
-            raise ValueError(f"AllocationConfig: {msg}")
+        self._check_paper_options()
+        self._check_beyond_paper()
 
-        if self.allocator not in ALLOCATORS:
-            bad(f"allocator must be one of {ALLOCATORS}, got {self.allocator!r}")
-        if not isinstance(self.k, int) or self.k < 2:
-            bad(f"k={self.k!r}: a group needs at least 2 rollouts to have a non-zero advantage")
+    def _check_paper_options(self) -> None:
+        if self.allocator not in STRATEGIES:  # the registry, so that a strategy registered later is accepted
+            _fail(f"allocator must be one of {tuple(STRATEGIES)}, got {self.allocator!r}")
+        check_group_size(self.k)
+        k = self.k
         if isinstance(self.n0, bool) or not isinstance(self.n0, int):
-            bad(f"n0={self.n0!r} must be an integer number of rollouts (the probe size)")
-        if not 1 <= self.n0 <= self.k:
-            bad(f"n0={self.n0!r} must satisfy 1 <= n0 <= k={self.k}: the probe cannot exceed a full group")
-        if self.tau_low != "auto" and not (isinstance(self.tau_low, (int, float)) and 0.0 <= self.tau_low < 1.0):
-            bad(f"tau_low={self.tau_low!r} must lie in [0, 1) or be 'auto': it is a probability threshold, and 1 "
-                "would abandon every unmixed prompt")
-        cm = self.k if self.commit_min is None else self.commit_min
-        if not isinstance(cm, int) or not 2 <= cm <= self.k:
-            bad(f"commit_min={self.commit_min!r} must satisfy 2 <= commit_min <= k={self.k}: a committed group needs "
-                "two outcomes to be mixed and cannot exceed k")
+            _fail(f"n0={self.n0!r} must be an integer number of rollouts (the probe size)")
+        if not 1 <= self.n0 <= k:
+            why = ("a fresh prompt needs at least one probe rollout before it can be judged" if self.n0 < 1
+                   else "the probe of a fresh prompt cannot be larger than a full group")
+            _fail(f"n0={self.n0} must satisfy 1 <= n0 <= k={k}: {why}", "k")
+        if self.tau_low != "auto":
+            if not isinstance(self.tau_low, (int, float)) or isinstance(self.tau_low, bool):
+                _fail(f"tau_low={self.tau_low!r} must lie in [0, 1) or be 'auto': it is a probability threshold on "
+                      "p_eff", "tau_low='auto'")
+            if not 0.0 <= self.tau_low < 1.0:
+                why = ("a negative threshold on a probability never abandons; use 0 for that" if self.tau_low < 0
+                       else "1 or more would abandon every prompt that is not already mixed")
+                _fail(f"tau_low={self.tau_low!r} must lie in [0, 1) or be 'auto': it is a probability threshold on "
+                      f"p_eff, and {why}", "tau_low='auto'")
+        cm = self.commit_floor
+        if isinstance(cm, bool) or not isinstance(cm, int) or not 2 <= cm <= k:
+            _fail(f"commit_min={self.commit_min!r} must satisfy 2 <= commit_min <= k={k}: a committed group needs "
+                  "two outcomes to be mixed, and a group never holds more than k rollouts", "k")
         for name in ("prior_alpha", "prior_beta"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                bad(f"{name}={v!r} must be finite and > 0 (Beta prior parameter)")
-        if not (isinstance(self.budget_cap, (int, float)) and self.budget_cap >= 1.0):
-            bad(f"budget_cap={self.budget_cap!r} must be >= 1 (units of B*k): below that not even uniform sampling "
-                "could fill a batch")
-        if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
-            bad(f"max_rounds={self.max_rounds!r} must be an integer >= 1")
+                _fail(f"{name}={v!r} must be finite and > 0 (Beta prior parameter)")
+        if not (isinstance(self.budget_cap, (int, float)) and math.isfinite(self.budget_cap)
+                and self.budget_cap >= 1.0):
+            _fail(f"budget_cap={self.budget_cap!r} must be finite and >= 1 (units of B*k, the generation batch): "
+                  "below 1 even uniform sampling could not fill one batch")
+        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
+            _fail(f"max_rounds={self.max_rounds!r} must be an integer >= 1")
         if self.round_increment != ROUND_TO_DECISION and (
             isinstance(self.round_increment, bool) or not isinstance(self.round_increment, int)
             or self.round_increment < 1
         ):
-            bad(f"round_increment={self.round_increment!r} must be an integer >= 1 or {ROUND_TO_DECISION!r}")
+            _fail(f"round_increment={self.round_increment!r} must be an integer >= 1 or {ROUND_TO_DECISION!r}",
+                  f"round_increment={ROUND_TO_DECISION!r}")
         if self.max_rollouts_per_round is not None and (
-            not isinstance(self.max_rollouts_per_round, int) or self.max_rollouts_per_round < self.k
+            isinstance(self.max_rollouts_per_round, bool) or not isinstance(self.max_rollouts_per_round, int)
+            or self.max_rollouts_per_round < k
         ):
-            bad(f"max_rollouts_per_round={self.max_rollouts_per_round!r} must be None or an integer >= k={self.k}, "
-                "so that one full group fits in a round")
-        if not 0.0 <= self.yield_decay <= 1.0:
-            bad(f"yield_decay={self.yield_decay!r} must lie in [0, 1]")
+            _fail(f"max_rollouts_per_round={self.max_rollouts_per_round!r} must be None or an integer >= k={k}, so "
+                  "that one full group fits in a round", "k")
+        if not (isinstance(self.yield_decay, (int, float)) and 0.0 <= self.yield_decay <= 1.0):
+            _fail(f"yield_decay={self.yield_decay!r} must lie in [0, 1]")
         if not (isinstance(self.refill_margin, (int, float)) and math.isfinite(self.refill_margin)
                 and self.refill_margin >= 0):
-            bad(f"refill_margin={self.refill_margin!r} must be a finite number >= 0 (standard deviations)")
+            _fail(f"refill_margin={self.refill_margin!r} must be a finite number >= 0 (standard deviations)")
         if not isinstance(self.carry_over, bool):
-            bad(f"carry_over={self.carry_over!r} must be True or False")
+            _fail(f"carry_over={self.carry_over!r} must be True or False")
         if self.carry_over and self.allocator != "sara":
-            bad(f"carry_over is a SARA option (it carries undecided prompts); allocator={self.allocator!r} decides "
-                "every prompt within its step")
-        self._check_beyond_paper(bad)
+            _fail(f"carry_over is a SARA option (it carries undecided prompts); allocator={self.allocator!r} decides "
+                  "every prompt within its step")
+        if self.ds_filter not in DS_FILTERS:
+            _fail(f"ds_filter={self.ds_filter!r} must be one of {DS_FILTERS}")
+        if self.ds_filter != "success" and self.allocator != "dynamic_sampling":
+            _fail(f"ds_filter={self.ds_filter!r} is a dynamic-sampling option; allocator={self.allocator!r} "
+                  "decides from the binary success labels")
 
-    def _check_beyond_paper(self, bad) -> None:
-        """Validate the beyond-paper options (see the class docstring)."""
+    def _check_beyond_paper(self) -> None:
         def unit(name, lo_open=False, none_ok=False):
             v = getattr(self, name)
             if v is None and none_ok:
                 return
             ok = isinstance(v, (int, float)) and math.isfinite(v) and (0.0 < v if lo_open else 0.0 <= v) and v <= 1
             if not ok:
-                bad(f"{name}={v!r} must lie in {'(0' if lo_open else '[0'}, 1]" + (" or be None" if none_ok else ""))
+                _fail(f"{name}={v!r} must lie in {'(0' if lo_open else '[0'}, 1]" + (" or be None" if none_ok else ""))
 
         if self.auto_prior not in PRIOR_FAMILIES:
-            bad(f"auto_prior={self.auto_prior!r} must be one of {PRIOR_FAMILIES}")
+            _fail(f"auto_prior={self.auto_prior!r} must be one of {PRIOR_FAMILIES}")
         unit("auto_prior_decay")
-        if not isinstance(self.auto_min_prompts, int) or self.auto_min_prompts < 1:
-            bad(f"auto_min_prompts={self.auto_min_prompts!r} must be an integer >= 1")
+        if isinstance(self.auto_min_prompts, bool) or not isinstance(self.auto_min_prompts, int) \
+                or self.auto_min_prompts < 1:
+            _fail(f"auto_min_prompts={self.auto_min_prompts!r} must be an integer >= 1")
         unit("auto_loss_cap", lo_open=True, none_ok=True)
         if self.cost_unit not in COST_UNITS:
-            bad(f"cost_unit={self.cost_unit!r} must be one of {COST_UNITS}")
+            _fail(f"cost_unit={self.cost_unit!r} must be one of {COST_UNITS}")
         if self.cost_unit == "tokens" and self.tau_low != "auto":
-            bad("cost_unit='tokens' needs tau_low='auto': the fixed threshold rule has no cost model")
+            _fail("cost_unit='tokens' needs tau_low='auto': the fixed threshold rule has no cost model",
+                  "tau_low='auto'")
         if self.allocator != "sara" and self.tau_low == "auto":
-            bad(f"tau_low='auto' is a SARA stopping rule; allocator={self.allocator!r} never stops a group early")
+            _fail(f"tau_low='auto' is a SARA stopping rule; allocator={self.allocator!r} never stops a group early",
+                  "tau_low='auto'")
         unit("history_decay", none_ok=True)
         if self.selection is not None:
             if self.selection not in SELECTIONS:
-                bad(f"selection={self.selection!r} must be None or one of {SELECTIONS}")
+                _fail(f"selection={self.selection!r} must be None or one of {SELECTIONS}")
             if self.history_decay is None:
-                bad("selection needs history_decay: prompts are ranked by their history posterior")
+                _fail("selection needs history_decay: prompts are ranked by their history posterior")
         if not (isinstance(self.selection_pool, (int, float)) and math.isfinite(self.selection_pool)
                 and self.selection_pool >= 1.0):
-            bad(f"selection_pool={self.selection_pool!r} must be >= 1 (a multiple of the prompts requested)")
+            _fail(f"selection_pool={self.selection_pool!r} must be >= 1 (a multiple of the prompts requested)")
         unit("selection_floor", lo_open=True)
-        if not isinstance(self.selection_seed, int):
-            bad(f"selection_seed={self.selection_seed!r} must be an integer")
+        if isinstance(self.selection_seed, bool) or not isinstance(self.selection_seed, int):
+            _fail(f"selection_seed={self.selection_seed!r} must be an integer")
 
     @property
     def commit_floor(self) -> int:
-        """commit_min with None resolved to k."""
+        """``commit_min`` with None resolved to k."""
         return self.k if self.commit_min is None else self.commit_min
+
+
+def _type_name(tp) -> str:
+    """``Optional[int]`` -> ``"int or None"``, ``Union[float, str]`` -> ``"float or str"``."""
+    args = typing.get_args(tp)
+    if args:
+        return " or ".join("None" if a is type(None) else a.__name__ for a in args)
+    return tp.__name__
+
+
+def options_doc(cls, skip: tuple[str, ...] = (), indent: int = 4) -> str:
+    """A numpydoc ``Parameters`` section listing ``cls``'s dataclass fields from their ``help`` metadata.
+
+    Parameters
+    ----------
+    cls : type
+        A dataclass whose fields carry ``metadata={"help": ...}``.
+    skip : tuple of str
+        Field names to leave out.
+    indent : int
+        Spaces before each entry.
+
+    Returns
+    -------
+    str
+        ``name : type, default value`` lines, each followed by its wrapped help text.
+    """
+    hints = typing.get_type_hints(cls)
+    pad = " " * indent
+    lines = [f"{pad}Parameters", f"{pad}----------"]
+    for f in fields(cls):
+        if f.name in skip or "help" not in f.metadata:
+            continue
+        lines.append(f"{pad}{f.name} : {_type_name(hints[f.name])}, default {f.default!r}")
+        lines.append(textwrap.fill(f.metadata["help"], width=116, initial_indent=pad + "    ",
+                                   subsequent_indent=pad + "    "))
+    return "\n".join(lines) + "\n"
+
+
+AllocationConfig.__doc__ += "\n" + options_doc(AllocationConfig)

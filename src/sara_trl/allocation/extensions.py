@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sara_trl.allocation.config import AllocationConfig
+from sara_trl.allocation.config import PAPER_TAU_LOW, AllocationConfig
 from sara_trl.allocation.empirical_bayes import OutcomeTable, PredictiveBuffer, fit_prior
 from sara_trl.allocation.history import PromptHistory, pool_size, select_candidates
+from sara_trl.allocation.labels import is_mixed
 from sara_trl.allocation.optimal_stopping import (
     MixturePrior,
     StoppingSolution,
@@ -34,7 +35,7 @@ from sara_trl.allocation.types import ABANDON, COMMIT, CONTINUE
 
 __all__ = ["Extensions", "extensions_enabled"]
 
-BURN_IN_TAU_LOW = 0.45  # tau_low="auto" uses the paper's default rule until the prior has been fitted
+BURN_IN_TAU_LOW = PAPER_TAU_LOW  # tau_low="auto" runs the paper's default rule until the prior has been fitted
 _POPULATION_MAX = 512  # prompts of the last step kept to set lam* under history
 _MOVE_W, _MOVE_LOG, _MOVE_TOK = 1e-3, 1e-3, 1e-2  # the fitted prior "moved" beyond these -> recompute boundary
 
@@ -138,12 +139,29 @@ class Extensions:
         self._key = key
         self.recomputes += 1
 
-    def take_fresh(self, stream, count: int) -> np.ndarray:
-        """Fresh prompt ids for this round: the stream's next ``count`` or, with selection, the best of a pool."""
+    def take_fresh(self, stream, count: int, avoid=None) -> np.ndarray:
+        """Fresh prompt ids for this round: the stream's next ``count`` or, with selection, the best of a pool.
+
+        Parameters
+        ----------
+        stream : PromptStream
+            Where candidates come from.
+        count : int
+            Prompts wanted.
+        avoid : array_like of int, optional
+            Ids already in the step (see :meth:`PromptStream.take`).
+
+        Returns
+        -------
+        ndarray of int64, shape (<= count,)
+        """
         cfg = self.config
         if cfg.selection is None or count <= 0:
-            return stream.take(count)
-        pool = stream.take(pool_size(count, cfg.selection_pool))
+            return stream.take(count, avoid)
+        size = pool_size(count, cfg.selection_pool)
+        if avoid is not None:  # no larger than the prompts not yet in the step, so the pool holds no repeat
+            size = max(count, min(size, stream.num_prompts - len(np.unique(avoid))))
+        pool = stream.take(size, avoid)
         if len(pool) == 0:
             return pool
         priors = self.prompt_priors(pool)
@@ -176,7 +194,7 @@ class Extensions:
         cap = self.k - (n - n_scored)  # scorable capacity: an unscorable rollout occupies a slot
         cap = np.maximum(cap, np.maximum(n_scored, 1))
         p = p_eff_mixture(priors, n_scored, s, cap)
-        mixed = (s > 0) & (s < n_scored)
+        mixed = is_mixed(s, n_scored)
         dec = np.full(P, CONTINUE, np.int8)
         unmixed = ~mixed & (n_scored > 0)
         ab = np.zeros(P, bool)

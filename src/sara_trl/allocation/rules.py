@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sara_trl.allocation.labels import is_mixed
 from sara_trl.allocation.predictor import p_eff_unchecked
 from sara_trl.allocation.types import ABANDON, COMMIT, CONTINUE
 
@@ -21,8 +22,14 @@ def decide(n, n_scored, s, *, k: int, tau_low: float, commit_min: int, alpha0: f
         Scorable rollouts among them (success was 0 or 1).
     s : array_like of int, shape (P,)
         Successes among the scorable rollouts.
-    k, tau_low, commit_min, alpha0, beta0
-        Group size, abandon threshold, commit floor and Beta prior (see :class:`AllocationConfig`).
+    k : int
+        Group size.
+    tau_low : float
+        Abandon threshold on p_eff, in [0, 1).
+    commit_min : int
+        Commit floor: a mixed prompt is committed once it has this many rollouts.
+    alpha0, beta0 : float
+        Beta prior on the success rate (paper §3.2).
 
     Returns
     -------
@@ -38,7 +45,7 @@ def decide(n, n_scored, s, *, k: int, tau_low: float, commit_min: int, alpha0: f
     s = np.asarray(s, dtype=np.int64)
     k_scorable = k - (n - n_scored)
     p = p_eff_unchecked(n_scored, s, np.maximum(k_scorable, n_scored), alpha0, beta0)
-    mixed = (s > 0) & (s < n_scored)
+    mixed = is_mixed(s, n_scored)
     decision = np.full(n.shape, CONTINUE, dtype=np.int8)
     decision[(~mixed) & ((p < tau_low) | (n >= k))] = ABANDON
     decision[mixed & (n >= commit_min)] = COMMIT

@@ -2,26 +2,42 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 __all__ = ["PromptStream"]
 
 
 class PromptStream:
-    """Dataset indices in a seeded random order, epoch after epoch.
+    """Dataset indices in a seeded random order, epoch after epoch, without repeats inside a batch.
 
-    Every process that builds a stream with the same ``(num_prompts, seed, shuffle)`` and takes the same counts sees
-    the same indices, so ranks can run the allocator in lock-step without communicating.
+    Every process that builds a stream with the same ``(num_prompts, seed, shuffle)`` and takes the same counts with
+    the same ``avoid`` sees the same indices, so ranks can run the allocator in lock-step without communicating.
 
-    Args:
-        num_prompts: dataset size (> 0).
-        seed: seed of the stream's own ``numpy.random.Generator``; epoch ``e`` uses ``seed + e``.
-        shuffle: draw in a random order per epoch (else 0, 1, 2, ...).
-        wrap: start a new epoch when one is used up (training); if False, :meth:`take` returns fewer indices once
-            the stream is exhausted (evaluation, finite data).
+    A batch (one training step) should not hold a prompt twice. When the caller passes the ids already in the
+    batch (``avoid``), :meth:`take` skips them: a skipped id stays owed to the current epoch and is served first
+    once it is no longer avoided (so every epoch still visits every prompt once). If the current epoch has nothing
+    left that the batch can take, the next epoch starts early; ids still owed to the finished epoch are then
+    counted as visited, since they are in the batch. Only when every prompt of the dataset is already in the batch
+    does the stream repeat prompts (in stream order), with a ``UserWarning`` the first time.
 
-    Raises:
-        ValueError: ``num_prompts <= 0``.
+    Parameters
+    ----------
+    num_prompts : int
+        Dataset size (> 0).
+    seed : int
+        Seed of the stream's own ``numpy.random.Generator``; epoch ``e`` uses ``seed + e``.
+    shuffle : bool
+        Draw in a random order per epoch (else 0, 1, 2, ...).
+    wrap : bool
+        Start a new epoch when one is used up (training); if False, :meth:`take` returns fewer indices once the
+        stream is exhausted (evaluation, finite data).
+
+    Raises
+    ------
+    ValueError
+        ``num_prompts <= 0``.
     """
 
     def __init__(self, num_prompts: int, seed: int = 0, shuffle: bool = True, wrap: bool = True):
@@ -34,43 +50,125 @@ class PromptStream:
         self.epoch = 0
         self.cursor = 0
         self._order = self._make_order(0)
+        self._owed: list[int] = []  # ids of this epoch passed over because the batch held them; served first
+        self._warned = False
 
     def _make_order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
             return np.arange(self.num_prompts, dtype=np.int64)
         return np.random.default_rng(self.seed + epoch).permutation(self.num_prompts).astype(np.int64)
 
+    def _next_epoch(self) -> None:
+        self.epoch += 1
+        self.cursor = 0
+        self._order = self._make_order(self.epoch)
+        self._owed = []
+
     @property
     def exhausted(self) -> bool:
-        return not self.wrap and self.cursor >= self.num_prompts
+        """True when ``wrap=False`` and every index has been taken."""
+        return not self.wrap and self.cursor >= self.num_prompts and not self._owed
 
-    def take(self, count: int) -> np.ndarray:
-        """The next ``count`` indices, shape ``(<= count,)`` int64 (fewer only when ``wrap=False`` and exhausted)."""
+    def take(self, count: int, avoid=None) -> np.ndarray:
+        """The next ``count`` indices.
+
+        Parameters
+        ----------
+        count : int
+            Indices wanted (>= 0).
+        avoid : array_like of int, optional
+            Ids already in the batch. When given, the returned ids differ from these and from each other, unless
+            every prompt of the dataset is in the batch: then ``wrap=True`` continues in stream order, repeats
+            included (with a warning the first time), and ``wrap=False`` returns what it has. When omitted, plain
+            stream order.
+
+        Returns
+        -------
+        ndarray of int64, shape (<= count,)
+            Fewer than ``count`` only when ``wrap=False`` and the stream is exhausted (or its remaining ids are
+            all in ``avoid``).
+
+        Raises
+        ------
+        ValueError
+            ``count < 0``.
+        """
         if count < 0:
             raise ValueError(f"cannot take {count} prompts")
+        if avoid is None:
+            return self._take_in_order(count)
+        blocked = np.unique(np.asarray(avoid, dtype=np.int64))
         out = []
+        while count > 0:
+            if len(blocked) >= self.num_prompts:  # every prompt is in the batch: repeats cannot be avoided
+                if not self.wrap:
+                    break  # a finite stream just ends
+                if not self._warned:
+                    warnings.warn(f"the dataset has {self.num_prompts} prompts and one batch needs more distinct "
+                                  "prompts than that, so some prompts appear more than once in a batch",
+                                  UserWarning, stacklevel=2)
+                    self._warned = True
+                out.append(self._take_in_order(count))
+                break
+            got = self._take_unblocked(count, blocked)
+            if len(got):
+                out.append(got)
+                blocked = np.union1d(blocked, got)
+                count -= len(got)
+            elif self.wrap:
+                self._next_epoch()  # this epoch has nothing the batch can take
+            else:
+                break
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def _take_in_order(self, count: int) -> np.ndarray:
+        """Owed ids first, then the epoch order, wrapping into new epochs (plain stream order)."""
+        out = []
+        if self._owed and count > 0:
+            out.append(np.asarray(self._owed[:count], np.int64))
+            count -= len(out[0])
+            self._owed = self._owed[len(out[0]):]
         while count > 0:
             if self.cursor >= self.num_prompts:
                 if not self.wrap:
                     break
-                self.epoch += 1
-                self.cursor = 0
-                self._order = self._make_order(self.epoch)
+                self._next_epoch()
             chunk = self._order[self.cursor : self.cursor + count]
             self.cursor += len(chunk)
             count -= len(chunk)
             out.append(chunk)
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
+    def _take_unblocked(self, count: int, blocked: np.ndarray) -> np.ndarray:
+        """Up to ``count`` ids of the current epoch not in ``blocked`` (owed ids first); never starts an epoch."""
+        out = []
+        if self._owed:
+            owed = np.asarray(self._owed, np.int64)
+            usable = np.flatnonzero(~np.isin(owed, blocked))[:count]
+            out.append(owed[usable])
+            self._owed = np.delete(owed, usable).tolist()
+            count -= len(usable)
+        while count > 0 and self.cursor < self.num_prompts:
+            chunk = self._order[self.cursor : self.cursor + count]
+            self.cursor += len(chunk)
+            skip = np.isin(chunk, blocked)
+            out.append(chunk[~skip])
+            self._owed.extend(chunk[skip].tolist())
+            count -= int((~skip).sum())
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
     def state_dict(self) -> dict:
+        """The stream's position, as plain Python values."""
         return {"num_prompts": self.num_prompts, "seed": self.seed, "shuffle": self.shuffle, "wrap": self.wrap,
-                "epoch": self.epoch, "cursor": self.cursor}
+                "epoch": self.epoch, "cursor": self.cursor, "owed": list(self._owed)}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a position saved by :meth:`state_dict`.
 
-        Raises:
-            ValueError: the saved stream was built for another dataset size, seed or order.
+        Raises
+        ------
+        ValueError
+            The saved stream was built for another dataset size, seed or order.
         """
         for key in ("num_prompts", "seed", "shuffle"):
             if state[key] != getattr(self, key):
@@ -80,3 +178,4 @@ class PromptStream:
         self.epoch = int(state["epoch"])
         self.cursor = int(state["cursor"])
         self._order = self._make_order(self.epoch)
+        self._owed = [int(i) for i in state.get("owed", [])]  # absent in states saved before ids could be owed

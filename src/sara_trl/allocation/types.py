@@ -8,19 +8,44 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from enum import IntEnum
+from typing import Protocol
 
 import numpy as np
 
+from sara_trl.allocation.labels import is_mixed
+
 # Per-prompt decisions of paper Eq. 3, as small integers so rounds can be vectorized.
 CONTINUE, COMMIT, ABANDON = 0, 1, 2
-DECISION_NAMES = {CONTINUE: "continue", COMMIT: "commit", ABANDON: "abandon"}
 
-# Fates of a prompt within one step (a prompt's rollouts all share its fate).
-FATE_TRAINED = "trained"  # committed and placed in the returned batch
-FATE_SURPLUS = "surplus"  # committed/kept, but the batch was already full
-FATE_ABANDONED = "abandoned"  # dropped by the rule (or, for DS, a saturated full group)
-FATE_ACTIVE = "active"  # still undecided when the step stopped
+
+class Fate(IntEnum):
+    """Where a drawn prompt (and every rollout of it) stands within one step.
+
+    During a step a prompt is ``ACTIVE`` (undecided), ``COMMITTED`` (kept by the rule; for dynamic sampling a mixed
+    full group, for uniform sampling every group) or ``ABANDONED`` (dropped by the rule, or for dynamic sampling a
+    saturated full group). When the step ends, the first B committed prompts (in commit order) become ``TRAINED``
+    and later ones ``SURPLUS`` (the batch was already full); ``ACTIVE`` ones stay active (with ``carry_over`` they
+    move into the next step). The values 0-3 are the codes of ``StepResult.prompt_table["fate"]``.
+    """
+
+    TRAINED = 0
+    SURPLUS = 1
+    ABANDONED = 2
+    ACTIVE = 3
+    COMMITTED = 4
+
+    @property
+    def label(self) -> str:
+        """The lower-case name (``"trained"``, ...): what :attr:`PromptRecord.fate` holds."""
+        return self.name.lower()
+
+
+# Labels of the four final fates, for code that compares ``PromptRecord.fate`` (e.g. ``benchmarks/sim.py``).
+FATE_TRAINED = Fate.TRAINED.label
+FATE_SURPLUS = Fate.SURPLUS.label
+FATE_ABANDONED = Fate.ABANDONED.label
+FATE_ACTIVE = Fate.ACTIVE.label
 
 
 @dataclass
@@ -30,10 +55,13 @@ class RoundOutcome:
     Rollouts are laid out prompt-major: the ``counts[0]`` rollouts of the first requested prompt, then those of the
     second, and so on, so ``len(success) == counts.sum()``.
 
-    Attributes:
-        success: ``(R,)`` float64; 1.0 success, 0.0 failure, NaN for an unscorable rollout (it costs a rollout but
-            does not move the posterior, see :func:`sara_trl.allocation.rules.update_counts`).
-        tokens: ``(R,)`` int64 completion lengths in tokens.
+    Attributes
+    ----------
+    success : ndarray of float64, shape (R,)
+        1.0 success, 0.0 failure, NaN for an unscorable rollout (it costs a rollout but does not move the
+        posterior: :func:`sara_trl.allocation.rules.decide` counts only scorable rollouts).
+    tokens : ndarray of int64, shape (R,)
+        Completion lengths in tokens.
     """
 
     success: np.ndarray
@@ -41,10 +69,24 @@ class RoundOutcome:
 
     @classmethod
     def coerce(cls, out: "RoundOutcome | tuple", expected: int) -> "RoundOutcome":
-        """Validate a rollout source's answer (a ``RoundOutcome`` or a ``(success, tokens)`` pair).
+        """Validate a rollout source's answer.
 
-        Raises:
-            ValueError: wrong length, a success value other than 0, 1 or NaN, or a negative token count.
+        Parameters
+        ----------
+        out : RoundOutcome or tuple
+            A ``RoundOutcome`` or a ``(success, tokens)`` pair (``None`` in ``success`` means unscorable).
+        expected : int
+            Rollouts the round requested.
+
+        Returns
+        -------
+        RoundOutcome
+            With float64 ``success`` and int64 ``tokens``, both of shape ``(expected,)``.
+
+        Raises
+        ------
+        ValueError
+            Not a pair, a wrong length, a success value other than 0, 1 or NaN, or a negative token count.
         """
         if not isinstance(out, RoundOutcome):
             try:
@@ -55,10 +97,8 @@ class RoundOutcome:
                     f"{type(out).__name__}"
                 ) from err
             out = cls(success, tokens)
-        success = np.asarray(
-            [np.nan if v is None else v for v in out.success] if not isinstance(out.success, np.ndarray) else out.success,
-            dtype=np.float64,
-        ).reshape(-1)
+        raw = out.success if isinstance(out.success, np.ndarray) else [np.nan if v is None else v for v in out.success]
+        success = np.asarray(raw, dtype=np.float64).reshape(-1)
         tokens = np.asarray(out.tokens, dtype=np.int64).reshape(-1)
         if success.shape != (expected,) or tokens.shape != (expected,):
             raise ValueError(
@@ -70,7 +110,7 @@ class RoundOutcome:
             bad = finite[(finite != 0.0) & (finite != 1.0)][0]
             raise ValueError(
                 f"success must be 0, 1 or NaN (unscorable), got {bad!r}; binarize continuous rewards with a "
-                "threshold before they reach the allocator"
+                "threshold before they reach the allocator (sara_trl.allocation.labels.allocator_labels)"
             )
         if np.any(tokens < 0):
             raise ValueError(f"token counts must be >= 0, got {int(tokens.min())}")
@@ -80,9 +120,17 @@ class RoundOutcome:
 class RolloutFn(Protocol):
     """``rollout_fn(prompt_ids, counts) -> RoundOutcome``: ONE batched generation call for a whole round.
 
-    Args:
-        prompt_ids: ``(P,)`` int64 dataset indices drawn from the prompt stream.
-        counts: ``(P,)`` int64 number of new rollouts per prompt (>= 1).
+    Parameters
+    ----------
+    prompt_ids : ndarray of int64, shape (P,)
+        Dataset indices drawn from the prompt stream.
+    counts : ndarray of int64, shape (P,)
+        New rollouts per prompt (>= 1).
+
+    Returns
+    -------
+    RoundOutcome or tuple
+        ``counts.sum()`` outcomes, prompt-major (see :meth:`RoundOutcome.coerce` for what is accepted).
     """
 
     def __call__(self, prompt_ids: np.ndarray, counts: np.ndarray) -> RoundOutcome | tuple: ...
@@ -92,15 +140,20 @@ class RolloutFn(Protocol):
 class Group:
     """One group handed to the trainer.
 
-    Attributes:
-        prompt_id: dataset index of the prompt.
-        rollout_ids: ``(m,)`` int64 step-local ids of the group's rollouts, in generation order (ids count up from 0
-            over the step: first the rollouts carried in from the previous step, in the order of its
-            ``carry_rollout_ids``, then in the order rollouts were returned by ``rollout_fn``). ``m <= k``; the
-            trainer pads to k with masked rows. Empty for a fill group.
-        success: ``(m,)`` float64 outcomes of those rollouts (NaN = unscorable).
-        is_fill: True for a placeholder group added because the step ended short of B (see
-            :func:`sara_trl.allocation.scheduler.collect`); the trainer masks it out of the loss.
+    Attributes
+    ----------
+    prompt_id : int
+        Dataset index of the prompt.
+    rollout_ids : ndarray of int64, shape (m,)
+        Step-local ids of the group's rollouts, in generation order. Ids count up from 0 over the step: first the
+        rollouts carried in from the previous step (in the order of its ``StepResult.carry_rollout_ids``), then in
+        the order ``rollout_fn`` returned them. ``m <= k``; the trainer pads to k with masked rows. Empty for a
+        fill group.
+    success : ndarray of float64, shape (m,)
+        Outcomes of those rollouts (NaN: unscorable).
+    is_fill : bool
+        True for a placeholder added because the step ended short of B groups (budget cap, ``max_rounds`` or an
+        exhausted stream, see :meth:`sara_trl.allocation.Allocator.collect`); the trainer masks it out of the loss.
     """
 
     prompt_id: int
@@ -110,28 +163,36 @@ class Group:
 
     @property
     def size(self) -> int:
+        """Rollouts in the group, ``m``."""
         return int(self.rollout_ids.shape[0])
 
     @property
     def effective(self) -> bool:
-        """Mixed outcomes (at least one success and one failure): non-zero GRPO advantage (paper Def. 1)."""
-        s = self.success[~np.isnan(self.success)]
-        return bool(s.size and s.max() == 1.0 and s.min() == 0.0)
+        """Mixed outcomes (:func:`~sara_trl.allocation.labels.is_mixed`): non-zero GRPO advantage (paper Def. 1)."""
+        scored = self.success[~np.isnan(self.success)]
+        return bool(is_mixed(int(np.sum(scored == 1.0)), scored.size))
 
 
 @dataclass
 class StepStats:
-    """Accounting for one step. Invariant (asserted by :meth:`check`), for rollouts and for tokens:
+    """Accounting for one step, in rollouts, tokens and prompts.
+
+    Invariant (asserted by :meth:`check`), for rollouts and for tokens:
     ``generated + carried_in == trained + abandoned + surplus + active_left``.
 
-    ``generated`` counts only rollouts generated in this step. With ``carry_over`` the rollouts of prompts still
-    undecided (``active_left``) or committed beyond B (``surplus``) at the end of a step are carried into the next
-    step, where they are counted again as ``carried_in`` (never as generated) and end as trained, abandoned, surplus
-    or active there; without it ``carried_in`` is 0 and those fates are final.
+    ``*_generated`` counts only what was generated in this step. With ``carry_over`` the rollouts of prompts still
+    undecided (``active_left``) or committed beyond B (``surplus``) at the end of a step move into the next step,
+    where they are counted as ``*_carried_in`` (never as generated) and end as trained, abandoned, surplus or
+    active there; without it ``*_carried_in`` is 0 and those fates are final.
 
-    Groups: ``committed`` counts groups kept by the rule (trained + surplus); ``unfilled`` is B minus the real groups
-    in the batch; ``expected_lost`` is the summed p_eff at abandonment, the expected number of abandoned groups that
-    would have been effective (paper Thm 1).
+    Prompt counts: ``prompts_drawn`` fresh prompts drawn this step; ``carried_in`` prompts carried in;
+    ``committed`` groups kept by the rule (trained + surplus); ``abandoned``, ``surplus``, ``active_left`` prompts
+    by final fate (:class:`Fate`); ``unfilled`` is B minus the real groups in the batch; ``effective_in_batch``
+    mixed groups among the B; ``batch_groups`` is B. ``rounds`` counts ``rollout_fn`` calls; ``unscorable`` the
+    rollouts with a NaN outcome (carried ones included). ``expected_lost`` is the summed p_eff at abandonment, the
+    expected number of abandoned groups that would have been effective at size k (paper Thm 1). ``stop_reason``:
+    ``"filled"``, ``"budget"``, ``"max_rounds"`` or ``"stream"`` (see
+    :class:`~sara_trl.allocation.strategies.StrategyResult`).
     """
 
     rollouts_generated: int = 0
@@ -166,7 +227,13 @@ class StepStats:
         return self.effective_in_batch / self.batch_groups if self.batch_groups else 0.0
 
     def check(self) -> None:
-        """Raise ``AssertionError`` if any generated rollout or token is unaccounted for."""
+        """Check that every generated or carried rollout and token has exactly one fate.
+
+        Raises
+        ------
+        AssertionError
+            The fates do not sum to what was generated plus carried in.
+        """
         r = self.rollouts_trained + self.rollouts_abandoned + self.rollouts_surplus + self.rollouts_active_left
         t = self.tokens_trained + self.tokens_abandoned + self.tokens_surplus + self.tokens_active_left
         if (r != self.rollouts_generated + self.rollouts_carried_in
@@ -177,6 +244,7 @@ class StepStats:
             )
 
     def as_dict(self) -> dict:
+        """Every field, plus ``effective_fraction``."""
         d = dataclasses.asdict(self)
         d["effective_fraction"] = self.effective_fraction
         return d
@@ -184,10 +252,22 @@ class StepStats:
 
 @dataclass
 class PromptRecord:
-    """Trace of one prompt within a step (for benchmarks, Fig. 3a, Thm 1 checks).
+    """Trace of one prompt within a step (benchmarks: decidability, paper Fig. 3a; the Thm 1 check).
 
-    ``n``/``s``: rollouts and successes at the decision; ``p_eff``: predictor value when decided (1 for mixed);
-    ``fate``: one of the ``FATE_*`` names; ``round``: the round (1-based) whose outcomes decided it.
+    Attributes
+    ----------
+    prompt_id : int
+        Dataset index.
+    n, s : int
+        Rollouts and successes when the step ended (at the decision, for a decided prompt).
+    fate : str
+        :attr:`Fate.label` of its final fate: ``"trained"``, ``"surplus"``, ``"abandoned"`` or ``"active"``.
+    round : int
+        The round (1-based) whose outcomes decided it (0: undecided, or decided in an earlier step).
+    p_eff : float
+        p_eff (paper Eq. 2) after its latest decision (1 for a mixed group).
+    tokens : int
+        Its completion tokens in this step's id space (carried rollouts included).
     """
 
     prompt_id: int
@@ -199,33 +279,42 @@ class PromptRecord:
     tokens: int
 
 
-_FATES = (FATE_TRAINED, FATE_SURPLUS, FATE_ABANDONED, FATE_ACTIVE)
-
-
 @dataclass
 class StepResult:
     """What one call of an allocator returns: exactly B groups (real ones first, then fill), plus accounting.
 
-    ``prompt_table`` holds one entry per drawn prompt, as ``(P,)`` arrays: ``prompt_id``, ``n``, ``s``, ``fate``
-    (0 trained, 1 surplus, 2 abandoned, 3 active), ``round``, ``p_eff``, ``tokens``; :attr:`records` gives the same
-    as :class:`PromptRecord` objects (built on first access).
+    Attributes
+    ----------
+    groups : list of Group
+        Exactly B groups.
+    stats : StepStats
+        The step's accounting.
+    prompt_table : dict of str to ndarray
+        One entry per prompt of the step (carried-in first, then in draw order), as ``(P,)`` arrays:
+        ``prompt_id``, ``n``, ``s``, ``fate`` (:class:`Fate` codes 0-3), ``round``, ``p_eff``, ``tokens``.
+        :attr:`records` gives the same as :class:`PromptRecord` objects.
+    round_sizes : list of int
+        Rollouts requested per round.
+    carry_rollout_ids : ndarray of int64, shape (C,)
+        With ``carry_over``: step-local ids of the rollouts carried into the next step, in the order they take the
+        next step's ids ``0 .. C-1`` (a trainer keeps these rollouts' completions for the next step). Empty
+        otherwise.
     """
 
     groups: list[Group]
     stats: StepStats
     prompt_table: dict = field(default_factory=dict)
-    round_sizes: list[int] = field(default_factory=list)  # rollouts requested per round
+    round_sizes: list[int] = field(default_factory=list)
     carry_rollout_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    """With ``carry_over``: ``(C,)`` step-local ids of the rollouts carried into the next step, in the order they
-    take the next step's ids ``0 .. C-1`` (a trainer keeps these rollouts' completions for the next step)."""
 
     @property
     def records(self) -> list[PromptRecord]:
+        """:attr:`prompt_table` as :class:`PromptRecord` objects (built on first access, then cached)."""
         cached = self.__dict__.get("_records")
         if cached is None:
             t = self.prompt_table
             cached = [
-                PromptRecord(prompt_id=int(pid), n=int(n), s=int(s), fate=_FATES[int(f)], round=int(r),
+                PromptRecord(prompt_id=int(pid), n=int(n), s=int(s), fate=Fate(int(f)).label, round=int(r),
                              p_eff=float(p), tokens=int(tok))
                 for pid, n, s, f, r, p, tok in zip(t.get("prompt_id", ()), t.get("n", ()), t.get("s", ()),
                                                    t.get("fate", ()), t.get("round", ()), t.get("p_eff", ()),
@@ -233,6 +322,3 @@ class StepResult:
             ]
             self.__dict__["_records"] = cached
         return cached
-
-
-RolloutCallable = Callable[[np.ndarray, np.ndarray], "RoundOutcome | tuple"]

@@ -240,7 +240,7 @@ class SaraTrainerMixin:
             raise ValueError(
                 f"{cls.__name__} does not support multimodal input yet: remove the 'image'/'images' columns."
             )
-        num_groups = args.generation_batch_size // args.num_generations
+        num_groups = args.num_groups
         if len(train_dataset) < num_groups:
             raise ValueError(
                 f"`train_dataset` has {len(train_dataset)} prompts but one generation batch needs B = "
@@ -320,7 +320,7 @@ class SaraTrainerMixin:
         """One training generation batch: collect, lay out, replay, mask (steps 1 to 4 of the module doc)."""
         args = self.args
         k = self.num_generations
-        num_groups = args.generation_batch_size // k
+        num_groups = args.num_groups
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         device = self.accelerator.device
         self._sara_row_cache = {}

@@ -19,7 +19,6 @@ the failing process, a ``RuntimeError`` naming it on the others) instead of hang
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -31,6 +30,7 @@ import torch
 from accelerate.utils import gather_object
 
 from sara_trl.allocation import RoundOutcome
+from sara_trl.allocation.labels import allocator_labels, score_spread_labels, success_labels
 from sara_trl.trainer.distributed import (
     match_reward_gather,
     raise_if_any_failed,
@@ -175,68 +175,9 @@ def reward_score(
     return score
 
 
-def binarize(score: np.ndarray, threshold: float) -> np.ndarray:
-    """Success labels for the allocator: 1.0 where ``score > threshold``, 0.0 otherwise, NaN where unscorable.
-
-    The strict inequality matches :mod:`sara_trl.rewards` (``success = combined > success_threshold``).
-
-    Parameters
-    ----------
-    score : numpy.ndarray
-        ``(R,)`` float scores from :func:`reward_score`.
-    threshold : float
-        ``success_threshold``.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``(R,)`` float64 labels in {0, 1, NaN}.
-    """
-    score = np.asarray(score, dtype=np.float64)
-    labels = (score > threshold).astype(np.float64)
-    labels[np.isnan(score)] = np.nan
-    return labels
-
-
-def std_mixed_labels(score: np.ndarray, counts: np.ndarray, threshold: float) -> np.ndarray:
-    """Labels under which a group is "mixed" exactly when TRL would give it a non-zero reward std.
-
-    Dynamic sampling (DAPO) keeps a group iff ``std({r_i}) > 0``; TRL's ``frac_reward_zero_std`` uses
-    ``isclose(nanstd(group), 0)``. The allocation core decides mixing from binary labels, so for each prompt block
-    (prompt-major, ``counts[j]`` rollouts each) this returns: if the block's scorable scores have a non-zero std,
-    1.0 for scores above the block minimum and 0.0 at the minimum (so the block is mixed); otherwise the threshold
-    label of the block mean for every scorable rollout (so it is not). NaN stays NaN. For binary rewards this equals
-    :func:`binarize`.
-
-    Parameters
-    ----------
-    score : numpy.ndarray
-        ``(R,)`` scores, prompt-major.
-    counts : numpy.ndarray
-        ``(P,)`` rollouts per prompt block, ``counts.sum() == R``.
-    threshold : float
-        ``success_threshold``.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``(R,)`` float64 labels in {0, 1, NaN}.
-    """
-    score = np.asarray(score, dtype=np.float64)
-    labels = np.full(score.shape, np.nan)
-    start = 0
-    for count in np.asarray(counts, dtype=np.int64):
-        block = score[start : start + count]
-        scored = ~np.isnan(block)
-        out = np.full(count, np.nan)
-        values = block[scored]
-        if values.size >= 2 and not math.isclose(float(np.std(values, ddof=1)), 0.0, abs_tol=1e-8):
-            out[scored] = (values > values.min()).astype(np.float64)
-        elif values.size:
-            out[scored] = float(values.mean() > threshold)
-        labels[start : start + count] = out
-        start += count
-    return labels
+# The labelling rules live in the allocation core; these names stay importable from here.
+binarize = success_labels
+std_mixed_labels = score_spread_labels
 
 
 @contextmanager
@@ -334,11 +275,8 @@ def make_rollout_fn(
 
         tokens = np.asarray([len(ids) for ids in all_ids], dtype=np.int64)
         score = reward_score(rewards, trainer.reward_weights, func_index).numpy()
-        labels = binarize(score, args.success_threshold)
-        if args.allocator == "dynamic_sampling" and func_index is None:
-            allocator_labels = std_mixed_labels(score, counts, args.success_threshold)
-        else:
-            allocator_labels = labels
+        labels = success_labels(score, args.success_threshold)
+        decide_on = allocator_labels(score, counts, args.success_threshold, args.ds_filter)
 
         cache.completion_ids.extend(all_ids)
         cache.logprobs.extend(all_lps)
@@ -349,6 +287,6 @@ def make_rollout_fn(
         cache.add_extra_logs(columns, total)
         if on_round is not None:
             on_round(round_number, total, labels)
-        return RoundOutcome(success=allocator_labels, tokens=tokens)
+        return RoundOutcome(success=decide_on, tokens=tokens)
 
     return rollout_fn
