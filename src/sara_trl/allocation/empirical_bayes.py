@@ -42,11 +42,15 @@ _Z = (-12.0, 12.0)  # bounds on the weight logits
 class OutcomeTable:
     """Decayed counts of ``(n, s)`` outcomes of drawn prompts, shape ``(k + 1, k + 1)``; O(k^2) memory.
 
-    Args:
-        k: group size (largest possible n).
+    Parameters
+    ----------
+    k : int
+        Group size (largest possible n).
 
-    Raises:
-        ValueError: ``k < 2``.
+    Raises
+    ------
+    ValueError
+        ``k < 2``.
     """
 
     def __init__(self, k: int):
@@ -58,8 +62,10 @@ class OutcomeTable:
     def add(self, n, s) -> None:
         """Count prompts with ``n`` scorable rollouts and ``s`` successes (``(P,)`` ints, ``0 <= s <= n <= k``).
 
-        Raises:
-            ValueError: a count outside ``0 <= s <= n <= k``.
+        Raises
+        ------
+        ValueError
+            a count outside ``0 <= s <= n <= k``.
         """
         n = np.asarray(n, np.int64).reshape(-1)
         s = np.asarray(s, np.int64).reshape(-1)
@@ -115,8 +121,10 @@ def _pack(prior: MixturePrior, family: str) -> np.ndarray:
 def fit_prior(table: OutcomeTable, family: str = "mixture", init: MixturePrior | None = None) -> MixturePrior:
     """Maximum-likelihood prior for the outcomes in ``table`` (see :func:`fit_prior_counts`).
 
-    Raises:
-        ValueError: unknown family, or the table holds no prompt with a scorable rollout.
+    Raises
+    ------
+    ValueError
+        unknown family, or the table holds no prompt with a scorable rollout.
     """
     k = table.k
     n_idx, s_idx = np.nonzero(np.tril(np.ones((k + 1, k + 1), bool)))
@@ -156,18 +164,28 @@ def fit_prior_counts(successes, failures, weights=None, family: str = "mixture",
     observed is ignorable for both, so prompts drawn by predictive selection are valid data. Counts may be
     fractional (decayed pseudo-counts).
 
-    Args:
-        successes, failures: ``(N,)`` float >= 0 per prompt (rows without new outcomes are dropped).
-        weights: ``(N,)`` float >= 0 (default 1).
-        family: ``"mixture"`` (point masses at 0 and 1 plus a Beta) or ``"beta"``.
-        init: optional warm start (e.g. the previous fit); without it two fixed starts are tried.
-        prior_successes, prior_failures: ``(N,)`` float >= 0 history pseudo-counts at draw time (default 0).
+    Parameters
+    ----------
+    successes, failures
+        ``(N,)`` float >= 0 per prompt (rows without new outcomes are dropped).
+    weights
+        ``(N,)`` float >= 0 (default 1).
+    family
+        ``"mixture"`` (point masses at 0 and 1 plus a Beta) or ``"beta"``.
+    init
+        optional warm start (e.g. the previous fit); without it two fixed starts are tried.
+    prior_successes, prior_failures
+        ``(N,)`` float >= 0 history pseudo-counts at draw time (default 0).
 
-    Returns:
-        The fitted :class:`MixturePrior` (scalar fields). Beta parameters are kept in [0.02, 200].
+    Returns
+    -------
+    MixturePrior
+        The fitted prior (scalar fields). Beta parameters are kept in [0.02, 200].
 
-    Raises:
-        ValueError: unknown family, negative or mismatched counts, or no informative prompt.
+    Raises
+    ------
+    ValueError
+        unknown family, negative or mismatched counts, or no informative prompt.
     """
     if family not in FAMILIES:
         raise ValueError(f"prior family must be one of {FAMILIES}, got {family!r}")

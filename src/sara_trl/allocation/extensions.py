@@ -227,9 +227,12 @@ class Extensions:
     def end_step(self, pids, n_scored, s, success, tokens) -> None:
         """Feed the step's outcomes to the prior fit, the history and the token means; decay all three.
 
-        Args:
-            pids, n_scored, s: ``(P,)`` per drawn prompt of the step (every fate).
-            success, tokens: ``(R,)`` per generated rollout (success NaN = unscorable).
+        Parameters
+        ----------
+        pids, n_scored, s
+            ``(P,)`` per drawn prompt of the step (every fate).
+        success, tokens
+            ``(R,)`` per generated rollout (success NaN = unscorable).
         """
         cfg = self.config
         pids = np.asarray(pids, np.int64)

@@ -29,12 +29,17 @@ _FLUSH = 1e-6  # pseudo-counts below this read as 0 (lets a point mass at 0 or 1
 class PromptHistory:
     """Decayed success/failure pseudo-counts per dataset row.
 
-    Args:
-        num_prompts: dataset size (rows are indexed 0..num_prompts-1).
-        decay: lambda in [0, 1], the weight kept per step.
+    Parameters
+    ----------
+    num_prompts
+        dataset size (rows are indexed 0..num_prompts-1).
+    decay
+        lambda in [0, 1], the weight kept per step.
 
-    Raises:
-        ValueError: ``num_prompts < 1`` or ``decay`` outside [0, 1].
+    Raises
+    ------
+    ValueError
+        ``num_prompts < 1`` or ``decay`` outside [0, 1].
     """
 
     def __init__(self, num_prompts: int, decay: float):
@@ -72,8 +77,10 @@ class PromptHistory:
     def observe(self, pids, n_scored, s) -> None:
         """Add this step's outcomes: ``s`` successes in ``n_scored`` scorable rollouts per row (repeats add up).
 
-        Raises:
-            ValueError: ids out of range, or ``0 <= s <= n_scored`` violated.
+        Raises
+        ------
+        ValueError
+            ids out of range, or ``0 <= s <= n_scored`` violated.
         """
         pids = self._check(pids)
         n_scored = np.asarray(n_scored, np.float64).reshape(-1)
@@ -116,8 +123,10 @@ class PromptHistory:
     def load_state_dict(self, state: dict) -> None:
         """Restore a saved history.
 
-        Raises:
-            ValueError: saved for another dataset size.
+        Raises
+        ------
+        ValueError
+            saved for another dataset size.
         """
         if int(state["num_prompts"]) != self.num_prompts:
             raise ValueError(f"prompt history was saved for {int(state['num_prompts'])} prompts, this dataset has "
@@ -136,18 +145,28 @@ def select_candidates(pool: np.ndarray, count: int, scores: np.ndarray, rng: np.
     picked with probability at least ``floor * count / M`` (M = distinct candidates), whatever its score: that is
     the starvation floor. Selection is deterministic given the generator state.
 
-    Args:
-        pool: ``(M',)`` int64 candidate prompt ids in stream order (repeats are dropped).
-        count: prompts wanted.
-        scores: ``(M',)`` float64, higher = more likely effective.
-        rng: the allocator's selection generator.
-        floor: epsilon in (0, 1].
+    Parameters
+    ----------
+    pool
+        ``(M',)`` int64 candidate prompt ids in stream order (repeats are dropped).
+    count
+        prompts wanted.
+    scores
+        ``(M',)`` float64, higher = more likely effective.
+    rng
+        the allocator's selection generator.
+    floor
+        epsilon in (0, 1].
+    return_uniform
+        also return which picks came from the uniform share.
 
-        return_uniform: also return which picks came from the uniform share.
-
-    Returns:
-        ``(min(count, M),)`` int64 chosen ids in pool order; with ``return_uniform`` also a bool array of the same
-        shape marking the uniform picks (an unbiased sample of the stream, used to fit the prior).
+    Returns
+    -------
+    picked : ndarray of int64, shape (min(count, M),)
+        Chosen ids in pool order.
+    uniform : ndarray of bool, shape (min(count, M),)
+        Only with ``return_uniform``: which picks came from the uniform share (an unbiased sample of the stream,
+        used to fit the prior).
     """
     pool = np.asarray(pool, np.int64)
     _, first = np.unique(pool, return_index=True)

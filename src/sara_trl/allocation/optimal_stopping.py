@@ -49,8 +49,10 @@ class MixturePrior:
 
     Fields are floats or ``(P,)`` arrays (one prior per prompt); they broadcast together.
 
-    Raises:
-        ValueError: a weight outside [0, 1], ``w0 + w1 > 1``, or ``a``/``b`` not finite and > 0.
+    Raises
+    ------
+    ValueError
+        a weight outside [0, 1], ``w0 + w1 > 1``, or ``a``/``b`` not finite and > 0.
     """
 
     w0: np.ndarray | float = 0.0
@@ -130,8 +132,10 @@ class MixturePrior:
 def path_probabilities(prior: MixturePrior, K: int, size: int | None = None):
     """Log-probabilities of unbroken runs: ``log F(n)`` and ``log G(n)`` for ``n = 0..K``.
 
-    Returns:
-        ``(logF, logG)``, each float64 of shape ``(P, K + 1)`` (P = number of priors; 1 for a scalar prior).
+    Returns
+    -------
+    logF, logG : ndarray of float64, shape (P, K + 1)
+        P = number of priors (1 for a scalar prior).
     """
     w0, w1, wb, a, b = (x.reshape(-1, 1) for x in prior.arrays(size))
     n = np.arange(K + 1, dtype=np.float64).reshape(1, -1)
@@ -154,12 +158,17 @@ def p_eff_mixture(prior: MixturePrior, n, s, K) -> np.ndarray:
     to the mixture prior): 1 if mixed, ``1 - F(K)/F(n)`` if all-fail, ``1 - G(K)/G(n)`` if all-pass and
     ``1 - F(K) - G(K)`` if nothing was observed.
 
-    Args:
-        prior: per-prompt priors (fields broadcast to ``(P,)``).
-        n, s, K: ``(P,)`` int scorable rollouts, successes, scorable group size; ``0 <= s <= n <= K``.
+    Parameters
+    ----------
+    prior
+        per-prompt priors (fields broadcast to ``(P,)``).
+    n, s, K
+        ``(P,)`` int scorable rollouts, successes, scorable group size; ``0 <= s <= n <= K``.
 
-    Returns:
-        ``(P,)`` float64 in [0, 1].
+    Returns
+    -------
+    ndarray of float64, shape (P,)
+        Values in [0, 1].
     """
     n = np.asarray(n, np.int64).reshape(-1)
     s = np.asarray(s, np.int64).reshape(-1)
@@ -188,9 +197,11 @@ def mixed_token_mean(prior: MixturePrior, K: int, t_pass: float, t_fail: float, 
     each later rollout succeeds with probability ``(a + s') / (a + b + n + 1)`` (a martingale, hence exact for every
     later rollout).
 
-    Returns:
-        ``(cost_f, cost_p)``, each ``(P, K + 1)``: index ``n`` is the expected cost per owed rollout after the run of
-        length ``n`` on that side was broken at rollout ``n + 1``.
+    Returns
+    -------
+    cost_f, cost_p : ndarray of float64, shape (P, K + 1)
+        Index ``n`` is the expected cost per owed rollout after the run of length ``n`` on that side was broken at
+        rollout ``n + 1``.
     """
     _, _, _, a, b = (x.reshape(-1, 1) for x in prior.arrays(size))
     n = np.arange(K + 1, dtype=np.float64).reshape(1, -1)
@@ -203,13 +214,18 @@ def mixed_token_mean(prior: MixturePrior, K: int, t_pass: float, t_fail: float, 
 class StoppingSolution:
     """Backward-induction output for P priors.
 
-    Attributes:
-        cont_f, cont_p: ``(P, K + 1)`` continuation values (in cost units) at the all-fail / all-pass state with
-            ``n`` rollouts; ``-inf`` where no choice exists (n = K).
-        abandon_f, abandon_p: ``(P, K + 1)`` bool, the optimal decision at each unmixed state (True = abandon).
-            States with ``n < n0`` are forced to continue (the probe), ``n = K`` is always abandoned.
-        value0: ``(P,)`` value of drawing a fresh prompt (probe included) at this ``lam``.
-        lam: the reward of one committed group, in cost units.
+    Attributes
+    ----------
+    cont_f, cont_p
+        ``(P, K + 1)`` continuation values (in cost units) at the all-fail / all-pass state with
+        ``n`` rollouts; ``-inf`` where no choice exists (n = K).
+    abandon_f, abandon_p
+        ``(P, K + 1)`` bool, the optimal decision at each unmixed state (True = abandon).
+        States with ``n < n0`` are forced to continue (the probe), ``n = K`` is always abandoned.
+    value0
+        ``(P,)`` value of drawing a fresh prompt (probe included) at this ``lam``.
+    lam
+        the reward of one committed group, in cost units.
     """
 
     cont_f: np.ndarray
@@ -254,21 +270,34 @@ def solve_values(prior: MixturePrior, K: int, m: int, n0: int, lam, t_pass: floa
                  size: int | None = None, loss_cap: float | None = None) -> StoppingSolution:
     """Backward induction for a given value ``lam`` of a committed group (see the module docstring).
 
-    Args:
-        prior: per-prompt priors, broadcast to ``(P,)``.
-        K: scorable group size; m: commit floor (a mixed group is topped up to m rollouts before commit);
-        n0: probe size (states with n < n0 must continue).
-        lam: scalar or ``(P,)`` reward of one committed group, in cost units (rollouts or tokens).
-        t_pass, t_fail: cost of a successful / failed rollout (1, 1 for rollouts).
-        loss_cap: optional reliability cap: a state may be abandoned only if its p_eff is below the cap, so every
-            abandoned group would have mixed with probability < cap (paper Thm 1 with tau_low = cap); the induction
-            then finds the best policy within that class.
+    Parameters
+    ----------
+    prior
+        per-prompt priors, broadcast to ``(P,)``.
+    K : int
+        Scorable group size.
+    m : int
+        Commit floor (a mixed group is topped up to m rollouts before commit).
+    n0
+        probe size (states with n < n0 must continue).
+    lam
+        scalar or ``(P,)`` reward of one committed group, in cost units (rollouts or tokens).
+    t_pass, t_fail
+        cost of a successful / failed rollout (1, 1 for rollouts).
+    loss_cap
+        optional reliability cap: a state may be abandoned only if its p_eff is below the cap, so every
+        abandoned group would have mixed with probability < cap (paper Thm 1 with tau_low = cap); the induction
+        then finds the best policy within that class.
 
-    Returns:
-        :class:`StoppingSolution`.
+    Returns
+    -------
+    StoppingSolution
+        The value tables and the abandon sets.
 
-    Raises:
-        ValueError: inconsistent K, m, n0.
+    Raises
+    ------
+    ValueError
+        inconsistent K, m, n0.
     """
     _check(K, m, n0)
     logF, logG = path_probabilities(prior, K, size)
@@ -313,13 +342,18 @@ def evaluate_policy(prior: MixturePrior, K: int, m: int, abandon_f: np.ndarray, 
                     t_pass: float = 1.0, t_fail: float = 1.0, size: int | None = None, n0: int = 1):
     """Expected reward (committed groups) and cost of one fresh prompt under a fixed stopping policy.
 
-    Args:
-        abandon_f, abandon_p: ``(P, K + 1)`` or ``(K + 1,)`` bool decisions at the unmixed states (True = abandon);
-            ``n = 0`` is ignored (the first rollout is always generated) and ``n = K`` is always an abandon.
-        n0: probe size: a group that mixes inside the probe still pays for all n0 probe rollouts.
+    Parameters
+    ----------
+    abandon_f, abandon_p
+        ``(P, K + 1)`` or ``(K + 1,)`` bool decisions at the unmixed states (True = abandon);
+        ``n = 0`` is ignored (the first rollout is always generated) and ``n = K`` is always an abandon.
+    n0
+        probe size: a group that mixes inside the probe still pays for all n0 probe rollouts.
 
-    Returns:
-        ``(reward, cost)``: ``(P,)`` float64, probability of a commit and expected cost units spent.
+    Returns
+    -------
+    reward, cost : ndarray of float64, shape (P,)
+        Probability of a commit, and expected cost units spent.
     """
     logF, logG = path_probabilities(prior, K, size)
     P = logF.shape[0]
@@ -355,12 +389,18 @@ def solve_rate(population: MixturePrior, K: int, m: int, n0: int, t_pass: float 
     stops changing (finitely many policies, so this terminates; each iteration strictly lowers ``lam`` otherwise).
     With ``loss_cap`` the search is restricted to policies that abandon only states with p_eff < cap.
 
-    Returns:
-        ``(lam_star, solution)``: the optimal cost per committed group in cost units, and the backward induction
-        at ``lam_star`` (whose ``abandon_*`` tables are the optimal policy for every prior of the population).
+    Returns
+    -------
+    lam_star : float
+        The optimal cost per committed group, in cost units.
+    solution : StoppingSolution
+        The backward induction at ``lam_star`` (its ``abandon_*`` tables are the optimal policy for every prior of
+        the population).
 
-    Raises:
-        ValueError: the population can never produce a mixed group (every prior puts all mass on 0 and 1).
+    Raises
+    ------
+    ValueError
+        the population can never produce a mixed group (every prior puts all mass on 0 and 1).
     """
     _check(K, m, n0)
     logF, _ = path_probabilities(population, K)

@@ -41,8 +41,10 @@ def p_eff_unchecked(n: np.ndarray, s: np.ndarray, k: np.ndarray, alpha0, beta0) 
     Inputs broadcast together; ``k`` here is the number of *scorable* slots of the group, so callers that saw
     unscorable rollouts pass ``k - n_unscorable``. Requires 0 <= s <= n <= k and positive prior parameters.
 
-    Returns:
-        float64 array of the broadcast shape, values in [0, 1].
+    Returns
+    -------
+    ndarray of float64
+        p_eff, of the broadcast shape, in [0, 1].
     """
     n, s, k = np.broadcast_arrays(np.asarray(n, np.float64), np.asarray(s, np.float64), np.asarray(k, np.float64))
     a = np.broadcast_to(np.asarray(alpha0, np.float64), n.shape)
@@ -124,8 +126,10 @@ def abandon_point_uniform(k: int, tau_low: float) -> int:
     strict inequality of Eq. 3 moves the abandon point one rollout later. ``n_a`` is returned clipped to [1, k]:
     decisions are only taken after a probe, and a complete unmixed group is always abandoned.
 
-    Raises:
-        ValueError: ``k < 2`` or ``tau_low`` outside [0, 1).
+    Raises
+    ------
+    ValueError
+        ``k < 2`` or ``tau_low`` outside [0, 1).
     """
     if k < 2:
         raise ValueError(f"group size k must be >= 2, got {k}")

@@ -17,8 +17,12 @@ __all__ = ["SimulatedTask", "u_shaped_gammas", "phi", "psi"]
 def phi(gammas: np.ndarray, k: int) -> float:
     """Phi = E[1 - gamma^k - (1 - gamma)^k]: the share of full k-groups that are effective (paper §2, App. C.4).
 
-    Args:
-        gammas: ``(P,)`` success rates in [0, 1]. k: group size.
+    Parameters
+    ----------
+    gammas : array_like of float, shape (P,)
+        Success rates in [0, 1].
+    k : int
+        Group size.
     """
     g = np.asarray(gammas, dtype=np.float64)
     return float(np.mean(1.0 - g**k - (1.0 - g) ** k))
@@ -27,8 +31,9 @@ def phi(gammas: np.ndarray, k: int) -> float:
 def psi(gammas: np.ndarray, n_a: int) -> float:
     """Psi = E[1 - gamma^n_a - (1 - gamma)^n_a]: share of prompts that mix within the first ``n_a`` rollouts.
 
-    The review (``review_notes.md``) shows this, not Phi, is SARA's per-prompt effectiveness under the uniform
-    prior, since an unmixed prefix is abandoned at ``n_a = k - floor(tau_low (k + 1))``.
+    Under the uniform prior SARA abandons an unmixed prefix at ``n_a = k - floor(tau_low (k + 1))`` rollouts
+    (:func:`~sara_trl.allocation.predictor.abandon_point_uniform`), so a prompt is kept only if it mixes within its
+    first ``n_a`` rollouts: Psi, not Phi, is SARA's per-prompt effectiveness (a prompt mixing later is lost).
     """
     return phi(gammas, n_a)
 
@@ -41,11 +46,15 @@ def u_shaped_gammas(num_prompts: int, seed: int = 0, p_zero: float = 0.42, p_one
     With the defaults Phi at k = 8 is about 0.26 (paper §4.2: uniform sampling yields about 26% effective groups):
     0.34 * (1 - 2 / 9) = 0.264.
 
-    Returns:
-        ``(num_prompts,)`` float64 in [0, 1].
+    Returns
+    -------
+    ndarray of float64, shape (num_prompts,)
+        Success rates in [0, 1].
 
-    Raises:
-        ValueError: the masses are negative or sum above 1.
+    Raises
+    ------
+    ValueError
+        the masses are negative or sum above 1.
     """
     if p_zero < 0 or p_one < 0 or p_zero + p_one > 1:
         raise ValueError(f"point masses must be >= 0 and sum to <= 1, got p_zero={p_zero}, p_one={p_one}")
@@ -64,12 +73,18 @@ class SimulatedTask:
     Token lengths are Gamma-distributed with mean ``tokens_pass`` for a success and ``tokens_fail`` for a failure
     (paper Fig. 7b: failed traces are the longest), shape ``tokens_shape``, at least 1 token.
 
-    Attributes:
-        gammas: ``(P,)`` success rates in [0, 1].
-        tokens_pass, tokens_fail: mean completion length in tokens.
-        p_unscorable: probability that a rollout is unscorable (success NaN).
-        seed: seed of the outcome RNG (the sequence of calls determines the outcomes).
-        calls: ``(prompt_ids, counts)`` of every call made, for tests.
+    Attributes
+    ----------
+    gammas
+        ``(P,)`` success rates in [0, 1].
+    tokens_pass, tokens_fail
+        mean completion length in tokens.
+    p_unscorable
+        probability that a rollout is unscorable (success NaN).
+    seed
+        seed of the outcome RNG (the sequence of calls determines the outcomes).
+    calls
+        ``(prompt_ids, counts)`` of every call made, for tests.
     """
 
     gammas: np.ndarray
