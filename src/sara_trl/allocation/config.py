@@ -106,15 +106,11 @@ def _help(text: str, **extra) -> dict:
 class AllocationConfig:
     """How one step's rollouts are allocated (paper §3, Alg. 1; defaults from App. D).
 
-    With the defaults the allocator is the paper's SARA, decision for decision. The options after
-    ``carry_over``, and ``tau_low="auto"``, go beyond the paper (all off by default; see
-    :mod:`sara_trl.allocation.extensions`). Each option's meaning is its ``help`` metadata, listed in full under
-    Parameters below (the same text ``HfArgumentParser`` prints for the trainer configs).
-
-    Raises
-    ------
-    AllocationConfigError
-        (a ``ValueError``) for an invalid value or combination, with a message that names the rule it breaks.
+    With the defaults the allocator is the paper's SARA, decision for decision. ``carry_over``, the options from
+    ``auto_prior`` on, and ``tau_low="auto"`` go beyond the paper (all off by default; see
+    :mod:`sara_trl.allocation.extensions`); ``ds_filter`` chooses how the dynamic-sampling baseline labels groups.
+    Each option's meaning is its ``help`` metadata, listed in full under Parameters below (the same text
+    ``HfArgumentParser`` prints for the trainer configs).
     """
 
     allocator: str = field(default="sara", metadata=_help(
@@ -351,4 +347,9 @@ def options_doc(cls, skip: tuple[str, ...] = (), indent: int = 4) -> str:
     return "\n".join(lines) + "\n"
 
 
-AllocationConfig.__doc__ += "\n" + options_doc(AllocationConfig)
+AllocationConfig.__doc__ += "\n" + options_doc(AllocationConfig) + """
+    Raises
+    ------
+    AllocationConfigError
+        (a ``ValueError``) for an invalid value or combination, with a message that names the rule it breaks.
+"""

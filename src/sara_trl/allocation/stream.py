@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import warnings
+import logging
 
 import numpy as np
 
 __all__ = ["PromptStream"]
+
+logger = logging.getLogger(__name__)
+_WARNED_SIZES: set[int] = set()  # dataset sizes already reported as too small for a batch (once per process)
 
 
 class PromptStream:
@@ -20,7 +23,8 @@ class PromptStream:
     once it is no longer avoided (so every epoch still visits every prompt once). If the current epoch has nothing
     left that the batch can take, the next epoch starts early; ids still owed to the finished epoch are then
     counted as visited, since they are in the batch. Only when every prompt of the dataset is already in the batch
-    does the stream repeat prompts (in stream order), with a ``UserWarning`` the first time.
+    does the stream repeat prompts (in stream order), and it says so once per process and dataset size (a
+    ``logging`` warning from ``sara_trl.allocation.stream``).
 
     Parameters
     ----------
@@ -51,7 +55,6 @@ class PromptStream:
         self.cursor = 0
         self._order = self._make_order(0)
         self._owed: list[int] = []  # ids of this epoch passed over because the batch held them; served first
-        self._warned = False
 
     def _make_order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
@@ -79,7 +82,7 @@ class PromptStream:
         avoid : array_like of int, optional
             Ids already in the batch. When given, the returned ids differ from these and from each other, unless
             every prompt of the dataset is in the batch: then ``wrap=True`` continues in stream order, repeats
-            included (with a warning the first time), and ``wrap=False`` returns what it has. When omitted, plain
+            included (logged once), and ``wrap=False`` returns what it has. When omitted, plain
             stream order.
 
         Returns
@@ -103,11 +106,10 @@ class PromptStream:
             if len(blocked) >= self.num_prompts:  # every prompt is in the batch: repeats cannot be avoided
                 if not self.wrap:
                     break  # a finite stream just ends
-                if not self._warned:
-                    warnings.warn(f"the dataset has {self.num_prompts} prompts and one batch needs more distinct "
-                                  "prompts than that, so some prompts appear more than once in a batch",
-                                  UserWarning, stacklevel=2)
-                    self._warned = True
+                if self.num_prompts not in _WARNED_SIZES:
+                    _WARNED_SIZES.add(self.num_prompts)
+                    logger.warning("the dataset has %d prompts and one batch needs more distinct prompts than that, "
+                                   "so some prompts appear more than once in a batch (said once)", self.num_prompts)
                 out.append(self._take_in_order(count))
                 break
             got = self._take_unblocked(count, blocked)

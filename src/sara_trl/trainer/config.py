@@ -209,7 +209,12 @@ class _SaraArguments(_SaraFields):
         self._validate_sara()
 
 
-_OPTIONS_DOC = options_doc(_SaraFields, indent=4)
+_OPTIONS_DOC = options_doc(_SaraFields, indent=4) + """
+    Raises
+    ------
+    ValueError
+        From ``__post_init__``, for an invalid value or combination, with a message that names the rule.
+"""
 
 
 @dataclass
@@ -227,11 +232,6 @@ class SaraConfig(_SaraArguments, GRPOConfig):
     transformers generation they are trained as if on-policy. Checkpoints save the carried completions
     (``sara_carry.pt``). Each step's allocation metrics are logged as ``sara/<name>``.
 
-    Raises
-    ------
-    ValueError
-        From ``__post_init__``, for an invalid value or combination, with a message that names the rule.
-
 """
         + _OPTIONS_DOC
     )
@@ -245,11 +245,6 @@ class SaraRLOOConfig(_SaraArguments, RLOOConfig):
     :class:`transformers.HfArgumentParser`.
 
     RLOO's default ``num_generations`` is 2, so ``n0`` and ``commit_min`` can be at most 2 unless you raise it.
-
-    Raises
-    ------
-    ValueError
-        From ``__post_init__``, for an invalid value or combination, with a message that names the rule.
 
 """
         + _OPTIONS_DOC

@@ -25,7 +25,7 @@ class RoundTrainer(Protocol):
     accelerator : accelerate.Accelerator
         *TRL.* ``num_processes``, ``process_index``, ``device`` and ``gather``.
     args : SaraConfig or SaraRLOOConfig
-        *TRL.* Reads ``success_reward_func``, ``success_threshold`` and ``allocator``.
+        *TRL.* Reads ``success_reward_func``, ``success_threshold`` and ``ds_filter`` (absent: ``"success"``).
     reward_funcs : list
         *TRL.* The reward functions, F of them.
     reward_func_names : list of str

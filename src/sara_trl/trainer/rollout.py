@@ -276,7 +276,7 @@ def make_rollout_fn(
         tokens = np.asarray([len(ids) for ids in all_ids], dtype=np.int64)
         score = reward_score(rewards, trainer.reward_weights, func_index).numpy()
         labels = success_labels(score, args.success_threshold)
-        decide_on = allocator_labels(score, counts, args.success_threshold, args.ds_filter)
+        decide_on = allocator_labels(score, counts, args.success_threshold, getattr(args, "ds_filter", "success"))
 
         cache.completion_ids.extend(all_ids)
         cache.logprobs.extend(all_lps)
