@@ -129,14 +129,14 @@ def measure_overhead(data_dir: Path, n: int = 200, k: int = 8) -> dict:
     * ``grpo_batch``: ``n // k`` prompts x ``k`` completions (half right, half wrong), one call, as a trainer sends it;
     * ``fast_path_us``: microseconds per completion for integer answers (GSM8K), which never reach a worker.
     """
-    from sara_trl.rewards import _math_worker, shutdown_verifiers
-    from sara_trl.rewards.math_verifier import _RESULTS, default_num_workers
+    from sara_trl.rewards import clear_caches, get_pool, shutdown_verifiers
+    from sara_trl.rewards.math_verifier import default_num_workers
 
     golds = [r["answer"] for r in read(data_dir / "math500.jsonl")][:n]
     comps = [completion(g) for g in golds]
     out = {"n": n, "k": k}
     shutdown_verifiers()
-    _RESULTS.clear()
+    clear_caches()
     pooled = MathReward()
     warm = ([completion(str(i)) for i in range(8)], [rf"\frac{{{i}}}{{7}}" for i in range(8)])
     t0 = time.perf_counter()
@@ -146,8 +146,6 @@ def measure_overhead(data_dir: Path, n: int = 200, k: int = 8) -> dict:
     pooled(comps, answer=golds)
     out["pool"] = time.perf_counter() - t0
     # messaging alone: trivial tasks in messages of 16, as math_reward sends them
-    from sara_trl.rewards._pool import get_pool
-
     pool = get_pool(out_workers := default_num_workers(), pooled.timeout_s, pooled.grace_s, None, None)
     pool.run(repr, [(0,)] * out_workers)
     m = 2000
@@ -155,14 +153,13 @@ def measure_overhead(data_dir: Path, n: int = 200, k: int = 8) -> dict:
     pool.run(repr, [(i,) for i in range(m)], groups=[list(range(i, min(i + 16, m))) for i in range(0, m, 16)])
     out["message_us"] = 1e6 * (time.perf_counter() - t0) / m
     pool.close()
-    _RESULTS.clear()
-    _math_worker.parse_answer.cache_clear()
+    clear_caches()
     inline = MathReward(num_workers=0)
     inline(*warm)
     t0 = time.perf_counter()
     inline(comps, answer=golds)
     out["inline"] = time.perf_counter() - t0
-    _RESULTS.clear()
+    clear_caches()
     shutdown_verifiers()
     pooled(*warm)
     group_golds = golds[: n // k]

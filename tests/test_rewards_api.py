@@ -166,10 +166,10 @@ def _score_math_uncached(args):
     """In a child process: forget results inherited from the parent, so this process's own worker does the work."""
     import os
 
-    from sara_trl.rewards.math_verifier import _RESULTS
+    from sara_trl.rewards import clear_caches
 
     os.environ["SARA_VERIFIER_WORKERS"] = "1"  # one verifier worker per child keeps the test light on 2 cores
-    _RESULTS.clear()
+    clear_caches()
     return _score_math(args)
 
 

@@ -87,9 +87,11 @@ def test_unary_minus_allowed_unary_plus_not():
     assert countdown_reward([wrap("+(5 - 3)")], target=[2], nums=[[3, 5]]) == [0.0]
 
 
-def test_last_answer_tag_wins():
+def test_several_answer_tags_must_all_be_correct():
+    # issue 13: a completion that states two different answers has hedged; before, the last tag won (1.0)
     text = "<answer>1 + 2</answer> no wait <answer>2 * 3</answer>"
-    assert countdown_reward([text], target=[6], nums=[[2, 3]]) == [1.0]
+    assert countdown_success(text, 6, [2, 3]).reason == "several_answers"
+    assert countdown_reward([text], target=[6], nums=[[2, 3]]) == [0.0]
     assert countdown_reward([text], target=[3], nums=[[1, 2]]) == [0.0]
 
 

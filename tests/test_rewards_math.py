@@ -21,6 +21,7 @@ from _helpers_rewards import (
 from sara_trl.rewards import (
     MathReward,
     Status,
+    WorkerPool,
     extract_math_answer,
     last_boxed,
     math_reward,
@@ -28,7 +29,6 @@ from sara_trl.rewards import (
     normalize_math_answer,
     stats,
 )
-from sara_trl.rewards._pool import WorkerPool
 
 needs_data = pytest.mark.skipif(shared_data_dir() is None, reason="shared data directory not found")
 
@@ -128,13 +128,14 @@ def test_answer_alternatives_are_accepted():
 
 
 # --- extraction -------------------------------------------------------------------------------------------------
-def test_last_boxed_wins_and_nested_braces():
+def test_last_boxed_and_nested_braces():
     assert last_boxed(r"first \boxed{1}, then \boxed{\frac{1}{2}}") == r"\frac{1}{2}"
     assert last_boxed(r"\boxed{2} and a truncated \boxed{\frac{3}{") == "2"
     assert last_boxed(r"so \boxed 5 done") == "5"
     assert last_boxed(r"\fbox{7}") == "7"
     assert last_boxed("no box") is None
-    assert math_reward([r"first \boxed{1}, then \boxed{2}"], answer=["2"]) == [1.0]
+    # issue 13: two different boxed answers are a hedge, whatever their order (before, the last box won: 1.0)
+    assert math_reward([r"first \boxed{1}, then \boxed{2}"], answer=["2"]) == [0.0]
     assert math_reward([r"first \boxed{2}, then \boxed{1}"], answer=["2"]) == [0.0]
 
 

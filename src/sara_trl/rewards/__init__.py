@@ -29,9 +29,21 @@ correct answers are successes, and the format bonus alone (0.1) never is. A cont
 way (choose the threshold that separates "solved" from "not solved"), or binarize one column only (the trainer's
 ``reward_index``).
 
+**Several final answers.** Every verifier that reads "the final answer" (math, numeric, Countdown) requires every
+answer a completion states to be correct (:func:`all_answers_verdict`): ``\boxed{3} or \boxed{5}`` (or two
+different ``<answer>`` blocks) is a hedge and scores 0.0; the same answer stated twice scores 1.0. Only the text
+after the last ``</think>`` is read when it states an answer. The modules' docstrings give each verifier's details.
+
 **Bounded time.** Symbolic comparison runs in persistent worker processes with a soft limit (signal in the worker)
 and a hard limit (the parent kills the worker): it works from threads, asyncio-driven reward loops and in every
-process. Timeouts give ``None`` and are counted separately: see :func:`stats`.
+process. Timeouts give ``None`` and are counted separately: see :func:`stats`. The pool is public
+(:class:`WorkerPool`, :func:`get_pool`, :mod:`sara_trl.rewards.pool`) for new verifiers whose checks need a time
+limit.
+
+**A new verifier** is one module: a function ``<name>_success(completion, **gold) -> Verdict``, and a small
+dataclass reward whose ``verdicts`` calls :func:`check_columns`, the success function and :func:`count_verdicts`,
+and whose ``__call__`` returns ``[v.reward for v in verdicts]`` (see :mod:`sara_trl.rewards.numeric`); register it
+in :data:`REWARD_FUNCS`.
 """
 
 from __future__ import annotations
@@ -39,12 +51,22 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .countdown import CountdownReward, countdown_reward, countdown_success, evaluate_expression
-from .extract import extract_math_answer, last_boxed, normalize_math_answer
+from .extract import (
+    boxed_answers,
+    extract_math_answer,
+    extract_math_answers,
+    is_prose_answer,
+    last_boxed,
+    normalize_math_answer,
+)
 from .format import FormatReward, format_reward, has_think_answer_format
-from .math_verifier import MathReward, math_reward, math_success, math_successes
+from .math_verifier import MathReward, clear_caches, math_reward, math_success, math_successes
 from .numeric import NumericReward, numeric_reward, numeric_success
+from .pool import WorkerPool, get_pool, shutdown_pools
+from .relations import relation_to_interval
 from .stats import reset_stats, stats
-from .verdict import Status, Verdict, completion_text
+from .unicode_math import unicode_to_latex
+from .verdict import Status, Verdict, all_answers_verdict, check_columns, completion_text, count_verdicts
 
 __all__ = [
     "REWARD_FUNCS",
@@ -52,6 +74,9 @@ __all__ = [
     "Status",
     "Verdict",
     "completion_text",
+    "check_columns",
+    "all_answers_verdict",
+    "count_verdicts",
     "MathReward",
     "math_reward",
     "math_success",
@@ -67,10 +92,18 @@ __all__ = [
     "format_reward",
     "has_think_answer_format",
     "extract_math_answer",
+    "extract_math_answers",
+    "boxed_answers",
     "last_boxed",
     "normalize_math_answer",
+    "is_prose_answer",
+    "unicode_to_latex",
+    "relation_to_interval",
     "stats",
     "reset_stats",
+    "clear_caches",
+    "WorkerPool",
+    "get_pool",
     "shutdown_verifiers",
 ]
 
@@ -97,6 +130,4 @@ def get_reward_func(name: str) -> Callable[..., list]:
 
 def shutdown_verifiers() -> None:
     """Stop this process's verifier worker processes now (they restart on demand; also done at exit)."""
-    from ._pool import shutdown_pools
-
     shutdown_pools()

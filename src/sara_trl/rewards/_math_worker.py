@@ -1,4 +1,4 @@
-r"""Symbolic comparison with math-verify; runs inside verifier worker processes (see :mod:`._pool`).
+r"""Symbolic comparison with math-verify; runs inside verifier worker processes (see :mod:`sara_trl.rewards.pool`).
 
 Inputs are already extracted and normalized strings (see :mod:`.extract`), so each task is small. math-verify's own
 signal-based timeouts are switched off here (``parsing_timeout=None``, ``timeout_seconds=None``): when they fire they
@@ -61,11 +61,6 @@ def parse_answer(answer: str) -> tuple:
         if any(_is_symbolic(x) for x in parsed_expr) and _squash(str(parsed_expr[-1])) == _squash(answer):
             return tuple(parsed_expr)
     return tuple(parsed)
-
-
-def gold_is_parseable(gold: str) -> bool:
-    """True if math-verify turns ``gold`` into at least one symbolic object (a bare string match does not count)."""
-    return any(_is_symbolic(x) for x in parse_answer(gold))
 
 
 def check_answer(pred: str, golds: tuple[str, ...]) -> str:

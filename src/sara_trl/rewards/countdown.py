@@ -1,8 +1,13 @@
 r"""Countdown (TinyZero) verifier: reach ``target`` using every number of ``nums`` exactly once with + - * /.
 
-The answer is the content of the **last** ``<answer>...</answer>`` anywhere in the completion (surrounding
-whitespace, newlines, ``<think>`` blocks or chat-role markers such as ``<|im_start|>assistant`` do not matter). An
-optional tail ``= <target>`` is allowed (``(1 + 2) * 3 = 9``); if present it must equal ``target``.
+The answers are the contents of the ``<answer>...</answer>`` blocks of the answer part of the completion (the text
+after the last ``</think>``; the whole completion when there is none or the part has no block). Surrounding
+whitespace, newlines or chat-role markers such as ``<|im_start|>assistant`` do not matter, and empty blocks are
+ignored when a non-empty one exists. **Every** stated answer must be correct (the rule of
+:func:`sara_trl.rewards.verdict.all_answers_verdict`): two different expressions of which one misses the target are
+a hedge, ``WRONG`` (reason ``several_answers``); the same expression twice, or two correct ones, is ``CORRECT``.
+More than 16 non-empty blocks are ``WRONG`` (reason ``too_many_answers``). An optional tail ``= <target>`` is
+allowed (``(1 + 2) * 3 = 9``); if present it must equal ``target``.
 
 The expression is parsed with :func:`ast.parse` (``mode="eval"``; the text is parsed, never executed) and the tree
 is walked by :func:`evaluate_expression`, which accepts only
@@ -18,30 +23,40 @@ Everything else is ``WRONG``: ``**``, ``//``, ``%``, names, calls, attributes, s
 ``max_answer_chars`` (default 256) characters and may only contain digits, ``+ - * / ( ) =``, whitespace and the
 symbols ``× ÷ −`` (read as ``* / -``); parentheses nest at most 16 deep and the tree is at most 64 deep; the
 multiset of literals is compared with ``nums`` *before* any arithmetic, so at most ``len(nums)`` numbers (no larger
-than the largest of ``nums``) are ever combined. Division by zero gives ``WRONG`` (reward 0.0).
+than the largest of ``nums``) are ever combined. Division by zero gives ``WRONG`` (reward 0.0). Full-width digits,
+Unicode minus signs and the signs ``· ⋅ ∗ ∕`` are read as their ASCII forms as well.
 
-Gold validation: ``target`` must be an integer and ``nums`` a non-empty list of non-negative integers (at most 16),
-else the verdict is ``UNPARSEABLE_GOLD`` (reward ``None``).
+Gold validation: ``target`` must be a whole number and ``nums`` a non-empty list of non-negative whole numbers (at
+most 16), else the verdict is ``UNPARSEABLE_GOLD`` (reward ``None``). A whole number may be stored as an int
+(numpy ints too), a float or numpy float with no fractional part (``21.0``: pandas and parquet write integer
+columns with missing values as floats, JSON may write ``21.0``) or a string of one (``"21"``, ``"21.0"``);
+``21.5``, ``"21.5"``, NaN, booleans and a string ``nums`` are not.
 """
 
 from __future__ import annotations
 
 import ast
+import math
+import numbers
 import operator
+import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from .stats import count
-from .verdict import Status, Verdict, completion_text
+from .extract import answer_part
+from .unicode_math import unicode_digits_and_signs
+from .verdict import Status, Verdict, all_answers_verdict, check_columns, completion_text, count_verdicts
 
 __all__ = [
     "CountdownReward",
     "countdown_reward",
     "countdown_success",
     "evaluate_expression",
-    "extract_countdown_answer",
+    "extract_countdown_answers",
     "ExpressionError",
 ]
 
@@ -49,8 +64,8 @@ MAX_ANSWER_CHARS = 256
 MAX_DEPTH = 64
 MAX_PAREN_DEPTH = 16
 MAX_NUMS = 16
+MAX_ANSWERS = 16
 _ALLOWED_CHARS = frozenset("0123456789+-*/()= \t\r\n")
-_TRANSLATE = str.maketrans({"×": "*", "÷": "/", "−": "-"})
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -58,18 +73,22 @@ class ExpressionError(ValueError):
     """The answer is not an allowed Countdown expression (syntax, operator, length or depth)."""
 
 
-def extract_countdown_answer(text: str) -> str | None:
-    """Content of the last ``<answer>...</answer>`` in ``text`` (stripped), or None.
+def extract_countdown_answers(text: str) -> list[str]:
+    """Contents of every ``<answer>...</answer>`` block in ``text``, stripped, in order (a block is a ``</answer>``
+    and the last ``<answer>`` between it and the previous ``</answer>``).
 
-    Linear time: the last ``</answer>`` is found with :meth:`str.rfind`, then the last ``<answer>`` before it.
+    Linear time: each stretch between two closing tags is searched once.
     """
-    end = text.rfind("</answer>")
-    if end < 0:
-        return None
-    start = text.rfind("<answer>", 0, end)
-    if start < 0:
-        return None
-    return text[start + len("<answer>") : end].strip()
+    out = []
+    pos = 0
+    while True:
+        end = text.find("</answer>", pos)
+        if end < 0:
+            return out
+        start = text.rfind("<answer>", pos, end)
+        if start >= 0:
+            out.append(text[start + len("<answer>") : end].strip())
+        pos = end + len("</answer>")
 
 
 def _literals(node: ast.AST, out: list[int], depth: int = 0) -> None:
@@ -160,52 +179,45 @@ def _split_equals(answer: str) -> tuple[str, str | None]:
     return answer, None
 
 
+_WHOLE = re.compile(r"[-+]?\d+(?:\.0*)?")
+
+
+def whole_number(x: Any) -> int | None:
+    """``x`` as an int when it is a whole number (int, numpy int, integral float/numpy float/Fraction/Decimal, or a
+    string such as ``"21"`` or ``"21.0"``); None otherwise (fractional, NaN, infinite, bool, other types)."""
+    if isinstance(x, bool) or x is None:
+        return None
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, str):
+        x = x.strip()
+        return int(x.split(".")[0]) if len(x) <= 40 and _WHOLE.fullmatch(x) else None
+    if isinstance(x, (numbers.Rational, Decimal)):
+        return int(x) if x == int(x) else None
+    if isinstance(x, numbers.Real):
+        f = float(x)
+        return int(f) if math.isfinite(f) and f.is_integer() else None
+    return None
+
+
 def _gold(target: Any, nums: Any) -> tuple[int, list[int]] | None:
-    def as_int(x):
-        if isinstance(x, bool):
-            raise TypeError
-        return operator.index(x)
-
+    t = whole_number(target)
+    if t is None or isinstance(nums, (str, bytes)) or nums is None:
+        return None
     try:
-        t = as_int(target)
-        if isinstance(nums, (str, bytes)) or nums is None:
-            return None
-        ns = [as_int(x) for x in nums]
-    except TypeError:
+        ns = [whole_number(x) for x in nums]
+    except TypeError:  # not iterable
         return None
-    if not ns or len(ns) > MAX_NUMS or any(x < 0 for x in ns):
+    if not ns or len(ns) > MAX_NUMS or any(x is None or x < 0 for x in ns):
         return None
-    return t, ns
+    return t, ns  # type: ignore[return-value]
 
 
-def countdown_success(completion: Any, target: Any, nums: Any, *, max_answer_chars: int = MAX_ANSWER_CHARS) -> Verdict:
-    """Binary verdict for one Countdown completion.
-
-    Args:
-        completion: string or list of chat messages.
-        target: the integer to reach.
-        nums: the numbers, each to be used exactly once (a list of ints; numpy integers are accepted).
-        max_answer_chars: longest accepted answer (characters inside ``<answer>``).
-
-    Returns:
-        :class:`Verdict`: ``CORRECT``; ``WRONG`` with reason ``no_answer``, ``bad_expression``, ``numbers_mismatch``,
-        ``division_by_zero``, ``wrong_value`` or ``wrong_stated_result``; ``UNPARSEABLE_GOLD`` for a malformed
-        ``target``/``nums``.
-
-    Raises:
-        ValueError: malformed completion (neither string nor chat messages).
-    """
-    text = completion_text(completion)
-    gold = _gold(target, nums)
-    answer = extract_countdown_answer(text)
-    if gold is None:
-        return Verdict(Status.UNPARSEABLE_GOLD, answer, "bad_gold")
-    t, ns = gold
-    if answer is None:
-        return Verdict(Status.WRONG, None, "no_answer")
+def _answer_verdict(answer: str, t: int, ns: list[int], max_answer_chars: int) -> Verdict:
+    """Verdict for one ``<answer>`` content against target ``t`` and numbers ``ns``."""
     if len(answer) > max_answer_chars:
         return Verdict(Status.WRONG, answer[:64], "bad_expression")
-    answer = answer.translate(_TRANSLATE)
+    answer = unicode_digits_and_signs(answer)
     expr, stated = _split_equals(answer)
     if stated is not None:
         try:
@@ -229,6 +241,38 @@ def countdown_success(completion: Any, target: Any, nums: Any, *, max_answer_cha
     return Verdict(Status.CORRECT, answer)
 
 
+def countdown_success(completion: Any, target: Any, nums: Any, *, max_answer_chars: int = MAX_ANSWER_CHARS) -> Verdict:
+    """Binary verdict for one Countdown completion (rules: module docstring).
+
+    Args:
+        completion: string or list of chat messages.
+        target: the whole number to reach (int, integral float such as ``21.0``, numpy number, or numeric string).
+        nums: the numbers, each to be used exactly once (a list or array of whole numbers).
+        max_answer_chars: longest accepted answer (characters inside ``<answer>``).
+
+    Returns:
+        :class:`Verdict`: ``CORRECT``; ``WRONG`` with reason ``no_answer``, ``bad_expression``, ``numbers_mismatch``,
+        ``division_by_zero``, ``wrong_value``, ``wrong_stated_result``, ``several_answers`` or
+        ``too_many_answers``; ``UNPARSEABLE_GOLD`` for a malformed ``target``/``nums``.
+
+    Raises:
+        ValueError: malformed completion (neither string nor chat messages).
+    """
+    text = completion_text(completion)
+    gold = _gold(target, nums)
+    answers = extract_countdown_answers(answer_part(text)) or extract_countdown_answers(text)
+    answers = [a for a in answers if a] or answers[-1:]
+    if gold is None:
+        return Verdict(Status.UNPARSEABLE_GOLD, answers[-1] if answers else None, "bad_gold")
+    if not answers:
+        return Verdict(Status.WRONG, None, "no_answer")
+    if len(answers) > MAX_ANSWERS:
+        return Verdict(Status.WRONG, answers[-1][:64], "too_many_answers")
+    t, ns = gold
+    return all_answers_verdict([_answer_verdict(a, t, ns, max_answer_chars) for a in dict.fromkeys(answers)])
+
+
+@dataclass
 class CountdownReward:
     """Countdown correctness reward in TRL's signature; picklable, ``__name__ == "countdown_reward"``.
 
@@ -239,30 +283,27 @@ class CountdownReward:
         ValueError: ``max_answer_chars < 1``.
     """
 
-    def __init__(self, max_answer_chars: int = MAX_ANSWER_CHARS):
-        if max_answer_chars < 1:
-            raise ValueError(f"max_answer_chars must be >= 1, got {max_answer_chars}")
-        self.max_answer_chars = int(max_answer_chars)
+    max_answer_chars: int = MAX_ANSWER_CHARS
+
+    def __post_init__(self):
+        if self.max_answer_chars < 1:
+            raise ValueError(f"max_answer_chars must be >= 1, got {self.max_answer_chars}")
+        self.max_answer_chars = int(self.max_answer_chars)
         self.__name__ = "countdown_reward"
 
-    def __repr__(self) -> str:
-        return f"CountdownReward(max_answer_chars={self.max_answer_chars})"
-
     def verdicts(self, completions: Sequence[Any], target: Sequence[Any], nums: Sequence[Any]) -> list[Verdict]:
-        """``(N,)`` verdicts for ``(N,)`` completions, targets and number lists.
+        """``(N,)`` verdicts for ``(N,)`` completions, targets and number lists (counted in
+        :func:`sara_trl.rewards.stats`).
 
         Raises:
-            ValueError: mismatched lengths.
+            ValueError: missing ``target``/``nums`` columns or mismatched lengths.
         """
-        if not (len(completions) == len(target) == len(nums)):
-            raise ValueError(f"got {len(completions)} completions, {len(target)} targets and {len(nums)} nums lists")
+        check_columns("countdown_reward", completions, target=target, nums=nums)
         out = [
             countdown_success(c, t, ns, max_answer_chars=self.max_answer_chars)
             for c, t, ns in zip(completions, target, nums)
         ]
-        for v in out:
-            count(f"countdown/{v.status.value}")
-        return out
+        return count_verdicts("countdown", out)
 
     def __call__(
         self,
@@ -275,15 +316,13 @@ class CountdownReward:
 
         Args:
             completions: ``(N,)`` completions.
-            target: dataset column ``target``, ``(N,)`` ints.
-            nums: dataset column ``nums``, ``(N,)`` lists of ints.
+            target: dataset column ``target``, ``(N,)`` whole numbers.
+            nums: dataset column ``nums``, ``(N,)`` lists of whole numbers.
             **kwargs: ignored (other columns, ``prompts``, ``trainer_state``, ...).
 
         Raises:
             ValueError: missing ``target``/``nums`` columns or mismatched lengths.
         """
-        if target is None or nums is None:
-            raise ValueError("countdown_reward needs the dataset columns 'target' and 'nums'")
         return [v.reward for v in self.verdicts(completions, target, nums)]
 
 

@@ -3,12 +3,24 @@ r"""Final-answer extraction and LaTeX answer normalization for math verification
 Pure string functions, linear in the input length (every loop is bounded), so they are safe to run in the calling
 process on arbitrary model output; only the symbolic comparison (math-verify / sympy) runs in worker processes.
 
-Extraction order (:func:`extract_math_answer`): the last well-formed ``\boxed{...}`` / ``\fbox{...}`` (also the
-brace-less ``\boxed 5``), then the last "final answer is X" / "answer: X" / "answer = X" phrase.
+**Which answers a completion states** (:func:`extract_math_answers`). The *answer part* of a completion is the text
+after its last ``</think>`` (the whole text when there is none, or when the part after it states no answer: a
+reasoning block's trial boxes are exploration, not answers). Its final answers are every outermost well-formed
+``\boxed{...}`` / ``\fbox{...}`` (also the brace-less ``\boxed 5``) in it; without a box, the answer after the last
+"final answer is X" / "answer: X" / "answer = X" phrase. The verifiers require *every* stated answer to be correct
+(see :mod:`sara_trl.rewards.math_verifier`): a completion that boxes ``3`` and ``5`` has hedged, not answered, while
+the same value boxed twice is one answer.
 
 Normalization (:func:`normalize_math_answer`) removes the answer-style quirks listed in the shared data README that
 math-verify does not handle itself, symmetrically for gold and prediction:
 
+* Unicode math (``31°``, ``√2``, ``½``, ``x²``, ``x₁``, ``×``, ``−``, ``≤``, ``π``, ``∞``, Greek letters, ...) ->
+  LaTeX (:func:`sara_trl.rewards.unicode_math.unicode_to_latex`);
+* upright constants and operators: ``\mathrm{e}``, ``\text{e}``, ``{\rm e}`` -> ``e`` (likewise ``i`` and
+  ``\pi``); ``\operatorname{sin}``, ``\mathrm{log}`` -> ``\sin``, ``\log``; ``\mathrm{lcm}``, ``\text{sgn}`` ->
+  ``\operatorname{lcm}``, ``\operatorname{sgn}`` (the form math-verify reads), when an argument follows; other
+  upright words, and function names with nothing after them (units such as ``\mathrm{cm}``, ``40\text{ min}``),
+  are left to math-verify's unit handling;
 * delimiters and money: surrounding ``$``, ``\$``, trailing periods and commas, a leading ``\approx``;
 * thousands separators ``10,\!080`` / ``10{,}080`` -> ``10080``; ``\dfrac``/``\tfrac`` -> ``\frac``; brace-less
   ``\frac\pi 2`` -> ``\frac{\pi}{2}``; ``\mbox``/``\textbf`` -> ``\text``; ``\left``/``\right`` sizing and
@@ -21,46 +33,90 @@ math-verify does not handle itself, symmetrically for gold and prediction:
   ``\mathcal{E}_{1}`` (a bare ``E`` is read as Euler's number);
 * a variable in front of an interval (``x \in (0,4]``, ``t(0,4]`` -> ``(0,4]``); a one-letter left side whose
   letter occurs on the right (``N=n`` -> ``n``: math-verify folds case, so the gold would read ``n = n``);
-  two forms of one number (``0.56=56\%`` -> ``56\%``).
+  two forms of one number (``0.56=56\%`` -> ``56\%``);
+* one-variable inequalities, unions, chains, ``\neq`` and set-builder sets -> interval notation
+  (:func:`sara_trl.rewards.relations.relation_to_interval`), so ``x<3`` and ``(-\infty,3)`` compare equal in
+  both directions.
 
 Units written as ``\text{...}`` after a number are removed by math-verify's own unit normalization.
+
+**Prose golds** (:func:`is_prose_answer`): a gold answer that is a sentence rather than a mathematical object
+("no such integer exists", ``\text{two lines}``) cannot be graded (math-verify would read the words as products of
+one-letter symbols); the math verifier reports it as unparseable (reward ``None``). The rule: after normalization,
+two adjacent words of two or more letters each (function names such as ``sin`` or ``log`` excepted), either in the
+bare answer or in an answer that is one ``\text{...}``; a ``\text{...}`` that follows a value (a unit such as
+``5225 \text{ cubic inches}``, or a connective such as ``2 \text{ or } 3``) is not prose, and a one-word text
+answer (``\text{Evelyn}``, ``\text{odd}``) is graded by exact text.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["last_boxed", "extract_answer_phrase", "extract_math_answer", "normalize_math_answer"]
+from .relations import relation_to_interval
+from .unicode_math import unicode_to_latex
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox", "\\framebox")
-_MAX_BOX_TRIES = 4  # only the last few \boxed occurrences are scanned: keeps extraction linear on adversarial text
+__all__ = [
+    "last_boxed",
+    "boxed_answers",
+    "answer_part",
+    "extract_answer_phrase",
+    "extract_math_answer",
+    "extract_math_answers",
+    "normalize_math_answer",
+    "is_prose_answer",
+]
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)(?![A-Za-z])")
 
 
-def _braced(text: str, start: int) -> tuple[str, int] | None:
-    """Content of the brace group opening at ``text[start] == "{"`` and the index after it; None if unbalanced."""
-    depth = 0
-    i = start
-    n = len(text)
+def _matching_braces(text: str) -> dict[int, int]:
+    """``{index of "{": index of its matching "}"}`` for every balanced brace (escaped braces skipped); one pass."""
+    stack: list[int] = []
+    out: dict[int, int] = {}
+    i, n = 0, len(text)
     while i < n:
         c = text[i]
-        if c == "\\":  # skip escaped characters such as \{ \}
+        if c == "\\":
             i += 2
             continue
         if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i], i + 1
+            stack.append(i)
+        elif c == "}" and stack:
+            out[stack.pop()] = i
         i += 1
-    return None
+    return out
+
+
+def _boxes(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, content)`` of every well-formed box command in ``text``, nested ones included, in order."""
+    if "\\" not in text:
+        return []
+    match: dict[int, int] | None = None
+    out = []
+    for m in _BOX_RE.finditer(text):
+        j = m.end()
+        while j < len(text) and text[j] in " \t":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            if match is None:
+                match = _matching_braces(text)
+            end = match.get(j)
+            if end is not None:
+                out.append((m.start(), end + 1, text[j + 1 : end].strip()))
+        elif j > m.end():  # "\boxed 42"
+            b = re.match(r"[^\s$]+", text[j:])
+            if b:
+                out.append((m.start(), j + b.end(), b.group(0).strip()))
+    return out
 
 
 def last_boxed(text: str) -> str | None:
     r"""Content of the last well-formed ``\boxed{...}`` (or ``\fbox{...}``, ``\framebox{...}``) in ``text``.
 
     Also accepts the brace-less form ``\boxed 42`` (content up to the next whitespace or ``$``). An unbalanced box
-    (e.g. a truncated completion) is skipped and the previous one tried, up to 4 occurrences.
+    (e.g. a truncated completion) is skipped and the previous one taken; of nested boxes the innermost is the last.
+    Linear in ``len(text)``.
 
     Args:
         text: any string.
@@ -68,24 +124,36 @@ def last_boxed(text: str) -> str | None:
     Returns:
         The box content, stripped, or ``None`` when there is no well-formed box. An empty box gives ``""``.
     """
-    positions = []
-    for cmd in _BOX_COMMANDS:
-        for m in re.finditer(re.escape(cmd) + r"(?![A-Za-z])", text):
-            positions.append((m.start(), m.end()))
-    positions.sort(reverse=True)
-    for _, end in positions[:_MAX_BOX_TRIES]:
-        j = end
-        while j < len(text) and text[j] in " \t":
-            j += 1
-        if j < len(text) and text[j] == "{":
-            got = _braced(text, j)
-            if got is not None:
-                return got[0].strip()
-        elif j > end:  # "\boxed 42"
-            m = re.match(r"[^\s$]+", text[j:])
-            if m:
-                return m.group(0).strip()
-    return None
+    boxes = _boxes(text)
+    return boxes[-1][2] if boxes else None
+
+
+def boxed_answers(text: str) -> list[str]:
+    r"""Contents of every outermost well-formed ``\boxed{...}`` / ``\fbox{...}`` / ``\framebox{...}``, in order.
+
+    A box nested in another box is part of the outer one; an unbalanced box (a truncated completion) is skipped;
+    the brace-less form ``\boxed 42`` takes the content up to the next whitespace or ``$``. Linear in
+    ``len(text)``.
+
+    Args:
+        text: any string.
+
+    Returns:
+        The stripped box contents (an empty box gives ``""``); ``[]`` when there is no well-formed box.
+    """
+    out: list[str] = []
+    covered = -1  # end of the last outermost box: boxes that start before it are nested in it
+    for start, end, content in _boxes(text):
+        if start >= covered:
+            out.append(content)
+            covered = end
+    return out
+
+
+def answer_part(text: str) -> str:
+    """The text after the last ``</think>`` of a completion (the whole text when there is none)."""
+    end = text.rfind("</think>")
+    return text if end < 0 else text[end + len("</think>") :]
 
 
 _PHRASE = re.compile(r"(?i)(?:final\s+answer|the\s+answer|answer)\s*(?:is\s*:?|:|=)\s*")
@@ -129,8 +197,30 @@ def extract_answer_phrase(text: str) -> str | None:
     return content or None
 
 
+def extract_math_answers(text: str) -> list[str]:
+    r"""Every final answer a math completion states (see the module docstring for the rule).
+
+    Args:
+        text: completion text.
+
+    Returns:
+        The raw (not yet normalized) answers of the answer part, in order: its non-empty box contents (``[""]``
+        when it has only empty boxes), else ``[phrase answer]``, else ``[]``. When the part after the last
+        ``</think>`` yields nothing, the whole text is searched the same way.
+    """
+    part = answer_part(text)
+    for source in (part, text) if part is not text else (text,):
+        boxes = boxed_answers(source)
+        if boxes:
+            return [b for b in boxes if b] or [""]
+        phrase = extract_answer_phrase(source)
+        if phrase is not None:
+            return [phrase]
+    return []
+
+
 def extract_math_answer(text: str) -> str | None:
-    r"""Final answer of a math completion: last ``\boxed{}`` first, then the answer phrases.
+    r"""The final answer of a math completion: the last of :func:`extract_math_answers`, or None when there is none.
 
     Args:
         text: completion text.
@@ -138,10 +228,8 @@ def extract_math_answer(text: str) -> str | None:
     Returns:
         The raw (not yet normalized) answer string, or ``None`` if the completion states no final answer.
     """
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
-    return extract_answer_phrase(text)
+    answers = extract_math_answers(text)
+    return answers[-1] if answers else None
 
 
 _CHOICE = re.compile(r"^\s*(?:\\text(?:bf)?\s*\{\s*)?\(?\s*(?:\\text(?:bf)?\s*\{\s*)?([A-E])\s*\}?\s*\)?\s*\}?\s*$")
@@ -162,6 +250,58 @@ _BARE_FRAC = re.compile(r"\\frac(?![A-Za-z])\s*(?!\{)(\\[A-Za-z]+|[A-Za-z0-9])\s
 _SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\text\{\s*degrees?\s*\}|\\degree")
 
+# upright constants and operators: \mathrm{e}, \operatorname{sin}, {\rm e}, \text{lcm}
+_LATEX_FUNCS = frozenset(
+    "sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh coth log ln lg exp max min gcd det deg dim lim sup "
+    "inf arg ker".split()
+)
+_OTHER_FUNCS = frozenset("lcm sgn sign arccot arcsec arccsc tg ctg arctg Re Im rank tr erf".split())
+_UPRIGHT = re.compile(
+    r"\\(?:mathrm|mathit|mathsf|mathup|textrm|textup|textit|text|operatorname\*?)\s*\{\s*(\\pi|[A-Za-z]+)\s*\}"
+    r"|\{\s*\\rm\s+(\\pi|[A-Za-z]+)\s*\}"
+)
+
+
+def _upright(m: re.Match) -> str:
+    name = m.group(1) or m.group(2)
+    if name in ("e", "i", "\\pi"):
+        return name + " " if name == "\\pi" else name
+    # a function name must have an argument after it: "40\text{ min}" and "5\mathrm{sec}" are units
+    rest = m.string[m.end() :].lstrip()
+    if not rest or not (rest[0].isalnum() or rest[0] in "({[\\^_"):
+        return m.group(0)
+    if name in _LATEX_FUNCS:
+        return "\\" + name + " "
+    if name in _OTHER_FUNCS:
+        return "\\operatorname{" + name + "}"
+    return m.group(0)
+
+
+_TEXT_GROUP = re.compile(r"\\(?:text|mbox|textrm|textit|mathrm)\s*\{([^{}]*)\}")
+_WORD = re.compile(r"[A-Za-z]{2,}")
+
+
+def _two_adjacent_words(s: str) -> bool:
+    tokens = [t.strip(",.;:!?()") for t in s.split()]
+    words = [bool(_WORD.fullmatch(t)) and t.lower() not in _LATEX_FUNCS | _OTHER_FUNCS for t in tokens]
+    return any(a and b for a, b in zip(words, words[1:]))
+
+
+def is_prose_answer(s: str) -> bool:
+    r"""True when a (normalized) answer is a sentence rather than a mathematical object.
+
+    The rule (documented in the module docstring): two adjacent words of two or more letters each, function names
+    excepted, either in the bare answer or in an answer that is one ``\text{...}`` group. ``\text{...}`` groups
+    next to a value (units, connectives) are not read. Examples: ``"no such integer exists"``,
+    ``"\text{two lines}"`` and ``"f(x)=ax+b, where b is an arbitrary integer"`` are prose; ``"\text{Evelyn}"``,
+    ``"5225 \text{ cubic inches}"``, ``"2 \text{ or } 3"``, ``"abc"`` and ``"\sin x + \cos x"`` are not.
+    """
+    whole = _TEXT_GROUP.fullmatch(s.strip())
+    if whole:
+        return _two_adjacent_words(whole.group(1))
+    bare = re.sub(r"\\[A-Za-z]+", " ", _TEXT_GROUP.sub(" ", s))
+    return _two_adjacent_words(bare)
+
 
 def normalize_math_answer(s: str) -> str:
     r"""Normalize a gold or predicted LaTeX answer before it is parsed by math-verify.
@@ -177,7 +317,7 @@ def normalize_math_answer(s: str) -> str:
     Returns:
         The normalized string (possibly empty).
     """
-    s = s.strip()
+    s = unicode_to_latex(s.strip())
     # surrounding math delimiters
     for open_, close in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
         if s.startswith(open_) and s.endswith(close) and len(s) >= len(open_) + len(close):
@@ -187,6 +327,7 @@ def normalize_math_answer(s: str) -> str:
     s = s.replace(",\\!", "").replace("\\!", "").replace("{,}", "")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\mbox", "\\text").replace("\\textbf", "\\text").replace("\\mathrm{~", "\\mathrm{")
+    s = _UPRIGHT.sub(_upright, s)
     s = _SIZING.sub("", s)
     s = _DEGREES.sub("", s)
     s = _PHANTOM.sub("", s)
@@ -230,4 +371,4 @@ def normalize_math_answer(s: str) -> str:
     if m:
         mant, exp = m.group(1), int(m.group(2))
         return f"{mant}\\times10^{{{exp}}}"
-    return s
+    return relation_to_interval(s)

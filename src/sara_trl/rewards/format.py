@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .verdict import completion_text
@@ -43,6 +44,7 @@ def has_think_answer_format(text: str, require_think_open: bool = False) -> bool
     return bool(m and m.group("answer").strip() and "<think>" not in m.group("think"))
 
 
+@dataclass
 class FormatReward:
     """``<think>``/``<answer>`` layout reward in TRL's signature; picklable, ``__name__ == "format_reward"``.
 
@@ -51,13 +53,13 @@ class FormatReward:
         value: reward for a well-formed completion (a malformed one gets 0.0).
     """
 
-    def __init__(self, require_think_open: bool = False, value: float = 1.0):
-        self.require_think_open = bool(require_think_open)
-        self.value = float(value)
-        self.__name__ = "format_reward"
+    require_think_open: bool = False
+    value: float = 1.0
 
-    def __repr__(self) -> str:
-        return f"FormatReward(require_think_open={self.require_think_open}, value={self.value})"
+    def __post_init__(self):
+        self.require_think_open = bool(self.require_think_open)
+        self.value = float(self.value)
+        self.__name__ = "format_reward"
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """``(N,)`` rewards: ``value`` for a well-formed completion, ``0.0`` otherwise (never None)."""

@@ -3,38 +3,54 @@ r"""Math answer verification (math-verify) with a hard time limit, as a binary v
 Pipeline for one completion (paper Sec. 2: ``r(q, o) in {0, 1}`` checks correctness):
 
 1. take the completion text (plain or conversational, :func:`~sara_trl.rewards.verdict.completion_text`);
-2. extract the final answer: last ``\boxed{}``, else the last "final answer is X" / "answer: X" phrase
-   (:func:`~sara_trl.rewards.extract.extract_math_answer`); no answer -> ``WRONG`` (reason ``"no_answer"``);
-3. normalize prediction and gold the same way (:func:`~sara_trl.rewards.extract.normalize_math_answer`);
-4. *fast path*: when the gold answers and the prediction are all plain decimal numbers, compare them exactly with
+2. extract the final answers it states (:func:`~sara_trl.rewards.extract.extract_math_answers`): every
+   ``\boxed{}`` of the answer part (the text after the last ``</think>``), else the last "final answer is X" /
+   "answer: X" phrase; no answer -> ``WRONG`` (reason ``"no_answer"``);
+3. normalize predictions and gold the same way (:func:`~sara_trl.rewards.extract.normalize_math_answer`: Unicode
+   math, upright constants, inequalities as intervals, and the dataset quirks listed there);
+4. *fast path*: when the gold answers and a prediction are all plain decimal numbers, compare them exactly with
    :class:`fractions.Fraction` in the calling process;
 5. otherwise compare with math-verify (``parse`` + ``verify``) in a persistent worker process under a hard wall-clock
-   limit (:mod:`sara_trl.rewards._pool`), which works from threads, asyncio-driven code and any number of processes.
+   limit (:mod:`sara_trl.rewards.pool`), which works from threads, asyncio-driven code and any number of processes.
    Gold answers are parsed once per worker (cached per string); finished (prediction, gold) comparisons are cached
-   in the calling process.
+   in the calling process (:func:`clear_caches` empties both).
 
-The gold answer is ``UNPARSEABLE_GOLD`` (reward ``None``) when neither it nor any of its alternatives parses to a
-symbolic object; a hard-limit hit is ``TIMEOUT`` (reward ``None``), counted in :func:`sara_trl.rewards.stats`.
+Judgement rules:
+
+* **Several final answers** (hedging): every stated answer must be correct
+  (:func:`~sara_trl.rewards.verdict.all_answers_verdict`): ``\boxed{3} or \boxed{5}`` is ``WRONG`` for gold 5
+  (reason ``"several_answers"``), ``\boxed{5} ... \boxed{5}`` and ``\boxed{0.5} = \boxed{\frac12}`` are
+  ``CORRECT``. One box listing alternatives (``\boxed{3 \text{ or } 5}``) is a set ``{3, 5}``: wrong for gold 5,
+  right for gold ``3, 5``. Boxes inside the reasoning block (before ``</think>``) are not answers.
+* **Prose gold**: a gold answer that is a sentence (:func:`~sara_trl.rewards.extract.is_prose_answer`, e.g.
+  "no such integer exists") is ``UNPARSEABLE_GOLD`` (reward ``None``, reason ``"prose_gold"``), never a silent
+  all-wrong prompt; alternatives that are prose are dropped, the others still count.
+* **Numeric golds** given as numbers (``21``, ``21.0``, numpy numbers) are written as their shortest decimal form;
+  NaN and infinite values are dropped.
+* The gold answer is ``UNPARSEABLE_GOLD`` when neither it nor any of its alternatives parses to a symbolic object;
+  a hard-limit hit is ``TIMEOUT`` (reward ``None``), counted in :func:`sara_trl.rewards.stats`.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ._pool import ERROR as _POOL_ERROR
-from ._pool import OK as _POOL_OK
-from ._pool import get_pool
-from .extract import extract_math_answer, normalize_math_answer
+from . import pool as _pool
+from .extract import extract_math_answers, is_prose_answer, normalize_math_answer
 from .stats import count
-from .verdict import Status, Verdict, completion_text
+from .verdict import Status, Verdict, all_answers_verdict, check_columns, completion_text, count_verdicts
 
-__all__ = ["MathReward", "math_reward", "math_success", "math_successes", "default_num_workers"]
+__all__ = ["MathReward", "math_reward", "math_success", "math_successes", "default_num_workers", "clear_caches"]
 
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_GRACE_S = 2.0
@@ -89,6 +105,18 @@ class _LRU:
 _RESULTS = _LRU(_CACHE_SIZE)
 
 
+def clear_caches() -> None:
+    """Forget finished comparisons in this process, and math-verify parses made inline (``num_workers=0``).
+
+    For measurements and tests that need cold caches; worker processes keep their own parse caches until they are
+    stopped (:func:`sara_trl.rewards.shutdown_verifiers`).
+    """
+    _RESULTS.clear()
+    worker = sys.modules.get(__package__ + "._math_worker")
+    if worker is not None:
+        worker.parse_answer.cache_clear()
+
+
 def _gold_tuple(answer: Any, alternatives: Any) -> tuple[str, ...]:
     """Normalized, de-duplicated gold answers (the answer first); empty when there is none."""
     raw: list[Any] = []
@@ -105,8 +133,11 @@ def _gold_tuple(answer: Any, alternatives: Any) -> tuple[str, ...]:
     for a in raw:
         if a is None or isinstance(a, bool):
             continue
-        if isinstance(a, float) and a != a:  # NaN from a dataframe
-            continue
+        if isinstance(a, numbers.Real) and not isinstance(a, (numbers.Integral, Fraction)):
+            f = float(a)
+            if not math.isfinite(f):  # NaN from a dataframe
+                continue
+            a = repr(f) if isinstance(a, float) else str(a)  # shortest decimal form, e.g. 21.0 -> "21.0"
         s = normalize_math_answer(str(a))
         if s and s not in out:
             out.append(s)
@@ -156,12 +187,13 @@ def _base_rule(pred: str, golds: tuple[str, ...]) -> Status | None:
     return Status.WRONG if len(base_golds) == len(golds) else None
 
 
+@dataclass
 class MathReward:
     r"""Math correctness reward (TRL reward-function signature) backed by math-verify with a hard time limit.
 
     Instances are picklable (only the configuration is pickled; worker processes are per process and started on
     first use) and usable directly as ``reward_funcs=`` of any TRL trainer. ``__name__`` is ``"math_reward"`` so TRL
-    logs it as ``rewards/math_reward``.
+    logs it as ``rewards/math_reward``. The judgement rules are listed in :mod:`sara_trl.rewards.math_verifier`.
 
     Args:
         timeout_s: soft time limit per comparison in seconds (worker-side); the hard limit is
@@ -177,40 +209,74 @@ class MathReward:
         ValueError: non-positive ``timeout_s``/``max_answer_chars``, negative ``grace_s``/``num_workers``.
     """
 
-    def __init__(
-        self,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        grace_s: float = DEFAULT_GRACE_S,
-        num_workers: int | None = None,
-        memory_limit_mb: int | None = 4096,
-        max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
-    ):
-        if timeout_s is None or not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        if grace_s is None or grace_s < 0:
-            raise ValueError(f"grace_s must be >= 0, got {grace_s}")
-        if num_workers is not None and num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        if max_answer_chars < 1:
-            raise ValueError(f"max_answer_chars must be >= 1, got {max_answer_chars}")
-        self.timeout_s = float(timeout_s)
-        self.grace_s = float(grace_s)
-        self.num_workers = num_workers
-        self.memory_limit_mb = memory_limit_mb
-        self.max_answer_chars = int(max_answer_chars)
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    grace_s: float = DEFAULT_GRACE_S
+    num_workers: int | None = None
+    memory_limit_mb: int | None = 4096
+    max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS
+
+    def __post_init__(self):
+        if self.timeout_s is None or not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.grace_s is None or self.grace_s < 0:
+            raise ValueError(f"grace_s must be >= 0, got {self.grace_s}")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.max_answer_chars < 1:
+            raise ValueError(f"max_answer_chars must be >= 1, got {self.max_answer_chars}")
+        self.timeout_s = float(self.timeout_s)
+        self.grace_s = float(self.grace_s)
+        self.max_answer_chars = int(self.max_answer_chars)
         self.__name__ = "math_reward"
 
-    def __repr__(self) -> str:
-        return (
-            f"MathReward(timeout_s={self.timeout_s}, grace_s={self.grace_s}, num_workers={self.num_workers}, "
-            f"memory_limit_mb={self.memory_limit_mb}, max_answer_chars={self.max_answer_chars})"
-        )
-
-    def _pool(self):
+    def pool(self) -> _pool.WorkerPool:
+        """The shared :class:`~sara_trl.rewards.pool.WorkerPool` this verifier's comparisons run on."""
         from . import _math_worker  # imports math-verify/sympy; only needed once a comparison is due
 
         n = default_num_workers() if self.num_workers is None else self.num_workers
-        return get_pool(n, self.timeout_s, self.grace_s, _math_worker.warm_up, self.memory_limit_mb)
+        return _pool.get_pool(n, self.timeout_s, self.grace_s, _math_worker.warm_up, self.memory_limit_mb)
+
+    def _local(self, raw: str | None, pred: str, golds: tuple[str, ...]) -> Verdict | None:
+        """Verdict decided without math-verify (too long, fast path, base notation, cache), or None."""
+        if raw is not None and len(raw) > self.max_answer_chars:
+            return Verdict(Status.WRONG, raw[:100], "answer_too_long")
+        if pred:
+            fast = _fast_path(pred, golds)
+            if fast is not None:
+                count("math/fast_path")
+                return Verdict(fast, raw, "fast_path")
+            based = _base_rule(pred, golds)
+            if based is not None:
+                return Verdict(based, raw, "base_notation")
+        cached = _RESULTS.get((pred, golds))
+        if cached is not None:
+            count("math/cache_hit")
+            return Verdict(cached, raw, "no_answer" if not pred and cached is Status.WRONG else "")
+        return None
+
+    def _compare(self, keys: list[tuple[str, tuple[str, ...]]]) -> list[tuple[Status, str]]:
+        """``(status, reason)`` for each ``(prediction, golds)`` key, compared by math-verify on the pool."""
+        from . import _math_worker
+
+        # Sorted by gold answer and sent in chunks: comparisons that share a gold answer mostly land on one worker
+        # (which parses that gold once), and one message carries several comparisons (each message costs a round
+        # trip). Chunks are small enough to keep every worker busy.
+        order = sorted(range(len(keys)), key=lambda j: keys[j][1])
+        pool = self.pool()
+        chunk = max(1, min(_MAX_CHUNK, -(-len(keys) // (4 * max(1, pool.num_workers)))))
+        groups = [list(range(i, min(i + chunk, len(keys)))) for i in range(0, len(keys), chunk)]
+        results = pool.run(_math_worker.check_answer, [keys[j] for j in order], groups=groups)
+        out: list[tuple[Status, str]] = [(Status.ERROR, "")] * len(keys)
+        for j, (status, value) in zip(order, results):
+            if status == _pool.OK:
+                st = Status(value)
+                _RESULTS.put(keys[j], st)
+                out[j] = (st, "no_answer" if not keys[j][0] and st is Status.WRONG else "")
+            elif status == _pool.ERROR:
+                out[j] = (Status.ERROR, str(value)[:200])
+            else:
+                out[j] = (Status.TIMEOUT, "timeout")
+        return out
 
     def verdicts(
         self,
@@ -222,78 +288,53 @@ class MathReward:
 
         Args:
             completions: ``(N,)`` completions, each a string or a list of chat messages.
-            answer: ``(N,)`` gold answers (strings; numbers are converted with ``str``; a list means "any of these").
+            answer: ``(N,)`` gold answers (strings; numbers are written in their shortest decimal form; a list means
+                "any of these").
             answer_alternatives: optional ``(N,)`` lists of further acceptable gold answers (entries may be None).
 
         Returns:
-            ``(N,)`` :class:`Verdict` objects.
+            ``(N,)`` :class:`Verdict` objects (counted in :func:`sara_trl.rewards.stats`).
 
         Raises:
-            ValueError: mismatched lengths or a malformed completion.
+            ValueError: a missing ``answer`` column, mismatched lengths or a malformed completion.
         """
+        check_columns(
+            "math_reward", completions, optional=("answer_alternatives",), answer=answer,
+            answer_alternatives=answer_alternatives,
+        )  # fmt: skip
         n = len(completions)
-        if len(answer) != n:
-            raise ValueError(f"got {n} completions but {len(answer)} answers")
         if answer_alternatives is None:
             answer_alternatives = [None] * n
-        elif len(answer_alternatives) != n:
-            raise ValueError(f"got {n} completions but {len(answer_alternatives)} answer_alternatives")
         out: list[Verdict | None] = [None] * n
-        todo: dict[tuple[str, tuple[str, ...]], list[int]] = {}
-        extracted: list[str | None] = [None] * n
+        answers: list[list[Verdict | None]] = [[] for _ in range(n)]  # one slot per stated answer
+        todo: dict[tuple[str, tuple[str, ...]], list[tuple[int, int, str | None]]] = {}
         for i, (c, a, alts) in enumerate(zip(completions, answer, answer_alternatives)):
-            golds = _gold_tuple(a, alts)
-            raw = extract_math_answer(completion_text(c))
-            extracted[i] = raw
+            all_golds = _gold_tuple(a, alts)
+            golds = tuple(g for g in all_golds if not is_prose_answer(g))
+            raws: list[str | None] = list(extract_math_answers(completion_text(c))) or [None]
             if not golds:
-                out[i] = Verdict(Status.UNPARSEABLE_GOLD, raw, "empty_gold")
+                reason = "prose_gold" if all_golds else "empty_gold"
+                out[i] = Verdict(Status.UNPARSEABLE_GOLD, raws[-1], reason)
                 continue
-            if raw is not None and len(raw) > self.max_answer_chars:
-                out[i] = Verdict(Status.WRONG, raw[:100], "answer_too_long")
-                continue
-            pred = normalize_math_answer(raw) if raw is not None else ""
-            if pred:
-                fast = _fast_path(pred, golds)
-                if fast is not None:
-                    out[i] = Verdict(fast, raw, "fast_path")
-                    count("math/fast_path")
+            seen: set[str] = set()
+            for raw in raws:
+                pred = normalize_math_answer(raw) if raw is not None else ""
+                if pred in seen:  # the same answer stated twice is one answer
                     continue
-                based = _base_rule(pred, golds)
-                if based is not None:
-                    out[i] = Verdict(based, raw, "base_notation")
-                    continue
-            key = (pred, golds)
-            cached = _RESULTS.get(key)
-            if cached is not None:
-                out[i] = Verdict(cached, raw, "no_answer" if not pred and cached is Status.WRONG else "")
-                count("math/cache_hit")
-                continue
-            todo.setdefault(key, []).append(i)
+                seen.add(pred)
+                local = self._local(raw, pred, golds)
+                answers[i].append(local)
+                if local is None:
+                    todo.setdefault((pred, golds), []).append((i, len(answers[i]) - 1, raw))
         if todo:
-            from . import _math_worker
-
-            # Sorted by gold answer and sent in chunks: completions that share a gold answer mostly land on one
-            # worker (which parses that gold once), and one message carries several comparisons (each message
-            # costs a round trip). Chunks are small enough to keep every worker busy.
-            keys = sorted(todo, key=lambda k: k[1])
-            pool = self._pool()
-            chunk = max(1, min(_MAX_CHUNK, -(-len(keys) // (4 * max(1, pool.num_workers)))))
-            groups = [list(range(i, min(i + chunk, len(keys)))) for i in range(0, len(keys), chunk)]
-            results = pool.run(_math_worker.check_answer, keys, groups=groups)
-            for key, (status, value) in zip(keys, results):
-                if status == _POOL_OK:
-                    st = Status(value)
-                    _RESULTS.put(key, st)
-                    reason = "no_answer" if not key[0] and st is Status.WRONG else ""
-                elif status == _POOL_ERROR:
-                    st, reason = Status.ERROR, str(value)[:200]
-                else:
-                    st, reason = Status.TIMEOUT, "timeout"
-                for i in todo[key]:
-                    out[i] = Verdict(st, extracted[i], reason)
-        for v in out:
-            count(f"math/{v.status.value}")
-        return out  # type: ignore[return-value]
+            keys = list(todo)
+            for key, (status, reason) in zip(keys, self._compare(keys)):
+                for i, j, raw in todo[key]:
+                    answers[i][j] = Verdict(status, raw, reason)
+        for i in range(n):
+            if out[i] is None:
+                out[i] = all_answers_verdict(answers[i])  # type: ignore[arg-type]
+        return count_verdicts("math", out)  # type: ignore[arg-type]
 
     def __call__(
         self,
@@ -313,15 +354,11 @@ class MathReward:
                 ignored.
 
         Returns:
-            ``(N,)`` list of ``1.0`` / ``0.0`` / ``None`` (unparseable gold, timeout or verifier error).
+            ``(N,)`` list of ``1.0`` / ``0.0`` / ``None`` (unparseable or prose gold, timeout or verifier error).
 
         Raises:
             ValueError: no ``answer`` column, or mismatched lengths.
         """
-        if answer is None:
-            raise ValueError(
-                "math_reward needs the gold answers: give the dataset an 'answer' column (TRL passes it as answer=...)"
-            )
         return [v.reward for v in self.verdicts(completions, answer, answer_alternatives)]
 
 

@@ -30,25 +30,19 @@ def stats() -> dict[str, int]:
     Returns:
         ``{key: count}``, sorted by key. Counts are per process (each rank or data-loader worker has its own).
     """
-    from ._pool import _POOLS, _POOLS_LOCK
+    from .pool import pool_counters
 
     with _LOCK:
         out = dict(_COUNTS)
-    with _POOLS_LOCK:
-        pools = list(_POOLS.values())
-    for p in pools:
-        for k in ("kills", "restarts", "timeouts", "errors", "tasks"):
-            out[f"pool/{k}"] = out.get(f"pool/{k}", 0) + p.counters[k]
+    for k, v in pool_counters().items():
+        out[f"pool/{k}"] = out.get(f"pool/{k}", 0) + v
     return dict(sorted(out.items()))
 
 
 def reset_stats() -> None:
     """Zero every counter (including the pools')."""
-    from ._pool import _POOLS, _POOLS_LOCK
+    from .pool import reset_pool_counters
 
     with _LOCK:
         _COUNTS.clear()
-    with _POOLS_LOCK:
-        for p in _POOLS.values():
-            for k in p.counters:
-                p.counters[k] = 0
+    reset_pool_counters()

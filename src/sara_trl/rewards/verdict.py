@@ -5,15 +5,22 @@ shaped score. Every verifier in :mod:`sara_trl.rewards` returns a :class:`Verdic
 value a TRL reward function reports: ``1.0`` (correct), ``0.0`` (wrong) or ``None`` (cannot judge: the gold answer is
 unusable, the verifier timed out, or it crashed). TRL turns ``None`` into NaN, which the allocator treats as an
 unscorable rollout (it costs a rollout but does not move the posterior).
+
+The helpers below are the shared part of every verdict reward (math, numeric, Countdown): :func:`check_columns`
+validates the dataset columns a reward needs, :func:`all_answers_verdict` applies the one rule for completions that
+state several final answers, and :func:`count_verdicts` counts the verdicts in :func:`sara_trl.rewards.stats`.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Status", "Verdict", "completion_text"]
+from .stats import count
+
+__all__ = ["Status", "Verdict", "completion_text", "check_columns", "all_answers_verdict", "count_verdicts"]
 
 
 class Status(str, enum.Enum):
@@ -101,3 +108,69 @@ def completion_text(completion: Any) -> str:
         else:
             raise ValueError(f"message content must be a string or a list of parts, got {type(content).__name__}")
     return "\n".join(parts)
+
+
+def check_columns(reward_name: str, completions: Sequence[Any], optional: tuple[str, ...] = (), **columns: Any) -> None:
+    """Check that a reward got every dataset column it needs, one entry per completion.
+
+    Args:
+        reward_name: the reward's name, for the message (e.g. ``"countdown_reward"``).
+        completions: ``(N,)`` completions.
+        optional: names among ``columns`` that may be ``None`` (column absent).
+        **columns: the columns, by name (``answer=...``).
+
+    Raises:
+        ValueError: a required column is ``None`` (TRL passes dataset columns as keyword arguments, so the dataset
+            lacks it), or a column's length is not ``N``.
+    """
+    missing = [k for k, v in columns.items() if v is None and k not in optional]
+    if missing:
+        names = " and ".join(repr(k) for k in missing)
+        raise ValueError(
+            f"{reward_name} needs the dataset column{'s' if len(missing) > 1 else ''} {names} (TRL passes dataset "
+            f"columns to reward functions as keyword arguments, e.g. answer=...)"
+        )
+    for k, v in columns.items():
+        if v is not None and len(v) != len(completions):
+            raise ValueError(f"got {len(completions)} completions but {len(v)} {k if k.endswith('s') else k + 's'}")
+
+
+def all_answers_verdict(verdicts: Sequence[Verdict]) -> Verdict:
+    """One verdict for a completion that states several final answers: every one of them must be correct.
+
+    A completion that commits to several *different* final answers (``\\boxed{3}`` ... ``\\boxed{5}``) has hedged,
+    not answered: rewarding it whenever one candidate is right would teach the policy to list candidates. The same
+    answer stated twice (in any equivalent form) is one answer and stays correct.
+
+    Args:
+        verdicts: the verdicts of the stated answers, in order (at least one).
+
+    Returns:
+        ``WRONG`` when any answer is wrong (reason ``"several_answers"`` when there were several, else the wrong
+        answer's reason); ``CORRECT`` when all are (the last answer is reported as ``extracted``); otherwise the
+        first verdict that cannot be judged (timeout, error, unparseable gold).
+
+    Raises:
+        ValueError: ``verdicts`` is empty.
+    """
+    if not verdicts:
+        raise ValueError("all_answers_verdict needs at least one verdict")
+    if len(verdicts) == 1:
+        return verdicts[0]
+    wrong = [v for v in verdicts if v.status is Status.WRONG]
+    if wrong:
+        return Verdict(Status.WRONG, verdicts[-1].extracted, "several_answers")
+    unjudged = [v for v in verdicts if v.status is not Status.CORRECT]
+    return unjudged[0] if unjudged else Verdict(Status.CORRECT, verdicts[-1].extracted, verdicts[-1].reason)
+
+
+def count_verdicts(verifier: str, verdicts: list[Verdict]) -> list[Verdict]:
+    """Count each verdict in :func:`sara_trl.rewards.stats` as ``"<verifier>/<status>"``; returns ``verdicts``.
+
+    Args:
+        verifier: counter prefix, e.g. ``"math"``.
+        verdicts: ``(N,)`` verdicts.
+    """
+    for v in verdicts:
+        count(f"{verifier}/{v.status.value}")
+    return verdicts

@@ -1,4 +1,24 @@
-"""A small persistent pool of worker processes with a hard wall-clock limit per task.
+"""Verifier worker pool: persistent worker processes that run tasks under a hard wall-clock limit per task.
+
+This is the public machinery behind :func:`sara_trl.rewards.math_reward`, for any verifier whose check may hang or
+take unbounded time (symbolic math, running generated code). A new verifier writes a module-level check function
+(importable by a fresh interpreter), sends its tasks through a shared pool and maps each outcome to a
+:class:`~sara_trl.rewards.verdict.Verdict`::
+
+    from sara_trl.rewards import Status, Verdict, get_pool
+    from sara_trl.rewards.pool import OK, TIMEOUT
+
+    def check_program(code: str, tests: str) -> str:      # module level; runs in a worker
+        ...
+        return "correct"                                 # or "wrong"
+
+    pool = get_pool(num_workers=2, timeout_s=10.0)
+    outcomes = pool.run(check_program, [(code, tests) for code, tests in zip(codes, tests)])
+    verdicts = [Verdict(Status(value)) if status == OK else
+                Verdict(Status.TIMEOUT if status == TIMEOUT else Status.ERROR, reason=str(value))
+                for status, value in outcomes]
+
+The pool's kills, restarts, timeouts and errors are reported by :func:`sara_trl.rewards.stats` under ``pool/...``.
 
 Why not ``concurrent.futures.ProcessPoolExecutor``: its workers pre-fetch queued calls, so when a result is late the
 parent cannot tell which call is stuck or kill only that one. Here every worker holds at most one task, so the parent
@@ -44,8 +64,18 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WorkerPool", "get_pool", "shutdown_pools"]
+__all__ = [
+    "WorkerPool",
+    "get_pool",
+    "shutdown_pools",
+    "pool_counters",
+    "reset_pool_counters",
+    "OK",
+    "TIMEOUT",
+    "ERROR",
+]
 
+#: the status of one task's outcome ``(status, value)`` returned by :meth:`WorkerPool.run`
 OK, TIMEOUT, ERROR = "ok", "timeout", "error"
 
 
@@ -137,7 +167,7 @@ def _worker_main(fd: int) -> None:  # pragma: no cover - runs in a child interpr
             conn.send((task_id, [(ERROR, f"unpicklable result: {e}"[:500])] * len(items)))
 
 
-_WORKER_CODE = "import sys; from sara_trl.rewards._pool import _worker_main; _worker_main(int(sys.argv[1]))"
+_WORKER_CODE = "import sys; from sara_trl.rewards.pool import _worker_main; _worker_main(int(sys.argv[1]))"
 
 
 class _Worker:
@@ -409,9 +439,20 @@ _POOLS_LOCK = threading.Lock()
 
 
 def get_pool(
-    num_workers: int, timeout_s: float, grace_s: float, initializer: Callable | None, memory_limit_mb: int | None
+    num_workers: int,
+    timeout_s: float,
+    grace_s: float = 2.0,
+    initializer: Callable[[], None] | None = None,
+    memory_limit_mb: int | None = 4096,
 ) -> WorkerPool:
-    """Process-wide shared pool for one configuration (created on first use)."""
+    """The process-wide shared :class:`WorkerPool` for one configuration, created on first use.
+
+    Verifiers with the same configuration share one pool (and its workers) in a process; each process, including a
+    forked child, has its own. The arguments are those of :class:`WorkerPool`.
+
+    Raises:
+        ValueError: invalid arguments (see :class:`WorkerPool`).
+    """
     key = (int(num_workers), float(timeout_s), float(grace_s), initializer, memory_limit_mb)
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
@@ -419,6 +460,22 @@ def get_pool(
             pool = WorkerPool(num_workers, timeout_s, grace_s, initializer, memory_limit_mb)
             _POOLS[key] = pool
         return pool
+
+
+def pool_counters() -> dict[str, int]:
+    """Counters ``tasks``, ``timeouts``, ``kills``, ``errors`` and ``restarts``, summed over this process's pools."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+    keys = ("kills", "restarts", "timeouts", "errors", "tasks")
+    return {k: sum(p.counters[k] for p in pools) for k in keys}
+
+
+def reset_pool_counters() -> None:
+    """Zero the counters of this process's shared pools."""
+    with _POOLS_LOCK:
+        for p in _POOLS.values():
+            for k in p.counters:
+                p.counters[k] = 0
 
 
 def shutdown_pools():
