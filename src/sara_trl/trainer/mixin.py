@@ -49,8 +49,10 @@ The members this mixin needs from the TRL base and from the trainer file are dec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -75,6 +77,7 @@ from sara_trl.trainer.metrics import (
 )
 from sara_trl.trainer.progress import RoundProgress
 from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn
+from sara_trl.trainer.vllm_cpu import colocated_engine_on_cpu
 
 __all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "SARA_STATE_NAME", "SaraTrainerMixin", "build_row_plan"]
 
@@ -332,8 +335,10 @@ class SaraTrainerMixin:
             raise RuntimeError(f"SARA carry-over out of sync: {cache.num_rollouts} cached rollouts for "
                                f"{self.sara_allocator.carried_rollouts} carried by the allocator")
         show = self.accelerator.is_main_process and not args.disable_tqdm
+        collect_start = time.perf_counter()
         with RoundProgress(self.state.global_step + 1, show) as progress, self._sara_vllm_awake():
             result = self.sara_allocator.collect(make_rollout_fn(self, cache, progress), self.sara_stream, num_groups)
+        collect_seconds = time.perf_counter() - collect_start
         self.sara_last_step = result
         if len(result.carry_rollout_ids):
             self._sara_carry = cache.carry(result.carry_rollout_ids)
@@ -420,6 +425,9 @@ class SaraTrainerMixin:
             cumulative_tokens=self.sara_allocator.total_tokens,
             diagnostics=self.sara_allocator.diagnostics(),
         )
+        # Wall-clock of the collection (every round's generation call and reward pass, plus the allocator): what a
+        # step's rollouts cost in time, beside sara/rollouts_generated and sara/tokens_generated.
+        metrics["sara/collect_seconds"].append(collect_seconds)
         return output
 
     # ------------------------------------------------------------------------------------------ replay hooks
@@ -495,6 +503,19 @@ class SaraTrainerMixin:
         return loss
 
     # ------------------------------------------------------------------------------------------ vLLM
+    @staticmethod
+    def _sara_engine_context(args):
+        """Context wrapped around TRL's construction: the CPU-only adjustments of :mod:`sara_trl.trainer.vllm_cpu`.
+
+        Active only for ``use_vllm=True, vllm_mode="colocate"`` on vLLM's CPU platform (a no-op elsewhere, GPUs
+        included). The engine is built in the precision the trainer computes log-probs in: bfloat16 with ``bf16``,
+        float16 with ``fp16``, float32 otherwise.
+        """
+        if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", None) == "colocate"):
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else torch.float32
+        return colocated_engine_on_cpu(dtype)
+
     @contextmanager
     def _sara_vllm_awake(self):
         """Keep a sleeping colocated vLLM engine awake for all rounds of one step (weights pushed once per step).

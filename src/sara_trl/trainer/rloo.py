@@ -64,19 +64,20 @@ quantization_config, peft_config
         peft_config=None,
     ):
         args = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class, {})
-        super().__init__(
-            model=model,
-            reward_funcs=reward_funcs,
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            reward_processing_classes=reward_processing_classes,
-            callbacks=callbacks,
-            optimizers=optimizers,
-            quantization_config=quantization_config,
-            peft_config=peft_config,
-        )
+        with self._sara_engine_context(args):
+            super().__init__(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                quantization_config=quantization_config,
+                peft_config=peft_config,
+            )
         self._sara_setup()
 
     # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)
