@@ -122,7 +122,7 @@ def run_one(name: str, args, model_dir: str, train_ds, eval_ds) -> dict:
         output_dir=tempfile.mkdtemp(prefix=f"sara_train_{name}_"), use_cpu=True, bf16=False, report_to="none",
         max_steps=args.steps, num_generations=args.k, per_device_train_batch_size=args.groups * args.k,
         max_completion_length=args.max_completion, logging_steps=1, save_strategy="no", learning_rate=args.lr,
-        activation_checkpointing=False, disable_tqdm=True, dataloader_num_workers=0, seed=args.seed,
+        gradient_checkpointing=False, disable_tqdm=True, dataloader_num_workers=0, seed=args.seed,
         budget_cap=args.budget_cap, temperature=1.0, **ALLOCATORS[name],
     )
     trainer = SaraGRPOTrainer(model=model_dir, reward_funcs=numeric_reward, args=cfg, train_dataset=train_ds,

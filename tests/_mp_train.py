@@ -168,7 +168,7 @@ def train(name: str, model_dir: str, out: Path, fail_rank: int | None) -> dict:
     args = config_class(
         output_dir=str(out / name), use_cpu=True, bf16=False, report_to="none", max_steps=2,
         max_completion_length=6, logging_steps=1, save_strategy="no", learning_rate=1e-3,
-        activation_checkpointing=False, ddp_find_unused_parameters=False, disable_tqdm=True,
+        gradient_checkpointing=False, ddp_find_unused_parameters=False, disable_tqdm=True,
         dataloader_num_workers=0, seed=0, budget_cap=16.0, **RUNS[name],
     )
     trainer = trainer_class(model=model_dir, reward_funcs=make_reward(fail_rank), args=args,

@@ -4,6 +4,9 @@ One engine per process (vLLM's in-process engine cannot be rebuilt cleanly in th
 runs this file with its own arguments and reads the JSON it writes:
 
     python tests/_vllm_run.py OUT.json --trainer grpo --allocator sara [--steps 2] [--check_sync]
+    accelerate launch --config_file examples/accelerate_configs/multi_cpu.yaml tests/_vllm_run.py OUT.json --steps 1
+
+Under a launcher (WORLD_SIZE > 1) each process builds its own colocated engine and writes ``OUT.json.rank<R>``.
 
 Recorded: per step the ``sara/*`` and TRL sampling metrics, the number of ``LLM.generate`` calls and reward calls,
 and with ``--check_sync`` the log-prob agreement between the engine and the trained model before and after a weight
@@ -74,8 +77,9 @@ def main() -> None:
     cli = parser.parse_args()
 
     import torch
+    from transformers import TrainerCallback
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1 if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 2)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
     from quickstart_cpu import make_task_mix
 
@@ -103,10 +107,22 @@ def main() -> None:
         return original_generate(prompts, *a, **kw)
 
     llm.generate = counting_generate
+    decisions = []
+
+    class RecordDecisions(TrainerCallback):
+        """Every step's per-prompt table (prompt ids, n, s, fate): identical on every process in lock-step."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            table = trainer.sara_last_step.prompt_table
+            decisions.append({key: [int(v) if float(v).is_integer() else float(v) for v in values]
+                              for key, values in table.items()})
+
+    trainer.add_callback(RecordDecisions())
     trainer.train()
     llm.generate = original_generate
     logs = [e for e in trainer.state.log_history if "sara/rollouts_generated" in e]
-    result = {"counts": dict(COUNTS), "steps": logs, "engine_dtype": str(llm.llm_engine.model_config.dtype),
+    result = {"counts": dict(COUNTS), "steps": logs, "decisions": decisions,
+              "world_size": trainer.accelerator.num_processes, "rank": trainer.accelerator.process_index, "engine_dtype": str(llm.llm_engine.model_config.dtype),
               "total_rollouts": trainer.sara_allocator.total_rollouts}
     if cli.check_sync:
         step = trainer.sara_last_step
@@ -121,7 +137,8 @@ def main() -> None:
         result["before_sync"] = engine_vs_model(trainer, prompt_ids, completion_ids)  # engine one step behind
         trainer.vllm_generation.sync_weights()
         result["after_sync"] = engine_vs_model(trainer, prompt_ids, completion_ids)
-    with open(cli.out, "w") as handle:
+    out = cli.out if result["world_size"] == 1 else f"{cli.out}.rank{result['rank']}"
+    with open(out, "w") as handle:
         json.dump(result, handle, indent=1, default=str)
 
 

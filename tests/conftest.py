@@ -114,7 +114,7 @@ def cpu_trainer_kwargs(tmp_path):
             logging_steps=1,
             save_strategy="no",
             learning_rate=1e-3,
-            activation_checkpointing=False,  # explicit: TRL defaults to True (slow, and a FutureWarning)
+            gradient_checkpointing=False,  # explicit: TRL defaults to True (slow on CPU)
             ddp_find_unused_parameters=False,
             disable_tqdm=True,
             dataloader_num_workers=0,

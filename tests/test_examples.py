@@ -36,7 +36,7 @@ def _compute(expression: str) -> int:
 
 
 CPU_SMOKE = ["--use_cpu", "true", "--bf16", "false", "--use_vllm", "false", "--report_to", "none",
-             "--activation_checkpointing", "false", "--save_strategy", "no", "--max_steps", "1",
+             "--gradient_checkpointing", "false", "--save_strategy", "no", "--max_steps", "1",
              "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
              "--max_completion_length", "4", "--disable_tqdm", "true"]
 
@@ -81,6 +81,7 @@ def test_quickstart_defaults_and_overrides():
 
 
 def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys):
+    """One SARA step on the tiny model, then the measured dynamic-sampling pass in a second process."""
     quickstart = load_example("quickstart_cpu")
     summary_file = tmp_path / "summary.json"
     summary = quickstart.main([
@@ -89,12 +90,29 @@ def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys):
         "--num_prompts", "24", "--torch_threads", "1", "--summary_file", str(summary_file),
     ])
     out = capsys.readouterr().out
-    assert "step   1 |" in out and "Dynamic sampling (estimated)" in out
+    assert "SARA step  1 |" in out and "1 step," in out and "SARA / DS" in out
     assert summary["steps"] == 1 and len(summary["per_step"]) == 1
     step = summary["per_step"][0]
-    assert summary["sara_rollouts"] == step["rollouts_generated"] > 0
+    assert summary["rollouts"] == step["rollouts_generated"] > 0 and step["collect_seconds"] > 0
     assert step["committed"] + step["unfilled"] == 2  # B = 8 / 4 groups, each committed or filled
-    assert json.loads(summary_file.read_text())["sara_rollouts"] == summary["sara_rollouts"]
+    ds = summary["dynamic_sampling"]
+    assert ds["steps"] == 1 and ds["rollouts"] % 4 == 0  # DS generates whole groups of k = 4
+    assert sum(summary["rollouts_by_fate"].values()) == summary["rollouts"]
+    assert json.loads(summary_file.read_text())["rollouts"] == summary["rollouts"]
+
+
+def test_quickstart_comparison_lines():
+    quickstart = load_example("quickstart_cpu")
+    steps = [dict(rollouts_generated=90, tokens_generated=1000, rounds=5, collect_seconds=10.0, committed=4),
+             dict(rollouts_generated=60, tokens_generated=500, rounds=3, collect_seconds=5.0, committed=4)]
+    sara = quickstart.totals(steps)
+    assert sara == {"steps": 2, "rollouts": 150, "tokens": 1500, "rounds": 8, "collect_seconds": 15.0,
+                    "effective_groups": 8}
+    ds = dict(sara, rollouts=200, tokens=2000, rounds=4, collect_seconds=20.0)
+    lines = quickstart.comparison_lines(sara, ds, k=8, num_groups=4)
+    assert lines[0].startswith("For 2 steps x 4 effective groups of 8")
+    assert "  150 rollouts   1500 tokens" in lines[1] and "  200 rollouts   2000 tokens" in lines[2]
+    assert lines[3].split() == ["SARA", "/", "DS", "0.75", "rollouts", "0.75", "tokens", "0.75", "of", "the", "time"]
 
 
 def test_quickstart_dataset_file_picks_the_reward():
@@ -110,26 +128,6 @@ def test_quickstart_dataset_file_picks_the_reward():
         quickstart.load_task_file("/nonexistent/data.jsonl")
 
 
-def test_dynamic_sampling_estimate_closed_form():
-    """Phi_hat from outcomes that pin the prior down: half the prompts always fail, half succeed half the time."""
-    import numpy as np
-
-    quickstart = load_example("quickstart_cpu")
-    report = quickstart.AllocationReport()
-    # 400 prompts observed with 8 rollouts: 200 with 0/8, 200 with exactly 4/8 -> a fitted prior close to
-    # 0.5 * delta(0) + 0.5 * (mass near gamma = 0.5); Phi(k = 8) for gamma = 0.5 is 1 - 2 * 0.5**8.
-    report.prompt_n = [np.full(400, 8)]
-    report.prompt_s = [np.r_[np.zeros(200), np.full(200, 4)]]
-    report.steps = [{"rollouts_generated": 100, "tokens_generated": 1000}]
-    est = quickstart.dynamic_sampling_estimate(report, k=8, num_groups=4)
-    assert est["phi_hat"] == pytest.approx(0.5 * (1 - 2 * 0.5**8), abs=0.03)
-    assert est["ds_rollouts_estimate"] == pytest.approx(4 * 8 / est["phi_hat"])
-    assert est["ds_tokens_estimate"] == pytest.approx(est["ds_rollouts_estimate"] * 10.0)
-    # no success anywhere: DS can never fill a batch
-    report.prompt_s = [np.zeros(400)]
-    assert quickstart.dynamic_sampling_estimate(report, k=8, num_groups=4)["ds_rollouts_estimate"] is None
-
-
 @pytest.mark.slow
 def test_quickstart_one_real_step(tmp_path, capsys):
     import torch
@@ -138,14 +136,15 @@ def test_quickstart_one_real_step(tmp_path, capsys):
     previous = torch.get_num_threads()
     try:
         summary = quickstart.main(["--output_dir", str(tmp_path / "out"), "--max_steps", "1",
-                                   "--per_device_train_batch_size", "16", "--num_prompts", "64"])
+                                   "--per_device_train_batch_size", "16", "--num_prompts", "64",
+                                   "--compare_dynamic_sampling", "False"])
     finally:
         torch.set_num_threads(previous)
     out = capsys.readouterr().out
-    assert "step   1 |" in out
+    assert "SARA step  1 |" in out and "dynamic_sampling" not in summary
     step = summary["per_step"][0]
     assert step["rollouts_generated"] >= step["prompts_drawn"] * 2  # every drawn prompt is probed with n0 = 2
-    assert step["committed"] >= 1 and summary["phi_hat"] > 0
+    assert step["committed"] + step["unfilled"] == 2 and step["committed"] >= 1
 
 
 # -- GPU examples (smoke mode: tiny model, CPU, one step, no vLLM) ------------------------------------------------
@@ -207,9 +206,10 @@ def test_quickstart_carry_over_accounts_each_rollout_once(tmp_path, tiny_model_d
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "out"), "--max_steps", "3",
         "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "4",
         "--num_prompts", "24", "--torch_threads", "1", "--carry_over", "True", "--refill_margin", "2.0",
+        "--compare_dynamic_sampling", "False",
     ])
     out = capsys.readouterr().out
-    fate = summary["sara_rollouts_by_fate"]
+    fate = summary["rollouts_by_fate"]
     # Every generated rollout is trained, abandoned, or still carried at the end: counted exactly once.
-    assert sum(fate.values()) == summary["sara_rollouts"] == sum(s["rollouts_generated"] for s in summary["per_step"])
+    assert sum(fate.values()) == summary["rollouts"] == sum(s["rollouts_generated"] for s in summary["per_step"])
     assert "still carried into a next step" in out

@@ -63,7 +63,7 @@ def test_one_real_sara_step(tmp_path, two_threads):
     assert not getattr(model, "is_quantized", False) and getattr(model, "hf_quantizer", None) is None
     data = make_arithmetic_dataset(64, seed=0, max_operand=5, num_operands=2, ops=("+",))
     args = SaraConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False,
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
         max_steps=1, num_generations=4, per_device_train_batch_size=8, max_completion_length=32,
         temperature=0.7, learning_rate=1e-6, logging_steps=1, save_strategy="no", seed=0,
         allocator="sara", n0=2, commit_min=2, budget_cap=3.0, max_rounds=3,

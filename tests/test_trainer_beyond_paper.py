@@ -14,10 +14,10 @@ from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig
 from sara_trl.allocation import AllocationConfig
 from sara_trl.trainer.metrics import CUMULATIVE_DIAGNOSTICS, log_step_metrics
 
-BASE = dict(output_dir="unused", use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False,
+BASE = dict(output_dir="unused", use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
             num_generations=4, per_device_train_batch_size=8)
 BASE_ARGV = ["--output_dir", "o", "--use_cpu", "--bf16", "False", "--report_to", "none", "--num_generations", "4",
-             "--per_device_train_batch_size", "8", "--activation_checkpointing", "False"]
+             "--per_device_train_batch_size", "8", "--gradient_checkpointing", "False"]
 
 
 def parse(argv: list[str]) -> SaraConfig:

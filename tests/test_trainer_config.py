@@ -12,7 +12,7 @@ from transformers import HfArgumentParser
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
 from sara_trl.allocation import AllocationConfig
 
-BASE = dict(output_dir="unused", use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False,
+BASE = dict(output_dir="unused", use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
             num_generations=4, per_device_train_batch_size=8)
 
 

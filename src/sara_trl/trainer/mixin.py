@@ -77,7 +77,7 @@ from sara_trl.trainer.metrics import (
 )
 from sara_trl.trainer.progress import RoundProgress
 from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn
-from sara_trl.trainer.vllm_cpu import colocated_engine_on_cpu
+from sara_trl.trainer.vllm_cpu import colocated_engine_on_cpu, repack_after_sync
 
 __all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "SARA_STATE_NAME", "SaraTrainerMixin", "build_row_plan"]
 
@@ -271,6 +271,8 @@ class SaraTrainerMixin:
                 f"success_reward_func={args.success_reward_func!r} names no reward function of this trainer; "
                 f"available: {self.reward_func_names}."
             )
+        if getattr(self, "use_vllm", False):  # vLLM's CPU platform: repack its kernels after every weight sync
+            repack_after_sync(self.vllm_generation)
         self.sara_allocator = Allocator(args.to_allocation_config())
         self.sara_stream = PromptStream(
             num_prompts=len(self.train_dataset),

@@ -35,7 +35,7 @@ import importlib.util
 import os
 from collections.abc import Iterator
 
-__all__ = ["DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "vllm_cpu_platform"]
+__all__ = ["DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "repack_after_sync", "vllm_cpu_platform"]
 
 DEFAULT_CPU_KVCACHE_GIB = 1
 """KV-cache size (GiB) given to a CPU engine when ``VLLM_CPU_KVCACHE_SPACE`` is unset (vLLM's own default is 4 GiB,
@@ -52,20 +52,53 @@ def vllm_cpu_platform() -> bool:
 
 
 def _keep_weight_dispatch(original):
-    """Wrap vLLM's ``dispatch_cpu_unquantized_gemm``: 2-D weights stay in place and go through ``F.linear``."""
+    """Wrap vLLM's ``dispatch_cpu_unquantized_gemm`` so that it never drops a layer's weight (``remove_weight=False``):
+    TRL's per-parameter ``load_weights`` needs it as the target of each sync. The fast packed kernel vLLM builds
+    from the weight is a copy, rebuilt after every sync by :func:`repack_after_sync`."""
 
     @functools.wraps(original)
     def dispatch(layer, remove_weight: bool) -> None:
-        import torch
-
-        weight = getattr(layer, "weight", None)
-        if weight is None or weight.is_meta or weight.ndim != 2:
-            return original(layer, remove_weight)
-        layer.cpu_linear = torch.nn.functional.linear
-        return None
+        return original(layer, False)
 
     dispatch.sara_keeps_weight = True
     return dispatch
+
+
+def _repack(model) -> int:
+    """Rebuild every linear layer's packed CPU kernel from its (just loaded) weight; returns how many were rebuilt."""
+    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    rebuilt = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, LinearBase) and hasattr(module, "cpu_linear") and weight is not None \
+                and weight.ndim == 2 and weight.numel() > 0:
+            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+            rebuilt += 1
+    return rebuilt
+
+
+def repack_after_sync(vllm_generation) -> None:
+    """Make ``vllm_generation.sync_weights()`` (TRL's colocated engine) also rebuild the packed CPU kernels.
+
+    Without this the engine keeps sampling from the packed copies of the weights it was started with, whatever
+    ``load_weights`` writes (see the module docstring, item 1). A no-op off vLLM's CPU platform or in server mode.
+    """
+    if not vllm_cpu_platform() or getattr(vllm_generation, "mode", None) != "colocate":
+        return
+    if getattr(vllm_generation.sync_weights, "sara_repacks", False):
+        return
+    sync = vllm_generation.sync_weights
+
+    @functools.wraps(sync)
+    def sync_and_repack(*args, **kwargs):
+        result = sync(*args, **kwargs)
+        _repack(vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner.model)
+        return result
+
+    sync_and_repack.sara_repacks = True
+    vllm_generation.sync_weights = sync_and_repack
 
 
 @contextlib.contextmanager
