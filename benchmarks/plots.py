@@ -99,7 +99,8 @@ def fig6a(rows: list[dict], default: float, path: Path) -> None:
         m = np.array([r[key][0] for r in rows])
         lo = np.array([r[key][1] for r in rows])
         hi = np.array([r[key][2] for r in rows])
-        ax.errorbar(tau[ok], m[ok], yerr=[(m - lo)[ok], (hi - m)[ok]], marker="o", color=color, label=label,
+        ax.errorbar(tau[ok], m[ok], yerr=np.vstack([(m - lo)[ok], (hi - m)[ok]]),
+                    marker="o", color=color, label=label,
                     capsize=2)
     peff = np.array([r["peff"] for r in rows])
     ax.plot(tau[ok], peff[ok], "s--", color="grey", ms=3, label="summed p_eff / abandoned (Thm 1 bound)")
@@ -125,7 +126,8 @@ def fig6b(rows: list[dict], path: Path) -> None:
         m = np.array([r[key][0] for r in rows])
         lo = np.array([r[key][1] for r in rows])
         hi = np.array([r[key][2] for r in rows])
-        ax.errorbar(n0[ok], m[ok], yerr=[(m - lo)[ok], (hi - m)[ok]], marker="o", color=color, label=label,
+        ax.errorbar(n0[ok], m[ok], yerr=np.vstack([(m - lo)[ok], (hi - m)[ok]]),
+                    marker="o", color=color, label=label,
                     capsize=2)
         valid.extend(m[ok].tolist())
     _mark_unfilled(ax, n0, np.array([r["saving"][0] for r in rows]), ok, valid)
@@ -173,7 +175,7 @@ def fig6d(series: dict, ks: list[int], path: Path) -> None:
         lo = np.array([v[1] for v in vals])
         hi = np.array([v[2] for v in vals])
         ok = np.array([v[3] if len(v) > 3 else True for v in vals], bool)
-        ax.errorbar(ks_a[ok], m[ok], yerr=[(m - lo)[ok], (hi - m)[ok]], marker="o", capsize=2, label=label)
+        ax.errorbar(ks_a[ok], m[ok], yerr=np.vstack([(m - lo)[ok], (hi - m)[ok]]), marker="o", capsize=2, label=label)
         all_x += ks_a.tolist()
         all_y += m.tolist()
         all_ok += ok.tolist()

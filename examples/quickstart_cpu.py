@@ -297,7 +297,8 @@ def main(argv: list[str] | None = None) -> dict:
         fate.update(surplus=int(report.steps[-1]["rollouts_surplus"]),
                     active_left=int(report.steps[-1]["rollouts_active_left"]))
     summary["rollouts_by_fate"] = fate
-    left = "still carried into a next step" if training_args.carry_over else "on prompts left over when the batch was full"
+    left = ("still carried into a next step" if training_args.carry_over
+            else "on prompts left over when the batch was full")
     print(
         f"{label}: {summary['rollouts']} rollouts ({summary['tokens']} tokens): {fate['trained']} trained, "
         f"{fate['abandoned']} spent on abandoned prompts, {fate['surplus'] + fate['active_left']} {left}; "

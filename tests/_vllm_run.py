@@ -91,7 +91,7 @@ def main() -> None:
         cli.trainer]
     args = config_cls(
         output_dir=os.path.join(os.path.dirname(cli.out), "run"), use_cpu=True, bf16=False, report_to="none",
-        max_steps=cli.steps, num_generations=8, per_device_train_batch_size=16, max_completion_length=16,
+        max_steps=cli.steps, num_generations=4, per_device_train_batch_size=8, max_completion_length=12,
         temperature=0.3, learning_rate=cli.learning_rate, beta=0.0, logging_steps=1, save_strategy="no",
         gradient_checkpointing=False, disable_tqdm=True, seed=0, allocator=cli.allocator, budget_cap=12.0,
         use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False, vllm_max_model_length=512,
@@ -122,7 +122,8 @@ def main() -> None:
     llm.generate = original_generate
     logs = [e for e in trainer.state.log_history if "sara/rollouts_generated" in e]
     result = {"counts": dict(COUNTS), "steps": logs, "decisions": decisions,
-              "world_size": trainer.accelerator.num_processes, "rank": trainer.accelerator.process_index, "engine_dtype": str(llm.llm_engine.model_config.dtype),
+              "world_size": trainer.accelerator.num_processes, "rank": trainer.accelerator.process_index,
+              "engine_dtype": str(llm.llm_engine.model_config.dtype),
               "total_rollouts": trainer.sara_allocator.total_rollouts}
     if cli.check_sync:
         step = trainer.sara_last_step

@@ -9,8 +9,8 @@ What is asserted:
 * the engine runs in the trainer's float32, and TRL's importance-sampling metric
   ``sampling/sampling_logp_difference/mean`` (mean |log p_engine - log p_model| of the sampled tokens) stays below
   1e-4 at every step: the engine is on-policy after each sync, not only at step 1;
-* weight sync is exact: after 2 optimizer steps at learning rate 1e-3 the engine, synced at the start of step 2,
-  is one update behind and its log-probs of fixed completions differ from the trained model's by more than 1e-2
+* weight sync is exact: after 2 optimizer steps at learning rate 1e-3 (uniform allocation, so every row is real) the
+  engine, synced at the start of step 2, is one update behind and its log-probs of fixed completions differ from the trained model's by more than 1e-2
   nats/token on average (this is what a skipped sync looks like); after ``sync_weights()`` they agree to 1e-4 mean
   and 1e-3 max. With vLLM's own CPU GEMM dispatch (weights repacked, originals dropped) the sync raises, and with
   its bfloat16 default the difference stays at ~3e-2 (both measured when this path was built, before
@@ -59,7 +59,7 @@ def run_case(tmp_path: Path, *flags: str) -> dict:
     return json.loads(out.read_text())
 
 
-def check_steps(result: dict, steps: int) -> None:
+def check_steps(result: dict, steps: int, effective: bool = True) -> None:
     logs = result["steps"]
     assert len(logs) == steps
     assert result["engine_dtype"] == "torch.float32"
@@ -73,7 +73,8 @@ def check_steps(result: dict, steps: int) -> None:
         for unit in ("rollouts", "tokens"):
             assert entry[f"sara/{unit}_generated"] == sum(
                 entry[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))
-        assert entry["sara/unfilled"] == 0 and entry["sara/effective_fraction"] == 1.0
+        if effective:
+            assert entry["sara/unfilled"] == 0 and entry["sara/effective_fraction"] == 1.0
         if "sampling/sampling_logp_difference/mean" in entry:
             assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
 
@@ -81,8 +82,6 @@ def check_steps(result: dict, steps: int) -> None:
 @pytest.mark.parametrize("trainer", ["grpo", "rloo"])
 @pytest.mark.parametrize("allocator", ["sara", "dynamic_sampling"])
 def test_colocate_rounds_through_the_engine(tmp_path, trainer, allocator):
-    if trainer == "grpo" and allocator == "sara":
-        pytest.skip("covered, with the weight-sync check, by test_weight_sync_is_exact")
     result = run_case(tmp_path, "--trainer", trainer, "--allocator", allocator)
     check_steps(result, 2)
     if trainer == "grpo":  # TRL's GRPO logs the importance-sampling metrics with vLLM
@@ -90,9 +89,13 @@ def test_colocate_rounds_through_the_engine(tmp_path, trainer, allocator):
 
 
 def test_weight_sync_is_exact(tmp_path):
-    result = run_case(tmp_path, "--trainer", "grpo", "--allocator", "sara", "--learning_rate", "1e-3",
+    """A learning rate of 1e-3 moves the policy far in one step (it can collapse this small model's success rate,
+    which would leave SARA with nothing to commit), so this run uses ``allocator="uniform"``: every row is real and
+    TRL's importance-sampling metric at step 2 measures the engine right after syncing a large update."""
+    result = run_case(tmp_path, "--trainer", "grpo", "--allocator", "uniform", "--learning_rate", "1e-3",
                       "--check_sync")
-    check_steps(result, 2)
+    check_steps(result, 2, effective=False)
+    assert all("sampling/sampling_logp_difference/mean" in entry for entry in result["steps"])
     before, after = result["before_sync"], result["after_sync"]
     assert before["tokens"] == after["tokens"] > 10
     assert before["mean_abs"] > 1e-2, before  # the engine is one update behind: a skipped sync is visible

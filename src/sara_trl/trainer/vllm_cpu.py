@@ -116,7 +116,10 @@ def colocated_engine_on_cpu(dtype) -> Iterator[None]:
     Patches, for the duration of the ``with`` block only: ``vllm.model_executor.layers.utils.
     dispatch_cpu_unquantized_gemm`` (see the module docstring, item 1) and the ``LLM`` name TRL's
     ``trl.generation.vllm_generation`` module calls (adds ``dtype`` and ``enforce_eager=True`` unless given). Sets
-    ``VLLM_CPU_KVCACHE_SPACE`` to :data:`DEFAULT_CPU_KVCACHE_GIB` if unset. A no-op off the CPU platform.
+    ``VLLM_CPU_KVCACHE_SPACE`` to :data:`DEFAULT_CPU_KVCACHE_GIB` and ``VLLM_CPU_OMP_THREADS_BIND`` to ``nobind`` if
+    unset, and gives the process back its torch thread count and ``torch.set_num_threads`` afterwards (vLLM's CPU
+    worker pins threads for a dedicated serving process; here it shares the process with training). A no-op off the
+    CPU platform.
     """
     if not vllm_cpu_platform():
         yield
@@ -126,6 +129,10 @@ def colocated_engine_on_cpu(dtype) -> Iterator[None]:
     import vllm.model_executor.layers.utils as vllm_layer_utils
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_CPU_KVCACHE_GIB))
+    # vLLM's CPU worker pins the process's OpenMP threads to cores, drops torch to 1 thread and then replaces
+    # torch.set_num_threads with a no-op, process-wide. In colocate mode that process is the trainer: keep its threads.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
     dtype_name = str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else str(dtype)
     original_dispatch = vllm_layer_utils.dispatch_cpu_unquantized_gemm
     original_llm = trl_vllm.LLM
@@ -142,3 +149,5 @@ def colocated_engine_on_cpu(dtype) -> Iterator[None]:
     finally:
         vllm_layer_utils.dispatch_cpu_unquantized_gemm = original_dispatch
         trl_vllm.LLM = original_llm
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
