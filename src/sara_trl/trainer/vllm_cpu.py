@@ -66,15 +66,15 @@ def _keep_weight_dispatch(original):
 
 
 def _repack(model) -> int:
-    """Rebuild every linear layer's packed CPU kernel from its (just loaded) weight; returns how many were rebuilt."""
-    from vllm.model_executor.layers.linear import LinearBase
+    """Rebuild every packed CPU kernel from its layer's (just loaded) weight: the linear layers and the LM head /
+    embedding (whose logits GEMM vLLM also packs, while the lookup reads the weight itself: with tied embeddings a
+    stale head would silently disagree with the synced embedding). Returns how many kernels were rebuilt."""
     from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
     rebuilt = 0
     for module in model.modules():
         weight = getattr(module, "weight", None)
-        if isinstance(module, LinearBase) and hasattr(module, "cpu_linear") and weight is not None \
-                and weight.ndim == 2 and weight.numel() > 0:
+        if hasattr(module, "cpu_linear") and weight is not None and weight.ndim == 2 and weight.numel() > 0:
             dispatch_cpu_unquantized_gemm(module, remove_weight=False)
             rebuilt += 1
     return rebuilt
