@@ -181,7 +181,9 @@ def train(name: str, model_dir: str, out: Path, fail_rank: int | None) -> dict:
         trainer.train()
     finally:
         sara_mixin.make_rollout_fn = original_make
-    record["logs"] = [{k: v for k, v in entry.items() if k.startswith("sara/") or k == "step"}
+    # sara/collect_seconds is wall-clock, the one sara/* value that differs between ranks by design
+    record["logs"] = [{k: v for k, v in entry.items()
+                       if (k.startswith("sara/") and k != "sara/collect_seconds") or k == "step"}
                       for entry in trainer.state.log_history if "sara/rollouts_generated" in entry]
     return record
 
