@@ -70,23 +70,37 @@ def make_countdown_tasks(
     repeated) and use its value as the target. A draw is rejected and redrawn when a step divides by zero, goes
     negative, leaves the integers (``integer_steps``), or the target falls outside ``[min_target, max_target]``.
 
-    Args:
-        num_tasks: number of tasks (>= 0).
-        seed: random seed; the same arguments give the same tasks.
-        num_count: how many numbers per task (an int, or a sequence to draw from uniformly), each >= 2.
-        min_number, max_number: range of the numbers (inclusive, >= 0).
-        min_target, max_target: accepted range of the target (inclusive).
-        ops: operators to build with, a subset of ``+ - * /``.
-        integer_steps: require every intermediate value to be a non-negative integer (as in the human game).
-        max_tries: attempts per task before giving up.
+    Parameters
+    ----------
+    num_tasks : int
+        Number of tasks (>= 0).
+    seed : int, default 0
+        Random seed; the same arguments give the same tasks.
+    num_count : int or sequence of int, default (3, 4)
+        How many numbers per task (an int, or a sequence to draw from uniformly), each >= 2.
+    min_number, max_number : int, default 1, 99
+        Range of the numbers (inclusive, >= 0).
+    min_target, max_target : int, default 1, 999
+        Accepted range of the target (inclusive).
+    ops : sequence of str, default ("+", "-", "*", "/")
+        Operators to build with, a subset of ``+ - * /``.
+    integer_steps : bool, default True
+        Require every intermediate value to be a non-negative integer (as in the human game).
+    max_tries : int, default 10000
+        Attempts per task before giving up.
 
-    Returns:
-        ``num_tasks`` dicts ``{"target": int, "nums": list[int], "solution_expr": str}``; ``solution_expr`` uses every
-        number exactly once and evaluates to ``target``.
+    Returns
+    -------
+    list of dict, length num_tasks
+        Dicts ``{"target": int, "nums": list[int], "solution_expr": str}``; ``solution_expr`` uses every number
+        exactly once and evaluates to ``target``.
 
-    Raises:
-        ValueError: invalid ranges or operators; RuntimeError: no valid task found within ``max_tries`` (ranges too
-        tight).
+    Raises
+    ------
+    ValueError
+        Invalid ranges, number counts or operators.
+    RuntimeError
+        No valid task found within ``max_tries`` (ranges too tight).
     """
     counts = [int(num_count)] if np.isscalar(num_count) else [int(c) for c in num_count]
     if num_tasks < 0:
@@ -132,15 +146,30 @@ def make_countdown_dataset(
     template: str | None = None,
     system_prompt: str | None = None,
 ) -> datasets.Dataset:
-    """Seeded, solvable Countdown tasks as a conversational dataset (see :func:`make_countdown_tasks` for the knobs).
+    """Seeded, solvable Countdown tasks as a conversational dataset.
 
-    Returns:
-        Dataset with columns ``prompt, target, nums, solution_expr, id, source`` (``source="countdown/generated"``,
-        ``id="countdown-gen-<seed>-<i>"``); the prompt uses ``template`` (placeholders ``{numbers}``, ``{target}``;
-        default :data:`~sara_trl.data.templates.COUNTDOWN_TEMPLATE`).
+    Parameters
+    ----------
+    num_tasks, seed, num_count, min_number, max_number, min_target, max_target, ops, integer_steps
+        As in :func:`make_countdown_tasks` (``max_tries`` keeps its default there).
+    template : str, optional
+        User-message template with placeholders ``{numbers}`` and ``{target}`` (default
+        :data:`~sara_trl.data.templates.COUNTDOWN_TEMPLATE`).
+    system_prompt : str, optional
+        System message; none when None or empty.
 
-    Raises:
-        ValueError / RuntimeError: as :func:`make_countdown_tasks`.
+    Returns
+    -------
+    datasets.Dataset
+        ``num_tasks`` rows with columns ``prompt, target, nums, solution_expr, id, source``
+        (``source="countdown/generated"``, ``id="countdown-gen-<seed>-<i>"``).
+
+    Raises
+    ------
+    ValueError
+        As :func:`make_countdown_tasks`, or a template without ``{numbers}``/``{target}``.
+    RuntimeError
+        As :func:`make_countdown_tasks`.
     """
     template = COUNTDOWN_TEMPLATE if template is None else template
     tasks = make_countdown_tasks(
@@ -204,21 +233,35 @@ def make_arithmetic_dataset(
     the usual precedence (``*`` before ``+``/``-``) and is computed exactly (no ``eval``). Use with
     :func:`sara_trl.rewards.numeric_reward`.
 
-    Args:
-        num_prompts: number of prompts (>= 0).
-        seed: random seed (same arguments -> same dataset).
-        max_operand, min_operand: operand range (inclusive, >= 0).
-        num_operands: operands per expression (>= 2).
-        ops: subset of ``("+", "-", "*")``.
-        instruction: user-message template with an ``{expression}`` placeholder
-            (default :data:`~sara_trl.data.templates.ARITHMETIC_INSTRUCTION`).
-        system_prompt: optional system message.
+    Parameters
+    ----------
+    num_prompts : int
+        Number of prompts (>= 0).
+    seed : int, default 0
+        Random seed (same arguments -> same dataset).
+    max_operand : int, default 9
+        Largest operand (inclusive, >= ``min_operand``).
+    num_operands : int, default 2
+        Operands per expression (>= 2).
+    ops : sequence of str, default ("+",)
+        Operators, a subset of ``("+", "-", "*")``.
+    instruction : str, default :data:`~sara_trl.data.templates.ARITHMETIC_INSTRUCTION`
+        User-message template with an ``{expression}`` placeholder.
+    system_prompt : str, optional
+        System message; none when None or empty.
+    min_operand : int, default 0
+        Smallest operand (inclusive, >= 0).
 
-    Returns:
-        Dataset with columns ``prompt, answer`` (string, e.g. ``"8"``), ``expression``, ``id``, ``source``.
+    Returns
+    -------
+    datasets.Dataset
+        ``num_prompts`` rows with columns ``prompt``, ``answer`` (string, e.g. ``"8"``), ``expression``, ``id``,
+        ``source``.
 
-    Raises:
-        ValueError: bad ranges, operand count or operators, or an instruction without ``{expression}``.
+    Raises
+    ------
+    ValueError
+        Bad ranges, operand count or operators, or an instruction without ``{expression}``.
     """
     if num_prompts < 0:
         raise ValueError(f"num_prompts must be >= 0, got {num_prompts}")

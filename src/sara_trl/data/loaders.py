@@ -63,11 +63,16 @@ __all__ = [
 class HubSource:
     """Where a dataset split lives on the Hugging Face Hub.
 
-    Attributes:
-        repo_id: dataset repository id.
-        config: configuration name or None.
-        split: upstream split name.
-        rows: optional ``(start, stop)`` row range of that split (TinyZero's Countdown train/test split).
+    Attributes
+    ----------
+    repo_id : str
+        Dataset repository id.
+    config : str or None
+        Configuration name or None.
+    split : str
+        Upstream split name.
+    rows : (int, int) or None
+        Optional ``(start, stop)`` row range of that split (TinyZero's Countdown train/test split).
     """
 
     repo_id: str
@@ -325,21 +330,38 @@ def load_math(
 ) -> datasets.Dataset:
     r"""MATH (Hendrycks et al., 2021) as a conversational dataset.
 
-    Args:
-        split: ``"train"`` (7,500), ``"train_12k"`` (PRM800K's 12,000 train problems), ``"math500"`` (500) or
-            ``"test"`` (5,000; Hub only).
-        levels: keep only these difficulty levels (ints 1-5); None keeps all (including the 2 unlabeled problems).
-        subjects: keep only these subjects (names from :data:`MATH_SUBJECTS`, case and punctuation insensitive,
-            e.g. ``"number_theory"``).
-        path: local JSONL/Parquet file; ``data_dir``: directory with the shared offline files.
-        template: user-message template with a ``{problem}`` placeholder (default
-            :data:`~sara_trl.data.templates.MATH_TEMPLATE`); system_prompt: optional system message.
+    Parameters
+    ----------
+    split : str, default "train"
+        ``"train"`` (7,500 problems), ``"train_12k"`` (PRM800K's 12,000 train problems), ``"math500"`` (500) or
+        ``"test"`` (5,000; Hub only).
+    levels : iterable of int, optional
+        Keep only these difficulty levels (ints 1-5); None keeps all (including the 2 unlabeled problems).
+    subjects : iterable of str, optional
+        Keep only these subjects (names from :data:`MATH_SUBJECTS`, case and punctuation insensitive, e.g.
+        ``"number_theory"``).
+    path : str or os.PathLike, optional
+        Local JSONL (``.jsonl``/``.json``, optionally ``.gz``) or Parquet file; read first when given.
+    data_dir : str or os.PathLike, optional
+        Directory with the shared offline files under their standard names (:data:`~sara_trl.data.paths.LOCAL_FILES`).
+    template : str, optional
+        User-message template with a ``{problem}`` placeholder (default :data:`~sara_trl.data.templates.MATH_TEMPLATE`).
+    system_prompt : str, optional
+        System message; none when None or empty.
 
-    Returns:
-        Dataset with columns ``prompt, problem, answer, id, source, level, type``.
+    Returns
+    -------
+    datasets.Dataset
+        Columns ``prompt, problem, answer, id, source, level, type``.
 
-    Raises:
-        ValueError: unknown split, level outside 1-5 or unknown subject; FileNotFoundError: missing local file.
+    Raises
+    ------
+    ValueError
+        Unknown split, level outside 1-5, unknown subject or unsupported file type.
+    FileNotFoundError
+        Missing local file or ``data_dir``.
+    ConnectionError
+        The Hub cannot be reached and no shared offline copy exists.
     """
     ds = _load_raw("math", split, path, data_dir)
     src = {"train": "math/train", "train_12k": "math/train_12k", "math500": "math500", "test": "math/test"}[split]
@@ -368,8 +390,29 @@ def load_gsm8k(
     template: str | None = None,
     system_prompt: str | None = None,
 ) -> datasets.Dataset:
-    """GSM8K (``"train"`` 7,473 / ``"test"`` 1,319; offline file: test only). Columns ``prompt, problem, answer, id,
-    source``; the answer is the integer after ``####`` without thousands separators. Raises as :func:`load_math`."""
+    """GSM8K as a conversational dataset; the answer is the integer after ``####`` without thousands separators.
+
+    Parameters
+    ----------
+    split : str, default "test"
+        ``"train"`` (7,473 problems) or ``"test"`` (1,319); the offline file holds the test split only.
+    path, data_dir, template, system_prompt
+        As in :func:`load_math`.
+
+    Returns
+    -------
+    datasets.Dataset
+        Columns ``prompt, problem, answer, id, source``.
+
+    Raises
+    ------
+    ValueError
+        Unknown split, no offline file for the split (with ``data_dir``) or unsupported file type.
+    FileNotFoundError
+        Missing local file or ``data_dir``.
+    ConnectionError
+        The Hub cannot be reached and no shared offline copy exists.
+    """
     ds = _load_raw("gsm8k", split, path, data_dir)
     return _finish_math(ds, template, system_prompt, f"gsm8k/{split}")
 
@@ -380,7 +423,27 @@ def load_aime24(
     template: str | None = None,
     system_prompt: str | None = None,
 ) -> datasets.Dataset:
-    """AIME 2024 I+II (30 problems, integer answers). Columns ``prompt, problem, answer, id, source``."""
+    """AIME 2024 I+II (30 problems, integer answers) as a conversational dataset.
+
+    Parameters
+    ----------
+    path, data_dir, template, system_prompt
+        As in :func:`load_math`.
+
+    Returns
+    -------
+    datasets.Dataset
+        Columns ``prompt, problem, answer, id, source``.
+
+    Raises
+    ------
+    ValueError
+        Unsupported file type.
+    FileNotFoundError
+        Missing local file or ``data_dir``.
+    ConnectionError
+        The Hub cannot be reached and no shared offline copy exists.
+    """
     ds = _load_raw("aime24", "test", path, data_dir)
     return _finish_math(ds, template, system_prompt, "aime24")
 
@@ -391,7 +454,27 @@ def load_amc23(
     template: str | None = None,
     system_prompt: str | None = None,
 ) -> datasets.Dataset:
-    """AMC 12 2023 (40 problems, numeric answers; ``27.0`` upstream becomes ``"27"``). Same columns as AIME."""
+    """AMC 12 2023 (40 problems, numeric answers; ``27.0`` upstream becomes ``"27"``) as a conversational dataset.
+
+    Parameters
+    ----------
+    path, data_dir, template, system_prompt
+        As in :func:`load_math`.
+
+    Returns
+    -------
+    datasets.Dataset
+        Columns ``prompt, problem, answer, id, source`` (as :func:`load_aime24`).
+
+    Raises
+    ------
+    ValueError
+        Unsupported file type.
+    FileNotFoundError
+        Missing local file or ``data_dir``.
+    ConnectionError
+        The Hub cannot be reached and no shared offline copy exists.
+    """
     ds = _load_raw("amc23", "test", path, data_dir)
     return _finish_math(ds, template, system_prompt, "amc23")
 
@@ -403,15 +486,32 @@ def load_minerva(
     system_prompt: str | None = None,
     alternatives: bool = False,
 ) -> datasets.Dataset:
-    """Minerva OCWCourses (272 problems). Columns ``prompt, problem, answer, id, source``.
+    """Minerva OCWCourses (272 problems) as a conversational dataset.
 
-    Args:
-        alternatives: also add the column ``answer_alternatives`` (DeepScaleR's rewritten answers, carried in the
-            offline file), which ``math_reward`` accepts as correct too. Off by default: about a fifth of them do not
-            verify against the gold answer (often the answer to a different sub-question; see
-            ``benchmarks/DATA_REPORT.md``), and the format variants they were meant for (``4.5e33`` vs
-            ``4.5 \\times 10^{33}``) are already handled by the verifier's normalization.
-        path, data_dir, template, system_prompt: as in :func:`load_math`.
+    Parameters
+    ----------
+    path, data_dir, template, system_prompt
+        As in :func:`load_math`.
+    alternatives : bool, default False
+        Also add the column ``answer_alternatives`` (DeepScaleR's rewritten answers, carried in the offline file),
+        which ``math_reward`` accepts as correct too. Off by default: about a fifth of them do not verify against the
+        gold answer (often the answer to a different sub-question; see ``benchmarks/DATA_REPORT.md``), and the
+        format variants they were meant for (``4.5e33`` vs ``4.5 \\times 10^{33}``) are already handled by the
+        verifier's normalization.
+
+    Returns
+    -------
+    datasets.Dataset
+        Columns ``prompt, problem, answer, id, source`` (and ``answer_alternatives`` when asked for).
+
+    Raises
+    ------
+    ValueError
+        Unsupported file type.
+    FileNotFoundError
+        Missing local file or ``data_dir``.
+    ConnectionError
+        The Hub cannot be reached and no shared offline copy exists.
     """
     ds = _load_raw("minerva", "test", path, data_dir)
     extra = ("answer_alternatives",) if alternatives else ()
@@ -424,8 +524,29 @@ def load_olympiadbench(
     template: str | None = None,
     system_prompt: str | None = None,
 ) -> datasets.Dataset:
-    """OlympiadBench OE_TO_maths_en_COMP (675). Columns ``prompt, problem, answer, id, source, is_multiple_answer,
-    unit``; a multiple answer is one comma-separated string (``"69,84"``), compared as a set by math-verify."""
+    """OlympiadBench OE_TO_maths_en_COMP (675 problems) as a conversational dataset.
+
+    A multiple answer is one comma-separated string (``"69,84"``), compared as a set by math-verify.
+
+    Parameters
+    ----------
+    path, data_dir, template, system_prompt
+        As in :func:`load_math`.
+
+    Returns
+    -------
+    datasets.Dataset
+        Columns ``prompt, problem, answer, id, source, is_multiple_answer, unit``.
+
+    Raises
+    ------
+    ValueError
+        Unsupported file type.
+    FileNotFoundError
+        Missing local file or ``data_dir``.
+    ConnectionError
+        The Hub cannot be reached and no shared offline copy exists.
+    """
     ds = _load_raw("olympiadbench", "test", path, data_dir)
     return _finish_math(ds, template, system_prompt, "olympiadbench", ("is_multiple_answer", "unit"))
 
@@ -453,17 +574,31 @@ def load_countdown(
 ) -> datasets.Dataset:
     """Countdown (TinyZero's ``Jiayi-Pan/Countdown-Tasks-3to4`` split: train rows 0-327,679, test 327,680-328,703).
 
-    Args:
-        split: ``"train"`` or ``"test"`` (offline files: the 11,024-row train head and the 1,024-row test split).
-        num_tasks: keep only the first ``num_tasks`` rows (None: all).
-        path, data_dir, system_prompt: as in :func:`load_math`; template: placeholders ``{numbers}``, ``{target}``
-            (default :data:`~sara_trl.data.templates.COUNTDOWN_TEMPLATE`).
+    Parameters
+    ----------
+    split : str, default "train"
+        ``"train"`` or ``"test"`` (offline files: the 11,024-row train head and the 1,024-row test split).
+    path, data_dir, system_prompt
+        As in :func:`load_math`.
+    num_tasks : int, optional
+        Keep only the first ``num_tasks`` rows (None: all).
+    template : str, optional
+        User-message template with placeholders ``{numbers}`` and ``{target}`` (default
+        :data:`~sara_trl.data.templates.COUNTDOWN_TEMPLATE`).
 
-    Returns:
-        Dataset with columns ``prompt, target, nums, id, source``.
+    Returns
+    -------
+    datasets.Dataset
+        Columns ``prompt, target, nums, id, source``.
 
-    Raises:
-        ValueError: unknown split or ``num_tasks < 1``; FileNotFoundError: missing local file.
+    Raises
+    ------
+    ValueError
+        Unknown split, ``num_tasks < 1`` or unsupported file type.
+    FileNotFoundError
+        Missing local file or ``data_dir``.
+    ConnectionError
+        The Hub cannot be reached and no shared offline copy exists.
     """
     ds = _load_raw("countdown", split, path, data_dir)
     if num_tasks is not None:
@@ -510,14 +645,27 @@ def load_dataset_by_name(
     """Load a dataset by short name (:data:`DATASET_NAMES`): ``"math"``, ``"math500"``, ``"math_train_12k"``,
     ``"gsm8k"``, ``"aime24"``, ``"amc23"``, ``"minerva"``, ``"olympiadbench"``, ``"countdown"``, ``"countdown_test"``.
 
-    Args:
-        name: dataset name.
-        path: local file (else ``data_dir=`` or the Hub, as in the individual loaders).
-        split: overrides the name's default split where the dataset has splits (math, gsm8k, countdown).
-        **kwargs: passed to the loader (``data_dir``, ``template``, ``system_prompt``, ``levels``, ...).
+    Parameters
+    ----------
+    name : str
+        Dataset name, one of :data:`DATASET_NAMES`.
+    path : str or os.PathLike, optional
+        Local file (else ``data_dir=`` or the Hub, as in the individual loaders).
+    split : str, optional
+        Overrides the name's default split where the dataset has splits (math, gsm8k, countdown); a single-split
+        benchmark accepts only None or ``"test"``.
+    **kwargs
+        Passed to the loader (``data_dir``, ``template``, ``system_prompt``, ``levels``, ...).
 
-    Raises:
-        ValueError: unknown name, or ``split`` given for a single-split benchmark.
+    Returns
+    -------
+    datasets.Dataset
+        The loader's dataset (columns as documented by that loader).
+
+    Raises
+    ------
+    ValueError
+        Unknown name, or a ``split`` other than ``"test"`` for a single-split benchmark; otherwise as the loader.
     """
     if name not in _LOADERS:
         raise ValueError(f"unknown dataset {name!r}; known: {list(DATASET_NAMES)}")

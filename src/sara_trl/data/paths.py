@@ -1,7 +1,8 @@
 """Where the shared offline data files live.
 
-The project's offline copies of the benchmark files (``math500.jsonl``, ``countdown_tinyzero_test.jsonl``, ...; see
-``shared/data/README.md``) sit in a directory ``shared/data`` next to the repository checkout::
+The project's offline copies of the benchmark files (``math500.jsonl``, ``countdown_tinyzero_test.jsonl``, ...; the
+standard names are :data:`LOCAL_FILES`, the upstream source of each is :data:`sara_trl.data.loaders.HUB_SOURCES`) sit
+in a directory ``shared/data`` next to the repository checkout::
 
     <somewhere>/
         <repo>/            # this repository (src/sara_trl/...)
@@ -26,7 +27,8 @@ __all__ = ["SHARED_DATA_ENV", "find_shared_data_dir", "shared_data_file", "LOCAL
 
 SHARED_DATA_ENV = "SARA_SHARED_DATA"
 
-#: standard file names of the shared offline copies, by dataset key (see ``shared/data/README.md``)
+#: standard file names of the shared offline copies, by dataset key (the loaders in :mod:`sara_trl.data.loaders`
+#: read them; their Hub sources are :data:`sara_trl.data.loaders.HUB_SOURCES`)
 LOCAL_FILES = {
     "math_train": "math_train.jsonl",
     "math_train_12k": "math_train_12k.jsonl",
@@ -51,15 +53,20 @@ def _candidates() -> list[Path]:
 def find_shared_data_dir(required: bool = True) -> Path | None:
     """Locate the shared data directory.
 
-    Args:
-        required: raise if it cannot be found (else return None).
+    Parameters
+    ----------
+    required : bool, default True
+        Raise if it cannot be found (else return None).
 
-    Returns:
-        The directory as an absolute :class:`~pathlib.Path`, or None (only when ``required=False``).
+    Returns
+    -------
+    pathlib.Path or None
+        The directory as an absolute path, or None (only when ``required=False``).
 
-    Raises:
-        FileNotFoundError: ``$SARA_SHARED_DATA`` names a missing directory, or (``required=True``) no candidate
-            directory exists.
+    Raises
+    ------
+    FileNotFoundError
+        ``$SARA_SHARED_DATA`` names a missing directory, or (``required=True``) no candidate directory exists.
     """
     env = os.environ.get(SHARED_DATA_ENV)
     if env:
@@ -79,8 +86,20 @@ def find_shared_data_dir(required: bool = True) -> Path | None:
 def shared_data_file(key_or_name: str) -> Path:
     """Path of one shared data file, by dataset key (``"math500"``, see :data:`LOCAL_FILES`) or file name.
 
-    Raises:
-        FileNotFoundError: the directory or the file does not exist.
+    Parameters
+    ----------
+    key_or_name : str
+        A key of :data:`LOCAL_FILES` or a file name inside the shared data directory.
+
+    Returns
+    -------
+    pathlib.Path
+        Absolute path of the existing file.
+
+    Raises
+    ------
+    FileNotFoundError
+        The directory or the file does not exist.
     """
     name = LOCAL_FILES.get(key_or_name, key_or_name)
     p = find_shared_data_dir(required=True) / name

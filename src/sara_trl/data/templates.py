@@ -37,9 +37,23 @@ ARITHMETIC_INSTRUCTION = "What is {expression}? Answer with only the number."
 def fill_template(template: str, **values: object) -> str:
     """Replace each ``{name}`` in ``template`` by ``str(values[name])``.
 
-    Raises:
-        ValueError: a placeholder named in ``values`` does not occur in ``template`` (a template that drops the
-            problem text is almost certainly a mistake).
+    Parameters
+    ----------
+    template : str
+        Text with ``{name}`` placeholders.
+    **values : object
+        The value of each placeholder, by name.
+
+    Returns
+    -------
+    str
+        The filled text.
+
+    Raises
+    ------
+    ValueError
+        A placeholder named in ``values`` does not occur in ``template`` (a template that drops the problem text is
+        almost certainly a mistake).
     """
     out = template
     for name, value in values.items():

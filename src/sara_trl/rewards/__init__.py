@@ -119,8 +119,20 @@ REWARD_FUNCS: dict[str, Callable[..., list]] = {
 def get_reward_func(name: str) -> Callable[..., list]:
     """Reward function registered under ``name`` (see :data:`REWARD_FUNCS`).
 
-    Raises:
-        ValueError: unknown name (the message lists the known ones).
+    Parameters
+    ----------
+    name : str
+        Registered name, one of the keys of :data:`REWARD_FUNCS`.
+
+    Returns
+    -------
+    callable
+        The reward function, TRL signature ``(completions, **kwargs) -> list[float | None]``.
+
+    Raises
+    ------
+    ValueError
+        Unknown name (the message lists the known ones).
     """
     try:
         return REWARD_FUNCS[name]

@@ -48,7 +48,14 @@ def _is_symbolic(x) -> bool:
 def parse_answer(answer: str) -> tuple:
     r"""Parse one normalized answer string (no ``\boxed``) with math-verify; cached per string.
 
-    Returns:
+    Parameters
+    ----------
+    answer : str
+        A normalized answer (see :func:`sara_trl.rewards.extract.normalize_math_answer`), without ``\boxed``.
+
+    Returns
+    -------
+    tuple
         math-verify's parse list as a tuple (sympy objects and the matched string); empty tuple when nothing was
         extracted.
     """
@@ -66,12 +73,17 @@ def parse_answer(answer: str) -> tuple:
 def check_answer(pred: str, golds: tuple[str, ...]) -> str:
     """Compare a normalized prediction with one or more normalized gold answers.
 
-    Args:
-        pred: normalized predicted answer.
-        golds: the gold answer followed by acceptable alternatives; the prediction is correct if it matches any
-            parseable one.
+    Parameters
+    ----------
+    pred : str
+        Normalized predicted answer.
+    golds : tuple of str
+        The gold answer followed by acceptable alternatives; the prediction is correct if it matches any parseable
+        one.
 
-    Returns:
+    Returns
+    -------
+    str
         ``"correct"``, ``"wrong"`` or ``"unparseable_gold"`` (no gold string parses to a symbolic object).
     """
     parsed_golds = [parse_answer(g) for g in golds]

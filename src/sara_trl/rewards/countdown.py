@@ -157,16 +157,26 @@ def _parse(expr: str, max_chars: int = MAX_ANSWER_CHARS) -> tuple[ast.Expression
 def evaluate_expression(expr: str, max_chars: int = MAX_ANSWER_CHARS) -> tuple[Fraction, list[int]]:
     """Exactly evaluate a Countdown expression with the restricted grammar described in the module docstring.
 
-    Args:
-        expr: expression text such as ``"(79 - 60) + 17"`` (no ``=``).
-        max_chars: length limit.
+    Parameters
+    ----------
+    expr : str
+        Expression text such as ``"(79 - 60) + 17"`` (no ``=``).
+    max_chars : int, default 256
+        Length limit, in characters.
 
-    Returns:
-        ``(value, literals)``: the exact value and the integer literals in reading order.
+    Returns
+    -------
+    value : Fraction
+        The exact value.
+    literals : list of int
+        The integer literals in reading order.
 
-    Raises:
-        ExpressionError: disallowed syntax, characters, length or depth.
-        ZeroDivisionError: division by zero.
+    Raises
+    ------
+    ExpressionError
+        Disallowed syntax, characters, length or depth.
+    ZeroDivisionError
+        Division by zero.
     """
     tree, literals = _parse(expr, max_chars)
     return _evaluate(tree), literals
@@ -183,8 +193,19 @@ _WHOLE = re.compile(r"[-+]?\d+(?:\.0*)?")
 
 
 def whole_number(x: Any) -> int | None:
-    """``x`` as an int when it is a whole number (int, numpy int, integral float/numpy float/Fraction/Decimal, or a
-    string such as ``"21"`` or ``"21.0"``); None otherwise (fractional, NaN, infinite, bool, other types)."""
+    """``x`` as an int when it is a whole number.
+
+    Parameters
+    ----------
+    x : object
+        An int, numpy int, integral float/numpy float/Fraction/Decimal, or a string such as ``"21"`` or ``"21.0"``
+        (at most 40 characters).
+
+    Returns
+    -------
+    int or None
+        The whole number; None otherwise (fractional, NaN, infinite, bool, other types).
+    """
     if isinstance(x, bool) or x is None:
         return None
     if isinstance(x, numbers.Integral):
@@ -244,19 +265,28 @@ def _answer_verdict(answer: str, t: int, ns: list[int], max_answer_chars: int) -
 def countdown_success(completion: Any, target: Any, nums: Any, *, max_answer_chars: int = MAX_ANSWER_CHARS) -> Verdict:
     """Binary verdict for one Countdown completion (rules: module docstring).
 
-    Args:
-        completion: string or list of chat messages.
-        target: the whole number to reach (int, integral float such as ``21.0``, numpy number, or numeric string).
-        nums: the numbers, each to be used exactly once (a list or array of whole numbers).
-        max_answer_chars: longest accepted answer (characters inside ``<answer>``).
+    Parameters
+    ----------
+    completion : str or list of dict
+        String or list of chat messages.
+    target : int, float, numpy number or str
+        The whole number to reach (int, integral float such as ``21.0``, numpy number, or numeric string).
+    nums : sequence of int
+        The numbers, each to be used exactly once (a list or array of whole numbers).
+    max_answer_chars : int, default 256
+        Longest accepted answer (characters inside ``<answer>``).
 
-    Returns:
-        :class:`Verdict`: ``CORRECT``; ``WRONG`` with reason ``no_answer``, ``bad_expression``, ``numbers_mismatch``,
+    Returns
+    -------
+    Verdict
+        ``CORRECT``; ``WRONG`` with reason ``no_answer``, ``bad_expression``, ``numbers_mismatch``,
         ``division_by_zero``, ``wrong_value``, ``wrong_stated_result``, ``several_answers`` or
         ``too_many_answers``; ``UNPARSEABLE_GOLD`` for a malformed ``target``/``nums``.
 
-    Raises:
-        ValueError: malformed completion (neither string nor chat messages).
+    Raises
+    ------
+    ValueError
+        Malformed completion (neither string nor chat messages).
     """
     text = completion_text(completion)
     gold = _gold(target, nums)
@@ -276,11 +306,15 @@ def countdown_success(completion: Any, target: Any, nums: Any, *, max_answer_cha
 class CountdownReward:
     """Countdown correctness reward in TRL's signature; picklable, ``__name__ == "countdown_reward"``.
 
-    Args:
-        max_answer_chars: longest accepted answer; longer answers are wrong (bounded work per completion).
+    Parameters
+    ----------
+    max_answer_chars : int, default 256
+        Longest accepted answer, in characters; longer answers are wrong (bounded work per completion).
 
-    Raises:
-        ValueError: ``max_answer_chars < 1``.
+    Raises
+    ------
+    ValueError
+        ``max_answer_chars < 1``.
     """
 
     max_answer_chars: int = MAX_ANSWER_CHARS
@@ -292,11 +326,26 @@ class CountdownReward:
         self.__name__ = "countdown_reward"
 
     def verdicts(self, completions: Sequence[Any], target: Sequence[Any], nums: Sequence[Any]) -> list[Verdict]:
-        """``(N,)`` verdicts for ``(N,)`` completions, targets and number lists (counted in
-        :func:`sara_trl.rewards.stats`).
+        """Verdicts for completions, targets and number lists (counted in :func:`sara_trl.rewards.stats`).
 
-        Raises:
-            ValueError: missing ``target``/``nums`` columns or mismatched lengths.
+        Parameters
+        ----------
+        completions : sequence, shape (N,)
+            Strings or lists of chat messages.
+        target : sequence, shape (N,)
+            Whole numbers to reach.
+        nums : sequence of list of int, shape (N,)
+            The numbers of each problem.
+
+        Returns
+        -------
+        list of Verdict, shape (N,)
+            One verdict per completion (see :func:`countdown_success`).
+
+        Raises
+        ------
+        ValueError
+            Missing ``target``/``nums`` columns or mismatched lengths.
         """
         check_columns("countdown_reward", completions, target=target, nums=nums)
         out = [
@@ -314,14 +363,26 @@ class CountdownReward:
     ) -> list[float | None]:
         """TRL reward function: ``1.0`` correct, ``0.0`` wrong, ``None`` malformed gold.
 
-        Args:
-            completions: ``(N,)`` completions.
-            target: dataset column ``target``, ``(N,)`` whole numbers.
-            nums: dataset column ``nums``, ``(N,)`` lists of whole numbers.
-            **kwargs: ignored (other columns, ``prompts``, ``trainer_state``, ...).
+        Parameters
+        ----------
+        completions : sequence, shape (N,)
+            Strings or lists of chat messages.
+        target : sequence, shape (N,)
+            Dataset column ``target``: whole numbers.
+        nums : sequence of list of int, shape (N,)
+            Dataset column ``nums``: lists of whole numbers.
+        **kwargs
+            Ignored (other columns, ``prompts``, ``trainer_state``, ...).
 
-        Raises:
-            ValueError: missing ``target``/``nums`` columns or mismatched lengths.
+        Returns
+        -------
+        list of float or None, shape (N,)
+            ``1.0``, ``0.0`` or ``None`` per completion.
+
+        Raises
+        ------
+        ValueError
+            Missing ``target``/``nums`` columns or mismatched lengths.
         """
         return [v.reward for v in self.verdicts(completions, target, nums)]
 
@@ -334,8 +395,9 @@ def countdown_reward(
 ) -> list[float | None]:
     """Countdown correctness reward with default limits; see :meth:`CountdownReward.__call__`.
 
-    Example:
-        >>> countdown_reward(["<think>...</think> <answer>(79 - 60) + 17</answer>"], target=[36], nums=[[79, 17, 60]])
-        [1.0]
+    Examples
+    --------
+    >>> countdown_reward(["<think>...</think> <answer>(79 - 60) + 17</answer>"], target=[36], nums=[[79, 17, 60]])
+    [1.0]
     """
     return _DEFAULT(completions, target=target, nums=nums, **kwargs)

@@ -118,10 +118,14 @@ def last_boxed(text: str) -> str | None:
     (e.g. a truncated completion) is skipped and the previous one taken; of nested boxes the innermost is the last.
     Linear in ``len(text)``.
 
-    Args:
-        text: any string.
+    Parameters
+    ----------
+    text : str
+        Any string.
 
-    Returns:
+    Returns
+    -------
+    str or None
         The box content, stripped, or ``None`` when there is no well-formed box. An empty box gives ``""``.
     """
     boxes = _boxes(text)
@@ -135,10 +139,14 @@ def boxed_answers(text: str) -> list[str]:
     the brace-less form ``\boxed 42`` takes the content up to the next whitespace or ``$``. Linear in
     ``len(text)``.
 
-    Args:
-        text: any string.
+    Parameters
+    ----------
+    text : str
+        Any string.
 
-    Returns:
+    Returns
+    -------
+    list of str
         The stripped box contents (an empty box gives ``""``); ``[]`` when there is no well-formed box.
     """
     out: list[str] = []
@@ -176,9 +184,16 @@ def extract_answer_phrase(text: str) -> str | None:
 
     If the phrase is followed by ``$...$``, ``$$...$$``, ``\(...\)`` or ``\[...\]`` the delimited content is taken;
     otherwise the rest of the line up to a sentence end (a period followed by whitespace or the end), with bold
-    markers ``**`` removed. Only the last 4,000 characters are searched.
+    markers ``**`` removed.
 
-    Returns:
+    Parameters
+    ----------
+    text : str
+        Completion text; only its last 4,000 characters are searched.
+
+    Returns
+    -------
+    str or None
         The answer string (stripped), or ``None`` when there is no such phrase or nothing follows it.
     """
     tail = text[-_PHRASE_WINDOW:]
@@ -200,10 +215,14 @@ def extract_answer_phrase(text: str) -> str | None:
 def extract_math_answers(text: str) -> list[str]:
     r"""Every final answer a math completion states (see the module docstring for the rule).
 
-    Args:
-        text: completion text.
+    Parameters
+    ----------
+    text : str
+        Completion text.
 
-    Returns:
+    Returns
+    -------
+    list of str
         The raw (not yet normalized) answers of the answer part, in order: its non-empty box contents (``[""]``
         when it has only empty boxes), else ``[phrase answer]``, else ``[]``. When the part after the last
         ``</think>`` yields nothing, the whole text is searched the same way.
@@ -222,10 +241,14 @@ def extract_math_answers(text: str) -> list[str]:
 def extract_math_answer(text: str) -> str | None:
     r"""The final answer of a math completion: the last of :func:`extract_math_answers`, or None when there is none.
 
-    Args:
-        text: completion text.
+    Parameters
+    ----------
+    text : str
+        Completion text.
 
-    Returns:
+    Returns
+    -------
+    str or None
         The raw (not yet normalized) answer string, or ``None`` if the completion states no final answer.
     """
     answers = extract_math_answers(text)
@@ -311,10 +334,14 @@ def normalize_math_answer(s: str) -> str:
     ``"\dfrac{17}{50}"`` -> ``"\frac{17}{50}"``, ``"30^\circ"`` -> ``"30"``, ``"-\frac{5}{3}."`` -> ``"-\frac{5}{3}"``,
     ``"4.5e33"`` -> ``"4.5\times10^{33}"``, ``"\text{(C)}"`` -> ``"C"``.
 
-    Args:
-        s: answer string (without ``\boxed{}``).
+    Parameters
+    ----------
+    s : str
+        Answer string (without ``\boxed{}``).
 
-    Returns:
+    Returns
+    -------
+    str
         The normalized string (possibly empty).
     """
     s = unicode_to_latex(s.strip())

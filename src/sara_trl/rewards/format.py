@@ -26,11 +26,17 @@ _MAX_CHARS = 200_000
 def has_think_answer_format(text: str, require_think_open: bool = False) -> bool:
     """True if ``text`` is ``[<think>] reasoning </think> <answer> answer </answer>`` with one of each tag.
 
-    Args:
-        text: completion text.
-        require_think_open: also require the opening ``<think>`` tag (set False when the prompt ends with it).
+    Parameters
+    ----------
+    text : str
+        Completion text; texts over 200,000 characters are rejected.
+    require_think_open : bool, default False
+        Also require the opening ``<think>`` tag (leave False when the prompt ends with it).
 
-    Texts over 200,000 characters are rejected.
+    Returns
+    -------
+    bool
+        Whether the layout holds, with a non-empty answer and no ``<think>`` inside the reasoning.
     """
     if len(text) > _MAX_CHARS:
         return False
@@ -48,9 +54,12 @@ def has_think_answer_format(text: str, require_think_open: bool = False) -> bool
 class FormatReward:
     """``<think>``/``<answer>`` layout reward in TRL's signature; picklable, ``__name__ == "format_reward"``.
 
-    Args:
-        require_think_open: require the opening ``<think>`` tag in the completion.
-        value: reward for a well-formed completion (a malformed one gets 0.0).
+    Parameters
+    ----------
+    require_think_open : bool, default False
+        Require the opening ``<think>`` tag in the completion.
+    value : float, default 1.0
+        Reward for a well-formed completion (a malformed one gets 0.0).
     """
 
     require_think_open: bool = False

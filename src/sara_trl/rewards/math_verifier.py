@@ -195,18 +195,26 @@ class MathReward:
     first use) and usable directly as ``reward_funcs=`` of any TRL trainer. ``__name__`` is ``"math_reward"`` so TRL
     logs it as ``rewards/math_reward``. The judgement rules are listed in :mod:`sara_trl.rewards.math_verifier`.
 
-    Args:
-        timeout_s: soft time limit per comparison in seconds (worker-side); the hard limit is
-            ``timeout_s + grace_s`` (the worker is killed and restarted). Either gives ``TIMEOUT`` -> reward None.
-        grace_s: seconds between soft and hard limit.
-        num_workers: verifier worker processes (default :func:`default_num_workers`); 0 runs math-verify inline in
-            the calling thread (soft limit on the main thread only, no hard limit; for debugging).
-        memory_limit_mb: address-space limit of each worker, MiB (``None``: no limit).
-        max_answer_chars: an extracted answer longer than this is ``WRONG`` (reason ``"answer_too_long"``) without
-            symbolic work.
+    Parameters
+    ----------
+    timeout_s : float, default 5.0
+        Soft time limit per comparison in seconds (worker-side); the hard limit is ``timeout_s + grace_s`` seconds
+        (the worker is killed and restarted). Either gives ``TIMEOUT`` -> reward None.
+    grace_s : float, default 2.0
+        Seconds between soft and hard limit.
+    num_workers : int or None, default None
+        Verifier worker processes (``None``: :func:`default_num_workers`); 0 runs math-verify inline in the calling
+        thread (soft limit on the main thread only, no hard limit; for debugging).
+    memory_limit_mb : int or None, default 4096
+        Address-space limit of each worker, MiB (``None``: no limit).
+    max_answer_chars : int, default 1000
+        An extracted answer longer than this many characters is ``WRONG`` (reason ``"answer_too_long"``) without
+        symbolic work.
 
-    Raises:
-        ValueError: non-positive ``timeout_s``/``max_answer_chars``, negative ``grace_s``/``num_workers``.
+    Raises
+    ------
+    ValueError
+        Non-positive ``timeout_s``/``max_answer_chars``, negative ``grace_s``/``num_workers``.
     """
 
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -286,17 +294,24 @@ class MathReward:
     ) -> list[Verdict]:
         """Binary verdicts for a batch of completions (one pool round for everything not decided locally).
 
-        Args:
-            completions: ``(N,)`` completions, each a string or a list of chat messages.
-            answer: ``(N,)`` gold answers (strings; numbers are written in their shortest decimal form; a list means
-                "any of these").
-            answer_alternatives: optional ``(N,)`` lists of further acceptable gold answers (entries may be None).
+        Parameters
+        ----------
+        completions : sequence, shape (N,)
+            Completions, each a string or a list of chat messages.
+        answer : sequence, shape (N,)
+            Gold answers (strings; numbers are written in their shortest decimal form; a list means "any of these").
+        answer_alternatives : sequence of list, shape (N,), optional
+            Further acceptable gold answers per completion (entries may be None).
 
-        Returns:
-            ``(N,)`` :class:`Verdict` objects (counted in :func:`sara_trl.rewards.stats`).
+        Returns
+        -------
+        list of Verdict, shape (N,)
+            One verdict per completion (counted in :func:`sara_trl.rewards.stats`).
 
-        Raises:
-            ValueError: a missing ``answer`` column, mismatched lengths or a malformed completion.
+        Raises
+        ------
+        ValueError
+            A missing ``answer`` column, mismatched lengths or a malformed completion.
         """
         check_columns(
             "math_reward", completions, optional=("answer_alternatives",), answer=answer,
@@ -345,19 +360,26 @@ class MathReward:
     ) -> list[float | None]:
         """TRL reward function: ``1.0`` correct, ``0.0`` wrong or no answer, ``None`` unscorable.
 
-        Args:
-            completions: ``(N,)`` completions (strings or lists of chat messages).
-            answer: ``(N,)`` gold answers: the dataset column ``answer`` (TRL passes dataset columns as keyword
-                arguments).
-            answer_alternatives: optional column ``(N,)`` of lists of other acceptable answers.
-            **kwargs: other columns and trainer arguments (``prompts``, ``completion_ids``, ``trainer_state``, ...),
-                ignored.
+        Parameters
+        ----------
+        completions : sequence, shape (N,)
+            Completions (strings or lists of chat messages).
+        answer : sequence, shape (N,)
+            Gold answers: the dataset column ``answer`` (TRL passes dataset columns as keyword arguments).
+        answer_alternatives : sequence of list, shape (N,), optional
+            The optional column of lists of other acceptable answers.
+        **kwargs
+            Other columns and trainer arguments (``prompts``, ``completion_ids``, ``trainer_state``, ...), ignored.
 
-        Returns:
-            ``(N,)`` list of ``1.0`` / ``0.0`` / ``None`` (unparseable or prose gold, timeout or verifier error).
+        Returns
+        -------
+        list of float or None, shape (N,)
+            ``1.0`` / ``0.0`` / ``None`` (unparseable or prose gold, timeout or verifier error).
 
-        Raises:
-            ValueError: no ``answer`` column, or mismatched lengths.
+        Raises
+        ------
+        ValueError
+            No ``answer`` column, or mismatched lengths.
         """
         return [v.reward for v in self.verdicts(completions, answer, answer_alternatives)]
 
@@ -376,9 +398,10 @@ def math_reward(
     TRL reward-function signature ``(completions, **kwargs) -> list[float | None]``; see :meth:`MathReward.__call__`.
     Use :class:`MathReward` for other limits or worker counts.
 
-    Example:
-        >>> math_reward([r"... so the result is $\boxed{\dfrac{1}{2}}$."], answer=["0.5"])
-        [1.0]
+    Examples
+    --------
+    >>> math_reward([r"... so the result is $\boxed{\dfrac{1}{2}}$."], answer=["0.5"])
+    [1.0]
     """
     return _DEFAULT(completions, answer=answer, answer_alternatives=answer_alternatives, **kwargs)
 
@@ -403,17 +426,30 @@ def math_success(
 ) -> Verdict:
     r"""Binary verdict for one completion.
 
-    Args:
-        completion: string or list of chat messages.
-        answer: gold answer (string, number, or list of acceptable answers).
-        answer_alternatives: further acceptable gold answers, or None.
-        verifier: a configured :class:`MathReward` (default settings if None).
+    Parameters
+    ----------
+    completion : str or list of dict
+        String or list of chat messages.
+    answer : str, number or list
+        Gold answer (string, number, or list of acceptable answers).
+    answer_alternatives : sequence, optional
+        Further acceptable gold answers, or None.
+    verifier : MathReward, optional
+        A configured :class:`MathReward` (default settings if None).
 
-    Returns:
-        :class:`Verdict` with status ``CORRECT``, ``WRONG``, ``UNPARSEABLE_GOLD``, ``TIMEOUT`` or ``ERROR``.
+    Returns
+    -------
+    Verdict
+        Status ``CORRECT``, ``WRONG``, ``UNPARSEABLE_GOLD``, ``TIMEOUT`` or ``ERROR``.
 
-    Example:
-        >>> math_success(r"The final answer is $\boxed{10,\!080}$", "10080").status
-        <Status.CORRECT: 'correct'>
+    Raises
+    ------
+    ValueError
+        A malformed completion (see :func:`~sara_trl.rewards.verdict.completion_text`).
+
+    Examples
+    --------
+    >>> math_success(r"The final answer is $\boxed{10,\!080}$", "10080").status
+    <Status.CORRECT: 'correct'>
     """
     return math_successes([completion], [answer], [answer_alternatives], verifier=verifier)[0]

@@ -47,10 +47,18 @@ _MAX_DIGITS = 100
 
 def parse_number(s: Any) -> Fraction | None:
     """Exact value of a number written as ``"8"``, ``"-3.5"``, ``"1,234"``, or given as an int, float, Decimal or
-    numpy number; None if not a finite number.
+    numpy number.
 
-    A float is read by its shortest decimal form (``0.1`` -> ``1/10``, not the binary fraction); strings longer than
-    100 characters are rejected (None).
+    Parameters
+    ----------
+    s : str, int, float, Decimal, Fraction or numpy number
+        The number. A float is read by its shortest decimal form (``0.1`` -> ``1/10``, not the binary fraction);
+        strings longer than 100 characters are rejected. ``bool`` and ``None`` are not numbers.
+
+    Returns
+    -------
+    Fraction or None
+        The exact value; ``None`` if ``s`` is not a finite number.
     """
     if isinstance(s, bool) or s is None:
         return None
@@ -113,12 +121,17 @@ def _last_number_verdict(text: str, gold: Fraction) -> Verdict | None:
 def numeric_success(completion: Any, answer: Any) -> Verdict:
     r"""Binary verdict: is the final number of the completion equal to ``answer``? (rules: module docstring)
 
-    Args:
-        completion: string or list of chat messages.
-        answer: the gold number (string such as ``"8"`` or ``"-2.5"``, an int, a float, a numpy number).
+    Parameters
+    ----------
+    completion : str or list of dict
+        String or list of chat messages (see :func:`~sara_trl.rewards.verdict.completion_text`).
+    answer : str, int, float or numpy number
+        The gold number (a string such as ``"8"`` or ``"-2.5"``, an int, a float, a numpy number).
 
-    Returns:
-        :class:`Verdict`: ``CORRECT``; ``WRONG`` (reason ``no_number``, ``wrong_value`` or ``several_answers``);
+    Returns
+    -------
+    Verdict
+        ``CORRECT``; ``WRONG`` (reason ``no_number``, ``wrong_value`` or ``several_answers``);
         ``UNPARSEABLE_GOLD`` (reason ``bad_gold``) when ``answer`` is not a number.
     """
     text = unicode_digits_and_signs(completion_text(completion))
@@ -149,10 +162,24 @@ class NumericReward:
         self.__name__ = "numeric_reward"
 
     def verdicts(self, completions: Sequence[Any], answer: Sequence[Any]) -> list[Verdict]:
-        """``(N,)`` verdicts (counted in :func:`sara_trl.rewards.stats`).
+        """Verdicts of ``completions`` against ``answer`` (counted in :func:`sara_trl.rewards.stats`).
 
-        Raises:
-            ValueError: no ``answer`` column or mismatched lengths.
+        Parameters
+        ----------
+        completions : sequence, shape (N,)
+            Strings or lists of chat messages.
+        answer : sequence, shape (N,)
+            Gold numbers, one per completion.
+
+        Returns
+        -------
+        list of Verdict, shape (N,)
+            One verdict per completion (see :func:`numeric_success`).
+
+        Raises
+        ------
+        ValueError
+            No ``answer`` column or mismatched lengths.
         """
         check_columns("numeric_reward", completions, answer=answer)
         return count_verdicts("numeric", [numeric_success(c, a) for c, a in zip(completions, answer)])
@@ -163,8 +190,24 @@ class NumericReward:
         """TRL reward function: ``1.0`` if the final number equals ``answer``, ``0.0`` otherwise, ``None`` for a
         non-numeric gold answer.
 
-        Raises:
-            ValueError: no ``answer`` column or mismatched lengths.
+        Parameters
+        ----------
+        completions : sequence, shape (N,)
+            Strings or lists of chat messages.
+        answer : sequence, shape (N,)
+            The ``answer`` dataset column; required (``None`` raises).
+        **kwargs
+            Other dataset columns, ignored.
+
+        Returns
+        -------
+        list of float or None, shape (N,)
+            ``1.0``, ``0.0`` or ``None`` per completion.
+
+        Raises
+        ------
+        ValueError
+            No ``answer`` column or mismatched lengths.
         """
         return [v.reward for v in self.verdicts(completions, answer)]
 
@@ -177,8 +220,9 @@ def numeric_reward(
 ) -> list[float | None]:
     """Numeric-answer reward; see :meth:`NumericReward.__call__`.
 
-    Example:
-        >>> numeric_reward(["3 + 5 = 8", "It is 9."], answer=["8", "8"])
-        [1.0, 0.0]
+    Examples
+    --------
+    >>> numeric_reward(["3 + 5 = 8", "It is 9."], answer=["8", "8"])
+    [1.0, 0.0]
     """
     return _DEFAULT(completions, answer=answer, **kwargs)

@@ -196,18 +196,27 @@ class _Worker:
 class WorkerPool:
     """Persistent worker processes that run ``func(*args)`` tasks under a hard time limit.
 
-    Args:
-        num_workers: number of worker processes (>= 1), or 0 to run tasks inline in the calling thread (soft limit
-            on the main thread only, no hard limit; for debugging).
-        timeout_s: soft per-task limit in seconds (raised inside the worker).
-        grace_s: extra seconds after ``timeout_s`` before the parent kills the worker (hard limit).
-        initializer: module-level callable run once in every worker before it accepts tasks (e.g. imports,
-            warm-up); its time does not count against any task.
-        memory_limit_mb: address-space limit of each worker in MiB (``RLIMIT_AS``, POSIX), or ``None``.
-        startup_timeout_s: seconds a new worker may take to become ready before :meth:`run` raises.
+    Parameters
+    ----------
+    num_workers : int, default 1
+        Number of worker processes (>= 1), or 0 to run tasks inline in the calling thread (soft limit on the main
+        thread only, no hard limit; for debugging).
+    timeout_s : float, default 5.0
+        Soft per-task limit in seconds (raised inside the worker).
+    grace_s : float, default 2.0
+        Extra seconds after ``timeout_s`` before the parent kills the worker (hard limit).
+    initializer : callable or None, default None
+        Module-level callable run once in every worker before it accepts tasks (e.g. imports, warm-up); its time
+        does not count against any task.
+    memory_limit_mb : int or None, default 4096
+        Address-space limit of each worker in MiB (``RLIMIT_AS``, POSIX), or ``None`` for no limit.
+    startup_timeout_s : float, default 120.0
+        Seconds a new worker may take to become ready before :meth:`run` raises.
 
-    Raises:
-        ValueError: on a negative ``num_workers``, a non-positive ``timeout_s`` or a negative ``grace_s``.
+    Raises
+    ------
+    ValueError
+        On a negative ``num_workers``, a non-positive ``timeout_s`` or a negative ``grace_s``.
     """
 
     def __init__(
@@ -290,22 +299,31 @@ class WorkerPool:
         ``func`` and the arguments must be picklable (``func`` module-level). Results come back in input order.
         Concurrent callers (threads) are served one after the other.
 
-        Args:
-            func: module-level callable.
-            args_list: ``(N,)`` argument tuples.
-            groups: optional partition of ``range(N)`` into lists of indices that travel to one worker together
-                (e.g. all completions that share a gold answer, so the worker parses it once). Each item still gets
-                its own soft limit; the hard limit of a group is ``len(group) * timeout_s + grace_s``, and a hard
-                kill marks the whole group as timed out. Default: one item per message.
+        Parameters
+        ----------
+        func : callable
+            Module-level callable.
+        args_list : sequence of tuple, shape (N,)
+            The argument tuples, one per task.
+        groups : sequence of sequence of int, optional
+            A partition of ``range(N)`` into lists of indices that travel to one worker together (e.g. all
+            completions that share a gold answer, so the worker parses it once). Each item still gets its own soft
+            limit; the hard limit of a group is ``len(group) * timeout_s + grace_s`` seconds, and a hard kill marks
+            the whole group as timed out. Default: one item per message.
 
-        Returns:
+        Returns
+        -------
+        list of (str, object), shape (N,)
             One ``(status, value)`` per task: ``("ok", result)``, ``("timeout", None)`` (soft or hard limit hit) or
             ``("error", message)`` (the task raised, or its worker died).
 
-        Raises:
-            ValueError: ``groups`` is not a partition of ``range(N)``.
-            RuntimeError: a worker could not be started (its initializer failed or it did not become ready within
-                ``startup_timeout_s``).
+        Raises
+        ------
+        ValueError
+            ``groups`` is not a partition of ``range(N)``.
+        RuntimeError
+            A worker could not be started (its initializer failed or it did not become ready within
+            ``startup_timeout_s``).
         """
         n = len(args_list)
         if groups is None:
@@ -450,8 +468,20 @@ def get_pool(
     Verifiers with the same configuration share one pool (and its workers) in a process; each process, including a
     forked child, has its own. The arguments are those of :class:`WorkerPool`.
 
-    Raises:
-        ValueError: invalid arguments (see :class:`WorkerPool`).
+    Parameters
+    ----------
+    num_workers, timeout_s, grace_s, initializer, memory_limit_mb
+        As for :class:`WorkerPool`; together they are the key of the shared pool.
+
+    Returns
+    -------
+    WorkerPool
+        The shared pool for this configuration in this process.
+
+    Raises
+    ------
+    ValueError
+        Invalid arguments (see :class:`WorkerPool`).
     """
     key = (int(num_workers), float(timeout_s), float(grace_s), initializer, memory_limit_mb)
     with _POOLS_LOCK:

@@ -106,13 +106,17 @@ def _conjunction(part: str) -> tuple[str, list[tuple[str, bool, str, bool]]] | N
 def relation_to_interval(s: str) -> str:
     r"""Interval form of a one-variable inequality, union, chain or set-builder set; ``s`` unchanged otherwise.
 
-    Args:
-        s: a normalized answer string.
+    Parameters
+    ----------
+    s : str
+        A normalized answer string.
 
-    Returns:
-        E.g. ``"x<3"`` -> ``"(-\infty,3)"``, ``"2\le x<5"`` -> ``"[2,5)"``, ``"x<1\text{ or }x>3"`` ->
-        ``"(-\infty,1)\cup(3,\infty)"``, ``"x\neq 0"`` -> ``"(-\infty,0)\cup(0,\infty)"``, ``"\{x\mid x\ge 2\}"`` ->
-        ``"[2,\infty)"``; ``"a<b"`` and ``"(1,2)"`` are returned unchanged.
+    Returns
+    -------
+    str
+        The interval form, e.g. ``"x<3"`` -> ``"(-\infty,3)"``, ``"2\le x<5"`` -> ``"[2,5)"``,
+        ``"x<1\text{ or }x>3"`` -> ``"(-\infty,1)\cup(3,\infty)"``, ``"x\neq 0"`` -> ``"(-\infty,0)\cup(0,\infty)"``,
+        ``"\{x\mid x\ge 2\}"`` -> ``"[2,\infty)"``; ``"a<b"`` and ``"(1,2)"`` are returned unchanged.
     """
     m = _BUILDER.match(s.strip())
     body = m.group(2) if m else s

@@ -27,7 +27,9 @@ def count(key: str, n: int = 1) -> None:
 def stats() -> dict[str, int]:
     """Snapshot of all counters in this process, including the verifier worker pools' kills/restarts/timeouts.
 
-    Returns:
+    Returns
+    -------
+    dict of str to int
         ``{key: count}``, sorted by key. Counts are per process (each rank or data-loader worker has its own).
     """
     from .pool import pool_counters

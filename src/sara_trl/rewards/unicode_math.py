@@ -126,10 +126,14 @@ def unicode_digits_and_signs(s: str) -> str:
 def unicode_to_latex(s: str) -> str:
     r"""Rewrite the Unicode math in ``s`` as LaTeX (see the module docstring for the rules).
 
-    Args:
-        s: an answer string (gold or prediction); pure ASCII is returned unchanged.
+    Parameters
+    ----------
+    s : str
+        An answer string (gold or prediction); pure ASCII is returned unchanged.
 
-    Returns:
+    Returns
+    -------
+    str
         The rewritten string. Examples: ``"31°"`` -> ``"31^\circ"``, ``"1½"`` -> ``"\frac{3}{2}"``,
         ``"2√3"`` -> ``"2\sqrt{3}"``, ``"10⁻³"`` -> ``"10^{-3}"``, ``"x ≤ 2"`` -> ``"x \le  2"``.
     """

