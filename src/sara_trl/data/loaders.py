@@ -578,13 +578,15 @@ def load_countdown(
     ----------
     split : str, default "train"
         ``"train"`` or ``"test"`` (offline files: the 11,024-row train head and the 1,024-row test split).
-    path, data_dir, system_prompt
+    path, data_dir
         As in :func:`load_math`.
     num_tasks : int, optional
         Keep only the first ``num_tasks`` rows (None: all).
     template : str, optional
         User-message template with placeholders ``{numbers}`` and ``{target}`` (default
         :data:`~sara_trl.data.templates.COUNTDOWN_TEMPLATE`).
+    system_prompt : str, optional
+        As in :func:`load_math`.
 
     Returns
     -------

@@ -65,7 +65,20 @@ def fill_template(template: str, **values: object) -> str:
 
 
 def chat_prompt(user: str, system_prompt: str | None = None) -> list[dict[str, str]]:
-    """Conversational prompt in TRL's format: ``[{"role": "system", ...}?, {"role": "user", "content": user}]``."""
+    """Conversational prompt in TRL's format.
+
+    Parameters
+    ----------
+    user : str
+        The user message.
+    system_prompt : str, optional
+        System message, put first; none when None or empty.
+
+    Returns
+    -------
+    list of dict
+        ``[{"role": "system", "content": system_prompt}?, {"role": "user", "content": user}]``.
+    """
     msgs = []
     if system_prompt:
         msgs.append({"role": "system", "content": system_prompt})

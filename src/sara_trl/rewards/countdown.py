@@ -74,10 +74,20 @@ class ExpressionError(ValueError):
 
 
 def extract_countdown_answers(text: str) -> list[str]:
-    """Contents of every ``<answer>...</answer>`` block in ``text``, stripped, in order (a block is a ``</answer>``
-    and the last ``<answer>`` between it and the previous ``</answer>``).
+    """Contents of every ``<answer>...</answer>`` block in ``text``, stripped, in order.
 
-    Linear time: each stretch between two closing tags is searched once.
+    A block is a ``</answer>`` and the last ``<answer>`` between it and the previous ``</answer>``. Linear time: each
+    stretch between two closing tags is searched once.
+
+    Parameters
+    ----------
+    text : str
+        Completion text.
+
+    Returns
+    -------
+    list of str
+        The stripped block contents (``[]`` when there is no block).
     """
     out = []
     pos = 0
@@ -393,7 +403,22 @@ _DEFAULT = CountdownReward()
 def countdown_reward(
     completions: Sequence[Any], target: Sequence[Any] | None = None, nums: Sequence[Any] | None = None, **kwargs: Any
 ) -> list[float | None]:
-    """Countdown correctness reward with default limits; see :meth:`CountdownReward.__call__`.
+    """Countdown correctness reward with default limits (the default :class:`CountdownReward`).
+
+    Parameters
+    ----------
+    completions, target, nums, **kwargs
+        As in :meth:`CountdownReward.__call__`.
+
+    Returns
+    -------
+    list of float or None, shape (N,)
+        ``1.0``, ``0.0`` or ``None`` (malformed gold) per completion.
+
+    Raises
+    ------
+    ValueError
+        Missing ``target``/``nums`` columns or mismatched lengths.
 
     Examples
     --------

@@ -318,6 +318,16 @@ def is_prose_answer(s: str) -> bool:
     next to a value (units, connectives) are not read. Examples: ``"no such integer exists"``,
     ``"\text{two lines}"`` and ``"f(x)=ax+b, where b is an arbitrary integer"`` are prose; ``"\text{Evelyn}"``,
     ``"5225 \text{ cubic inches}"``, ``"2 \text{ or } 3"``, ``"abc"`` and ``"\sin x + \cos x"`` are not.
+
+    Parameters
+    ----------
+    s : str
+        A normalized answer (see :func:`normalize_math_answer`).
+
+    Returns
+    -------
+    bool
+        Whether the answer reads as prose.
     """
     whole = _TEXT_GROUP.fullmatch(s.strip())
     if whole:

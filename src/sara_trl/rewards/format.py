@@ -71,7 +71,25 @@ class FormatReward:
         self.__name__ = "format_reward"
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        """``(N,)`` rewards: ``value`` for a well-formed completion, ``0.0`` otherwise (never None)."""
+        """Score the layout of each completion.
+
+        Parameters
+        ----------
+        completions : sequence, shape (N,)
+            Strings or lists of chat messages.
+        **kwargs
+            Dataset columns and trainer arguments, ignored.
+
+        Returns
+        -------
+        list of float, shape (N,)
+            ``value`` for a well-formed completion, ``0.0`` otherwise (never None).
+
+        Raises
+        ------
+        ValueError
+            A completion is neither a string nor a list of chat messages.
+        """
         return [
             self.value if has_think_answer_format(completion_text(c), self.require_think_open) else 0.0
             for c in completions
@@ -82,5 +100,23 @@ _DEFAULT = FormatReward()
 
 
 def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """1.0 for ``[<think>]...</think><answer>...</answer>`` completions, else 0.0; see :class:`FormatReward`."""
+    """1.0 for ``[<think>]...</think><answer>...</answer>`` completions, else 0.0 (default :class:`FormatReward`).
+
+    Parameters
+    ----------
+    completions : sequence, shape (N,)
+        Strings or lists of chat messages.
+    **kwargs
+        Dataset columns and trainer arguments, ignored.
+
+    Returns
+    -------
+    list of float, shape (N,)
+        ``1.0`` or ``0.0`` per completion.
+
+    Raises
+    ------
+    ValueError
+        A completion is neither a string nor a list of chat messages.
+    """
     return _DEFAULT(completions, **kwargs)

@@ -62,7 +62,18 @@ _LITERAL = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)$")
 
 
 def default_num_workers() -> int:
-    """Verifier worker processes per process: ``$SARA_VERIFIER_WORKERS`` if set, else ``min(4, cpu_count)``."""
+    """Verifier worker processes per process.
+
+    Returns
+    -------
+    int
+        ``$SARA_VERIFIER_WORKERS`` if set (0 runs math-verify inline), else ``min(4, cpu_count)`` (at least 1).
+
+    Raises
+    ------
+    ValueError
+        ``$SARA_VERIFIER_WORKERS`` is not an integer, or is negative.
+    """
     env = os.environ.get("SARA_VERIFIER_WORKERS")
     if env is not None:
         try:
@@ -395,8 +406,23 @@ def math_reward(
 ) -> list[float | None]:
     r"""Math correctness reward with default settings (5 s soft / 7 s hard limit per comparison).
 
-    TRL reward-function signature ``(completions, **kwargs) -> list[float | None]``; see :meth:`MathReward.__call__`.
-    Use :class:`MathReward` for other limits or worker counts.
+    TRL reward-function signature ``(completions, **kwargs) -> list[float | None]``. Use :class:`MathReward` for other
+    limits or worker counts.
+
+    Parameters
+    ----------
+    completions, answer, answer_alternatives, **kwargs
+        As in :meth:`MathReward.__call__`.
+
+    Returns
+    -------
+    list of float or None, shape (N,)
+        ``1.0`` / ``0.0`` / ``None`` (unparseable or prose gold, timeout or verifier error).
+
+    Raises
+    ------
+    ValueError
+        No ``answer`` column, or mismatched lengths.
 
     Examples
     --------
@@ -413,7 +439,25 @@ def math_successes(
     *,
     verifier: MathReward | None = None,
 ) -> list[Verdict]:
-    """Binary verdicts for a batch (see :meth:`MathReward.verdicts`); ``verifier`` defaults to the shared default."""
+    """Binary verdicts for a batch (one pool round for everything not decided locally).
+
+    Parameters
+    ----------
+    completions, answer, answer_alternatives
+        As in :meth:`MathReward.verdicts`: ``(N,)`` completions, gold answers and optional alternatives.
+    verifier : MathReward, optional
+        A configured :class:`MathReward`; the shared default-settings instance when None.
+
+    Returns
+    -------
+    list of Verdict, shape (N,)
+        One verdict per completion (counted in :func:`sara_trl.rewards.stats`).
+
+    Raises
+    ------
+    ValueError
+        As :meth:`MathReward.verdicts`.
+    """
     return (verifier or _DEFAULT).verdicts(completions, answer, answer_alternatives)
 
 

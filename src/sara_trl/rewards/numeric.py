@@ -218,7 +218,22 @@ _DEFAULT = NumericReward()
 def numeric_reward(
     completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs: Any
 ) -> list[float | None]:
-    """Numeric-answer reward; see :meth:`NumericReward.__call__`.
+    """Numeric-answer reward with the default :class:`NumericReward`.
+
+    Parameters
+    ----------
+    completions, answer, **kwargs
+        As in :meth:`NumericReward.__call__`.
+
+    Returns
+    -------
+    list of float or None, shape (N,)
+        ``1.0``, ``0.0`` or ``None`` per completion.
+
+    Raises
+    ------
+    ValueError
+        No ``answer`` column or mismatched lengths.
 
     Examples
     --------

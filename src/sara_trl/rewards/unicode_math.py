@@ -119,7 +119,18 @@ def _roots(s: str) -> str:
 
 def unicode_digits_and_signs(s: str) -> str:
     """Full-width characters to ASCII, Unicode minus/hyphen signs to ``-``, ``×``/``·`` to ``*``, ``÷``/``⁄`` to ``/``,
-    non-breaking and thin spaces to spaces (the rewrite used by the numeric and Countdown verifiers)."""
+    non-breaking and thin spaces to spaces (the rewrite used by the numeric and Countdown verifiers).
+
+    Parameters
+    ----------
+    s : str
+        Any string.
+
+    Returns
+    -------
+    str
+        ``s`` with those characters replaced, one for one.
+    """
     return s.translate(_SIMPLE_TABLE)
 
 
