@@ -129,6 +129,19 @@ def test_ledger_mark_is_the_one_way_to_decide():
     assert (s.rollouts_trained, s.rollouts_active_left, s.rollouts_abandoned, s.rollouts_surplus) == (2, 2, 2, 2)
 
 
+def test_ledger_counts_effective_groups_of_the_batch_from_scored_successes():
+    # Per slot: [1, 0] mixed; [1, NaN] one scored rollout, saturated; [NaN, 0] saturated; [NaN, NaN] nothing
+    # scored; [1, 1] saturated; [0, 1] mixed but committed beyond B (surplus, not in the batch).
+    outcomes = np.array([1, 0, 1, NAN, NAN, 0, NAN, NAN, 1, 1, 0, 1])
+    ledger = Ledger(lambda p, c: RoundOutcome(outcomes, np.ones(12, np.int64)))
+    slots = ledger.add(np.arange(6))
+    ledger.generate(slots, np.full(6, 2, np.int64))
+    ledger.mark(slots, Fate.COMMITTED)
+    result, _ = ledger.finish(B=5, stop_reason="filled", expected_lost=0.0)
+    assert [g.effective for g in result.groups] == [True, False, False, False, False]
+    assert result.stats.effective_in_batch == 1 and result.stats.unscorable == 4
+
+
 def test_a_new_strategy_is_one_function_and_one_registry_line(monkeypatch):
     assert tuple(STRATEGIES) == ALLOCATORS == ("sara", "dynamic_sampling", "uniform")
 

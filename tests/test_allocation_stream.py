@@ -70,6 +70,26 @@ def test_a_dataset_smaller_than_the_batch_repeats_and_says_so_once(repeats_log):
     assert finite.take(7, avoid=[]).tolist() == [0, 1, 2, 3, 4] and finite.exhausted
 
 
+def test_repeated_ids_in_avoid_count_once(repeats_log):
+    # [0, 0, 0, 0] is one prompt, not four: with 3 prompts, 1 and 2 are still free and nothing repeats.
+    assert PromptStream(3, shuffle=False).take(2, avoid=[0, 0, 0, 0]).tolist() == [1, 2]
+    assert repeats_log() == []
+    # {0, 1} leaves only 2 free; once 2 is taken every prompt is in the batch, so the owed 0 is repeated.
+    s = PromptStream(3, shuffle=False)
+    assert s.take(2, avoid=[0, 0, 1, 1]).tolist() == [2, 0]
+    assert len(repeats_log()) == 1
+    # A take leaves no trace on the next one: the owed 1 comes first, then epoch 1 without a second 1.
+    assert s.take(3, avoid=[]).tolist() == [1, 0, 2]
+
+
+@pytest.mark.parametrize("bad", [[0, 5], [-1], np.array([[2, 7]])])
+def test_avoided_ids_outside_the_dataset_are_an_error(bad):
+    s = PromptStream(5, shuffle=False)
+    with pytest.raises(ValueError, match="not an index of this stream's dataset of 5 prompts"):
+        s.take(2, avoid=bad)
+    assert s.take(2, avoid=[]).tolist() == [0, 1]  # the failed call moved nothing
+
+
 @pytest.mark.parametrize("cfg", [AllocationConfig(), AllocationConfig(carry_over=True),
                                  AllocationConfig(allocator="dynamic_sampling"),
                                  AllocationConfig(history_decay=0.5, selection="greedy")])

@@ -160,7 +160,9 @@ class Extensions:
             return stream.take(count, avoid)
         size = pool_size(count, cfg.selection_pool)
         if avoid is not None:  # no larger than the prompts not yet in the step, so the pool holds no repeat
-            size = max(count, min(size, stream.num_prompts - len(np.unique(avoid))))
+            ids = np.sort(np.asarray(avoid, np.int64).reshape(-1))  # distinct ids counted on a plain sort
+            distinct = int(ids.size and 1 + np.count_nonzero(ids[1:] != ids[:-1]))
+            size = max(count, min(size, stream.num_prompts - distinct))
         pool = stream.take(size, avoid)
         if len(pool) == 0:
             return pool

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sara_trl.allocation.labels import is_mixed
 from sara_trl.allocation.types import (
     ABANDON,
     COMMIT,
@@ -231,12 +232,21 @@ class Ledger:
         t_by = np.bincount(r_fate, weights=tok, minlength=4).astype(np.int64)
         tok_slot = np.bincount(rs, weights=tok, minlength=size).astype(np.int64)
 
+        # Per slot, over all its rollouts in the step: scorable ones and successes among them, so the effective
+        # groups of the batch (Group.effective, paper Def. 1) are counted in one vectorized pass.
+        scored = ~np.isnan(succ)
+        nsc_slot = np.bincount(rs, weights=scored, minlength=size)
+        s_slot = np.bincount(rs, weights=scored & (succ == 1.0), minlength=size)
+        trained = kept[:B]
+        effective_in_batch = int(np.count_nonzero(is_mixed(s_slot[trained], nsc_slot[trained])))
+
         order = np.argsort(rs, kind="stable")  # rollout ids grouped by slot, generation order within a slot
         starts = np.searchsorted(rs[order], np.arange(size + 1))
+        lo, hi = starts[trained].tolist(), starts[trained + 1].tolist()
         groups = []
-        for slot in kept[:B]:
-            ids = order[starts[slot] : starts[slot + 1]].astype(np.int64)
-            groups.append(Group(prompt_id=int(self.pid[slot]), rollout_ids=ids, success=succ[ids]))
+        for pid, a, b in zip(self.pid[trained].tolist(), lo, hi):
+            ids = order[a:b].astype(np.int64)
+            groups.append(Group(prompt_id=pid, rollout_ids=ids, success=succ[ids]))
         unfilled = B - len(groups)
         if unfilled:
             fill_pid = groups[0].prompt_id if groups else (int(self.pid[size - 1]) if size else -1)
@@ -258,8 +268,9 @@ class Ledger:
             rounds=self.rounds, prompts_drawn=size - self.carried_in, committed=int(len(kept)),
             abandoned=int((fate == Fate.ABANDONED).sum()), surplus=int((fate == Fate.SURPLUS).sum()),
             active_left=int((fate == Fate.ACTIVE).sum()),
-            unfilled=unfilled, effective_in_batch=sum(g.effective for g in groups), batch_groups=B,
-            expected_lost=float(expected_lost), unscorable=int(np.isnan(succ).sum()), stop_reason=stop_reason,
+            unfilled=unfilled, effective_in_batch=effective_in_batch, batch_groups=B,
+            expected_lost=float(expected_lost), unscorable=int(len(succ) - np.count_nonzero(scored)),
+            stop_reason=stop_reason,
             rollouts_carried_in=self.carried_rollouts, tokens_carried_in=self.carried_tokens,
             carried_in=self.carried_in,
         )

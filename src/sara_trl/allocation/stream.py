@@ -55,6 +55,7 @@ class PromptStream:
         self.cursor = 0
         self._order = self._make_order(0)
         self._owed: list[int] = []  # ids of this epoch passed over because the batch held them; served first
+        self._mask: np.ndarray | None = None  # scratch for take(avoid=...), see _blocked_mask
 
     def _make_order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
@@ -94,34 +95,65 @@ class PromptStream:
         Raises
         ------
         ValueError
-            ``count < 0``.
+            ``count < 0``, or an id in ``avoid`` outside ``[0, num_prompts)``.
         """
         if count < 0:
             raise ValueError(f"cannot take {count} prompts")
         if avoid is None:
             return self._take_in_order(count)
-        blocked = np.unique(np.asarray(avoid, dtype=np.int64))
+        avoid = self._check_ids(avoid)
+        # One boolean per prompt marks the batch: set from `avoid` now and cleared on the way out, so a call costs
+        # O(len(avoid) + count) rather than sorting the batch's ids on every refill.
+        blocked = self._blocked_mask()
+        blocked[avoid] = True
         out = []
-        while count > 0:
-            if len(blocked) >= self.num_prompts:  # every prompt is in the batch: repeats cannot be avoided
-                if not self.wrap:
-                    break  # a finite stream just ends
-                if self.num_prompts not in _WARNED_SIZES:
-                    _WARNED_SIZES.add(self.num_prompts)
-                    logger.warning("the dataset has %d prompts and one batch needs more distinct prompts than that, "
-                                   "so some prompts appear more than once in a batch (said once)", self.num_prompts)
-                out.append(self._take_in_order(count))
-                break
-            got = self._take_unblocked(count, blocked)
-            if len(got):
-                out.append(got)
-                blocked = np.union1d(blocked, got)
-                count -= len(got)
-            elif self.wrap:
-                self._next_epoch()  # this epoch has nothing the batch can take
-            else:
-                break
+        try:
+            # `bound` is an upper bound on the distinct ids in the batch; exact counting (a pass over the mask) is
+            # needed only when it reaches the dataset size.
+            bound = len(avoid)
+            while count > 0:
+                if bound >= self.num_prompts:
+                    bound = int(np.count_nonzero(blocked))
+                if bound >= self.num_prompts:  # every prompt is in the batch: repeats cannot be avoided
+                    if not self.wrap:
+                        break  # a finite stream just ends
+                    if self.num_prompts not in _WARNED_SIZES:
+                        _WARNED_SIZES.add(self.num_prompts)
+                        logger.warning("the dataset has %d prompts and one batch needs more distinct prompts than "
+                                       "that, so some prompts appear more than once in a batch (said once)",
+                                       self.num_prompts)
+                    out.append(self._take_in_order(count))
+                    break
+                got = self._take_unblocked(count, blocked)
+                if len(got):
+                    out.append(got)
+                    blocked[got] = True  # distinct and not yet blocked, so the count grows by len(got)
+                    bound += len(got)
+                    count -= len(got)
+                elif self.wrap:
+                    self._next_epoch()  # this epoch has nothing the batch can take
+                else:
+                    break
+        finally:
+            blocked[avoid] = False
+            for got in out:
+                blocked[got] = False
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def _check_ids(self, ids) -> np.ndarray:
+        """``ids`` as a flat int64 array, every id a valid dataset index (else ``ValueError``)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.num_prompts):
+            bad = ids[(ids < 0) | (ids >= self.num_prompts)][0]
+            raise ValueError(f"prompt id {bad} is not an index of this stream's dataset of {self.num_prompts} "
+                             "prompts")
+        return ids
+
+    def _blocked_mask(self) -> np.ndarray:
+        """A scratch boolean per prompt, all False between calls (built on first use; not part of the state)."""
+        if self._mask is None:
+            self._mask = np.zeros(self.num_prompts, dtype=bool)
+        return self._mask
 
     def _take_in_order(self, count: int) -> np.ndarray:
         """Owed ids first, then the epoch order, wrapping into new epochs (plain stream order)."""
@@ -142,18 +174,19 @@ class PromptStream:
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     def _take_unblocked(self, count: int, blocked: np.ndarray) -> np.ndarray:
-        """Up to ``count`` ids of the current epoch not in ``blocked`` (owed ids first); never starts an epoch."""
+        """Up to ``count`` ids of the current epoch whose flag in ``blocked`` (bool, ``(num_prompts,)``) is unset,
+        owed ids first; never starts an epoch."""
         out = []
         if self._owed:
             owed = np.asarray(self._owed, np.int64)
-            usable = np.flatnonzero(~np.isin(owed, blocked))[:count]
+            usable = np.flatnonzero(~blocked[owed])[:count]
             out.append(owed[usable])
             self._owed = np.delete(owed, usable).tolist()
             count -= len(usable)
         while count > 0 and self.cursor < self.num_prompts:
             chunk = self._order[self.cursor : self.cursor + count]
             self.cursor += len(chunk)
-            skip = np.isin(chunk, blocked)
+            skip = blocked[chunk]
             out.append(chunk[~skip])
             self._owed.extend(chunk[skip].tolist())
             count -= int((~skip).sum())
