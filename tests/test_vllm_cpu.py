@@ -137,13 +137,15 @@ def test_two_processes_each_with_an_engine_stay_in_lock_step(tmp_path):
 
 def test_evaluate_with_the_vllm_backend(tmp_path):
     """``python -m sara_trl.evaluate --backend vllm`` on three MATH500 problems, SmolLM2, 2 samples each."""
+    from sara_trl.data import find_shared_data_dir
     from sara_trl.utils import smollm2_checkpoint
 
     out = tmp_path / "eval.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "sara_trl.evaluate", "--model", smollm2_checkpoint(), "--benchmarks", "math500",
-         "--limit", "3", "--num_samples", "2", "--max_new_tokens", "48", "--backend", "vllm", "--output", str(out)],
+         "--limit", "3", "--num_samples", "2", "--max_new_tokens", "48", "--backend", "vllm", "--output", str(out),
+         "--data_dir", str(find_shared_data_dir())],
         capture_output=True, text=True, timeout=1200, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     report = json.loads(out.read_text())
