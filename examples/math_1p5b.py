@@ -28,9 +28,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from transformers import HfArgumentParser
-
-from sara_trl import SaraConfig, SaraGRPOTrainer
+from sara_trl import SaraConfig, SaraGRPOTrainer, cli
 from sara_trl.data import find_shared_data_dir, load_dataset_by_name
 from sara_trl.rewards import math_reward
 
@@ -107,9 +105,7 @@ def build_dataset(script_args: ScriptArguments):
 
 def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SaraConfig]:
     """Command line -> (ScriptArguments, SaraConfig); PAPER_DEFAULTS apply unless a flag overrides them."""
-    parser = HfArgumentParser((ScriptArguments, SaraConfig))
-    parser.set_defaults(**PAPER_DEFAULTS)
-    return parser.parse_args_into_dataclasses(args=argv)
+    return cli.parse_args((ScriptArguments, SaraConfig), argv, defaults=PAPER_DEFAULTS)
 
 
 def main(argv: list[str] | None = None) -> SaraGRPOTrainer:

@@ -1,13 +1,15 @@
 """Evaluation (`sara_trl.evaluate`): pass@1 arithmetic, scoring through the real verifiers on the real data files,
-the command line with a tiny model, and (slow) SmolLM2 on a handful of problems of every benchmark."""
+the command line (help for every flag, one-line mistakes, progress bar) with a tiny model, and (slow) SmolLM2 on a
+handful of problems of every benchmark."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from sara_trl.evaluate import BENCHMARKS, evaluate, format_table, load_benchmark, main, pass_at_1
+from sara_trl.evaluate import BENCHMARKS, EvalArguments, evaluate, format_table, load_benchmark, main, pass_at_1
 
 
 def test_pass_at_1_is_the_mean_share_of_successes():
@@ -67,11 +69,56 @@ def test_generator_shape_is_checked():
         evaluate(None, ["aime24"], num_samples=0, generate_fn=lambda prompts, n: [])
 
 
+def test_generator_gets_batch_size_prompts_per_call_and_the_bar_counts_them(capsys):
+    calls = []
+
+    def fake_generate(prompts, n):
+        calls.append(len(prompts))
+        return [["\\boxed{0}"] * n for _ in prompts]
+
+    report = evaluate(None, ["aime24", "amc23"], num_samples=2, limit=5, batch_size=2, generate_fn=fake_generate,
+                      progress=True)
+    assert calls == [2, 2, 1, 2, 2, 1]  # 5 problems of each benchmark in chunks of 2
+    assert [r["problems"] for r in report["results"].values()] == [5, 5]
+    err = capsys.readouterr().err
+    assert "10/10" in err and "amc23: scoring" in err  # the bar reached the total (problems of both benchmarks)
+    evaluate(None, ["aime24"], num_samples=1, limit=1, generate_fn=fake_generate)
+    assert capsys.readouterr().err == ""  # progress is off by default for library calls
+
+
+def test_help_explains_every_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for f in dataclasses.fields(EvalArguments):
+        text = f.metadata["help"]
+        assert text, f.name
+        assert f"--{f.name}" in out and " ".join(text.split()[:4]) in out, f.name
+
+
+def test_command_line_mistakes_are_one_line(capsys):
+    for argv, expected in [
+        (["--model", "m", "--temprature", "0.5"], "unknown flag --temprature (did you mean --temperature?)"),
+        (["--model", "m", "--max_new", "8"], "unknown flag --max_new (did you mean --max_new_tokens?)"),
+        (["--model", "m", "--backend", "tpu"], "argument --backend: invalid choice: 'tpu'"),
+        (["--model", "m", "--num_samples", "0"], "invalid configuration: --num_samples must be >= 1, got 0"),
+        (["--model", "m", "--top_p", "0"], "invalid configuration: need temperature >= 0 and 0 < top_p <= 1"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1
+        assert err.startswith(f"python -m sara_trl.evaluate: error: {expected}"), err
+
+
 def test_command_line_with_tiny_model(tmp_path, tiny_model_dir, capsys):
     out_file = tmp_path / "eval.json"
     main(["--model", tiny_model_dir, "--benchmarks", "aime24,countdown", "--limit", "2", "--num_samples", "2",
           "--max_new_tokens", "4", "--backend", "transformers", "--output", str(out_file), "--keep_completions"])
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "evaluating" in captured.err and "4/4" in captured.err  # the progress bar: 2 + 2 problems
     assert "aime24" in printed and "countdown" in printed and "pass@1" in printed
     report = json.loads(out_file.read_text())
     assert report["settings"]["backend"] == "transformers" and report["settings"]["temperature"] == 1.0

@@ -74,6 +74,7 @@ def test_quickstart_defaults_and_overrides():
     assert (args.max_steps, args.num_generations, args.num_groups) == (4, 8, 4)
     assert (args.allocator, args.n0, args.tau_low, args.temperature) == ("sara", 2, 0.45, 0.3)
     assert args.use_cpu and not args.bf16 and args.max_completion_length == 16
+    assert args.gradient_checkpointing  # recomputing activations keeps the quickstart's peak memory low
     assert script_args.dataset is None and script_args.num_prompts == 512
     script_args, args = quickstart.parse_args(["--max_steps", "1", "--allocator", "dynamic_sampling",
                                                "--dataset", "x.jsonl"])
@@ -90,7 +91,7 @@ def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys):
         "--num_prompts", "24", "--torch_threads", "1", "--summary_file", str(summary_file),
     ])
     out = capsys.readouterr().out
-    assert "SARA step  1 |" in out and "1 step," in out and "SARA / DS" in out
+    assert "SARA step  1 |" in out and "1 step," in out and "SARA / DS" in out and "For 1 step x 2" in out
     assert summary["steps"] == 1 and len(summary["per_step"]) == 1
     step = summary["per_step"][0]
     assert summary["rollouts"] == step["rollouts_generated"] > 0 and step["collect_seconds"] > 0

@@ -31,7 +31,6 @@ per-problem success counts.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import importlib.util
 import json
@@ -40,11 +39,15 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["BENCHMARKS", "Benchmark", "evaluate", "format_table", "load_benchmark", "main", "pass_at_1"]
+from tqdm.auto import tqdm
+
+__all__ = [
+    "BENCHMARKS", "Benchmark", "EvalArguments", "evaluate", "format_table", "load_benchmark", "main", "pass_at_1",
+]
 
 #: A generator: (chat prompts, samples per prompt) -> for each prompt, ``n`` completion strings.
 GenerateFn = Callable[[Sequence[list[dict]], int], list[list[str]]]
@@ -219,6 +222,7 @@ def evaluate(
     batch_size: int = 8,
     generate_fn: GenerateFn | None = None,
     keep_completions: bool = False,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Generate ``num_samples`` completions per problem and score them with the benchmark's verifier.
 
@@ -230,9 +234,12 @@ def evaluate(
         data_dir: offline data folder (see :func:`load_benchmark`).
         backend: ``"auto"`` (vLLM if importable and a GPU is visible, else transformers), ``"vllm"`` or
             ``"transformers"``.
-        seed: sampling seed. batch_size: prompts per transformers ``generate`` call.
-        generate_fn: use this generator instead of loading ``model`` (see :data:`GenerateFn`).
+        seed: sampling seed. batch_size: prompts per ``generate_fn`` call (except with vLLM, which gets a whole
+            benchmark per call).
+        generate_fn: use this generator instead of loading ``model`` (see :data:`GenerateFn`); it is called with
+            ``batch_size`` prompts at a time.
         keep_completions: also return every completion text (large).
+        progress: show a progress bar on stderr (problems generated, time left) while generating and scoring.
 
     Returns:
         ``{"settings": {...}, "results": {name: {"pass@1", "problems", "samples", "unjudged", "successes"
@@ -262,15 +269,28 @@ def evaluate(
             generate_fn = transformers_generator(model, max_new_tokens, temperature, top_p, seed, batch_size)
             used_backend = "transformers"
 
+    # Load every benchmark first: a missing file fails before any generation, and the total sets the time estimate.
+    datasets = {name: load_benchmark(name, data_dir=data_dir, limit=limit) for name in benchmarks}
+    # Prompts per generate_fn call: vLLM schedules a whole benchmark at once (and shows its own progress);
+    # other generators get batch_size prompts at a time, so the bar advances (and estimates time left) per batch.
+    chunk = None if used_backend == "vllm" else batch_size
+    bar = tqdm(total=sum(len(d) for d in datasets.values()), unit="problem", desc="generating", disable=not progress,
+               dynamic_ncols=True, file=sys.stderr)
     results: dict[str, Any] = {}
     for name in benchmarks:
-        bench = BENCHMARKS[name]
-        dataset = load_benchmark(name, data_dir=data_dir, limit=limit)
+        bench, dataset = BENCHMARKS[name], datasets[name]
         started = time.perf_counter()
-        completions = generate_fn(list(dataset["prompt"]), num_samples)
+        prompts = list(dataset["prompt"])
+        step = chunk or max(len(prompts), 1)
+        bar.set_description(f"{name}: generating")
+        completions = []
+        for lo in range(0, len(prompts), step):
+            completions.extend(generate_fn(prompts[lo:lo + step], num_samples))
+            bar.update(min(step, len(prompts) - lo))
         if len(completions) != len(dataset) or any(len(c) != num_samples for c in completions):
             raise ValueError(f"{name}: the generator must return {num_samples} completions for each of "
                              f"{len(dataset)} prompts")
+        bar.set_description(f"{name}: scoring")
         flat = [c for row in completions for c in row]
         columns = {col: [v for v in dataset[col] for _ in range(num_samples)] for col in bench.columns}
         rewards = get_reward_func(bench.reward)(flat, **columns)
@@ -286,6 +306,7 @@ def evaluate(
         if keep_completions:
             entry["completions"] = completions
         results[name] = entry
+    bar.close()
     settings = {
         "model": model, "backend": used_backend, "benchmarks": list(benchmarks), "num_samples": num_samples,
         "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "limit": limit, "seed": seed,
@@ -310,29 +331,83 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class EvalArguments:
+    """Flags of ``python -m sara_trl.evaluate`` (defaults: the paper's sampling, App. E)."""
+
+    model: str = field(metadata={"help": "Model id on the Hub or local checkpoint folder to evaluate."})
+    benchmarks: str = field(
+        default="all", metadata={"help": f"Comma-separated subset of {','.join(BENCHMARKS)}, or 'all'."}
+    )
+    num_samples: int = field(
+        default=16, metadata={"help": "Completions sampled per problem; pass@1 is their mean success (paper: 16)."}
+    )
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (paper: 1.0)."})
+    top_p: float = field(
+        default=1.0, metadata={"help": "Nucleus sampling: keep the smallest token set with this much probability "
+                                       "(1.0 = no truncation; paper: 1.0)."}
+    )
+    max_new_tokens: int = field(
+        default=4096, metadata={"help": "Completion length cap in tokens; a completion cut here is usually wrong."}
+    )
+    limit: int | None = field(
+        default=None, metadata={"help": "Evaluate only the first N problems of each benchmark (quick checks)."}
+    )
+    data_dir: str | None = field(
+        default=None,
+        metadata={"help": "Folder of the offline benchmark files (default: ../shared/data or $SARA_SHARED_DATA if "
+                          "present, else the Hugging Face Hub)."},
+    )
+    backend: Literal["auto", "vllm", "transformers"] = field(
+        default="auto",
+        metadata={"help": "Generation engine: 'auto' uses vLLM when it is installed and a GPU is visible, else "
+                          "transformers' batched generate."},
+    )
+    batch_size: int = field(
+        default=8, metadata={"help": "Prompts per transformers generate call (each with num_samples completions)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Random seed of the sampling (torch and vLLM)."})
+    output: str = field(default="eval_results.json", metadata={"help": "JSON file to write the results to."})
+    keep_completions: bool = field(
+        default=False, metadata={"help": "Also store every completion text in the JSON file (large)."}
+    )
+    progress: bool = field(
+        default=True, metadata={"help": "Show a progress bar with the time left on stderr (--no_progress: off)."}
+    )
+
+    def __post_init__(self):
+        unknown = [name for name in self.benchmark_names() if name not in BENCHMARKS]
+        if unknown or not self.benchmark_names():
+            what = f"unknown benchmark(s) {', '.join(unknown)}" if unknown else "no benchmark named"
+            raise ValueError(f"--benchmarks {self.benchmarks!r}: {what}; choose from {','.join(BENCHMARKS)} or all")
+        for name in ("num_samples", "max_new_tokens", "batch_size", "limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name} must be >= 1, got {value}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature} and {self.top_p}")
+
+    def benchmark_names(self) -> list[str]:
+        """``benchmarks`` as a list of names (every benchmark for ``"all"``)."""
+        if self.benchmarks.strip() == "all":
+            return list(BENCHMARKS)
+        return [name.strip() for name in self.benchmarks.split(",") if name.strip()]
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Command-line entry point (``python -m sara_trl.evaluate --help``)."""
-    parser = argparse.ArgumentParser(prog="python -m sara_trl.evaluate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="model id or checkpoint folder")
-    parser.add_argument("--benchmarks", default="all",
-                        help=f"comma-separated subset of {','.join(BENCHMARKS)} (default: all)")
-    parser.add_argument("--num_samples", type=int, default=16, help="samples per problem (default 16)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top_p", type=float, default=1.0)
-    parser.add_argument("--max_new_tokens", type=int, default=4096)
-    parser.add_argument("--limit", type=int, default=None, help="first N problems of each benchmark")
-    parser.add_argument("--data_dir", default=None, help="offline data folder (default ../shared/data if present)")
-    parser.add_argument("--backend", default="auto", choices=("auto", "vllm", "transformers"))
-    parser.add_argument("--batch_size", type=int, default=8, help="prompts per transformers generate call")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default="eval_results.json", help="JSON file to write")
-    parser.add_argument("--keep_completions", action="store_true", help="store every completion in the JSON")
-    args = parser.parse_args(argv)
-    names = list(BENCHMARKS) if args.benchmarks == "all" else [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+    """Command-line entry point (``python -m sara_trl.evaluate --help``); a flag mistake exits with status 2."""
+    from sara_trl.cli import parse_args, plural
+
+    (args,) = parse_args(EvalArguments, argv, prog="python -m sara_trl.evaluate",
+                         description=__doc__.split("\n\n")[0])
+    names = args.benchmark_names()
+    if args.progress:
+        print(f"evaluating {args.model} on {', '.join(names)} ({plural(args.num_samples, 'sample')} per problem)",
+              file=sys.stderr, flush=True)
     report = evaluate(
         args.model, names, num_samples=args.num_samples, temperature=args.temperature, top_p=args.top_p,
         max_new_tokens=args.max_new_tokens, limit=args.limit, data_dir=args.data_dir, backend=args.backend,
-        seed=args.seed, batch_size=args.batch_size, keep_completions=args.keep_completions,
+        seed=args.seed, batch_size=args.batch_size, keep_completions=args.keep_completions, progress=args.progress,
     )
     print(format_table(report))
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n")

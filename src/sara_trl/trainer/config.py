@@ -133,6 +133,17 @@ class _SaraArguments(_SaraFields):
         except AllocationConfigError as err:
             raise err.respelled(type(self).__name__, TRAINER_SPELLINGS) from None
 
+    def _adopt_trl_checkpointing_default(self) -> None:
+        """Carry TRL's ``gradient_checkpointing=True`` default over to ``activation_checkpointing``.
+
+        TRL 1.16 configs default the field transformers 5 renamed (``gradient_checkpointing``), so every config that
+        leaves ``activation_checkpointing`` unset made transformers raise a FutureWarning about a setting the user
+        never made. Same result (checkpointing on), without the warning. An explicit ``gradient_checkpointing=False``
+        is left alone (transformers then warns about the old name and honours it).
+        """
+        if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is True:
+            self.activation_checkpointing = True
+
     def _validate_sara(self) -> None:
         """Check the trainer's own fields, then every allocation option through :class:`AllocationConfig`.
 
@@ -205,6 +216,7 @@ class _SaraArguments(_SaraFields):
 
     def __post_init__(self):
         self._check_group_size()
+        self._adopt_trl_checkpointing_default()
         super().__post_init__()
         self._validate_sara()
 
