@@ -17,11 +17,11 @@ __all__ = ["SaraConfig", "SaraGRPOTrainer", "SaraRLOOConfig", "SaraRLOOTrainer"]
 
 
 def hide_renamed_checkpointing_warnings() -> None:
-    """Hide the FutureWarnings transformers 5 raises when TRL 1.16 calls its renamed checkpointing methods.
+    """Hide the FutureWarnings recent transformers raise when TRL 1.16 calls their renamed checkpointing methods.
 
     TRL calls ``is_gradient_checkpointing`` and ``gradient_checkpointing_enable``/``_disable`` (renamed
-    ``*activation_checkpointing*`` in transformers 5) around every generation and loss pass; the user can neither act on
-    the warning nor avoid it by a setting. Only those three messages are filtered; every other warning still shows.
+    ``*activation_checkpointing*`` in recent transformers releases, e.g. 5.24) around every generation and loss pass;
+    the user can neither act on the warning nor avoid it by a setting. Only those three messages are filtered; every other warning still shows.
     Called once when :mod:`sara_trl.trainer` is imported.
     """
     warnings.filterwarnings(

@@ -136,9 +136,10 @@ class _SaraArguments(_SaraFields):
     def _adopt_trl_checkpointing_default(self) -> None:
         """Carry TRL's ``gradient_checkpointing=True`` default over to ``activation_checkpointing``.
 
-        TRL 1.16 configs default the field transformers 5 renamed (``gradient_checkpointing``), so every config that
-        leaves ``activation_checkpointing`` unset made transformers raise a FutureWarning about a setting the user
-        never made. Same result (checkpointing on), without the warning. An explicit ``gradient_checkpointing=False``
+        TRL 1.16 configs default the field that recent transformers releases (e.g. 5.24) renamed
+        (``gradient_checkpointing``), so there every config that leaves ``activation_checkpointing`` unset made
+        transformers raise a FutureWarning about a setting the user never made. Same result (checkpointing on), without
+        the warning; a no-op where transformers has only the old name. An explicit ``gradient_checkpointing=False``
         is left alone (transformers then warns about the old name and honours it).
         """
         if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is True:
