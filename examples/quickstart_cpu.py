@@ -30,6 +30,7 @@ Defaults: B = 4 groups of k = 8 per step, 4 steps, learning rate 1e-6. Run time 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -309,6 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     if script_args.compare_dynamic_sampling and training_args.allocator != "dynamic_sampling":
         del trainer  # free the first model (and engine) before the second process loads its own
+        gc.collect()  # the trainer's reference cycles hold the model and optimizer state until collected
         print("Now dynamic sampling (DAPO) from the same weights, prompts and seed, in a second process:", flush=True)
         ds = run_dynamic_sampling_pass(argv)
         summary["dynamic_sampling"] = {key: ds[key] for key in (*totals([]), "wall_clock_s", "per_step")}

@@ -33,10 +33,13 @@ _HELP_HINT = "--help lists every flag"
 class ArgumentParser(HfArgumentParser):
     """:class:`transformers.HfArgumentParser` with prefix matching off and one-line errors (no usage dump).
 
-    Args:
-        dataclass_types: the dataclasses whose fields become flags (as for ``HfArgumentParser``).
-        **kwargs: passed to :class:`argparse.ArgumentParser` (``prog``, ``description``, ...); ``allow_abbrev`` is
-            always False.
+    Parameters
+    ----------
+    dataclass_types : type or sequence of types, optional
+        The dataclasses whose fields become flags (as for ``HfArgumentParser``).
+    **kwargs
+        Passed to :class:`argparse.ArgumentParser` (``prog``, ``description``, ...); ``allow_abbrev`` is always
+        False.
     """
 
     def __init__(self, dataclass_types: Any = None, **kwargs):
@@ -55,8 +58,17 @@ class ArgumentParser(HfArgumentParser):
 def suggest_flag(flag: str, valid: Iterable[str]) -> str | None:
     """The valid flag closest to ``flag`` (``difflib`` similarity >= 0.6), or None when nothing is close.
 
-    ``--name=value`` is compared by its ``--name`` part. Example: ``suggest_flag("--alocator", ["--allocator",
-    "--n0"])`` is ``"--allocator"``.
+    Parameters
+    ----------
+    flag : str
+        What the user typed; ``--name=value`` is compared by its ``--name`` part.
+    valid : iterable of str
+        The flags the parser accepts.
+
+    Returns
+    -------
+    str or None
+        E.g. ``suggest_flag("--alocator", ["--allocator", "--n0"])`` is ``"--allocator"``.
     """
     name = flag.split("=", 1)[0]
     matches = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
@@ -85,19 +97,28 @@ def parse_args(
 ) -> tuple:
     """Command line -> one instance of each dataclass, or a one-line error and exit status 2.
 
-    Args:
-        dataclass_types: a dataclass type or a sequence of them (e.g. ``(ScriptArguments, SaraConfig)``); every
-            field becomes a ``--flag`` (``metadata={"help": ...}`` is its help text).
-        argv: the arguments (without the program name); ``None`` reads ``sys.argv[1:]``.
-        defaults: field name -> default that replaces the dataclass default (a flag still overrides it).
-        prog, description: shown by ``--help`` and in error lines (``prog`` defaults to the script name).
+    Parameters
+    ----------
+    dataclass_types : type or sequence of types
+        A dataclass or several (e.g. ``(ScriptArguments, SaraConfig)``); every field becomes a ``--flag``, with
+        ``metadata={"help": ...}`` as its help text.
+    argv : sequence of str, optional
+        The arguments without the program name; None reads ``sys.argv[1:]``.
+    defaults : dict, optional
+        Field name -> default that replaces the dataclass default (a flag still overrides it).
+    prog, description : str, optional
+        Shown by ``--help`` and in error lines (``prog`` defaults to the script name).
 
-    Returns:
-        A tuple with one instance per dataclass type, in the order given.
+    Returns
+    -------
+    tuple
+        One instance per dataclass type, in the order given.
 
-    Raises:
-        SystemExit: status 0 after ``--help``; status 2 after an unknown flag, a bad value, or a ``ValueError`` from
-            a dataclass's ``__post_init__`` (each reported on one stderr line).
+    Raises
+    ------
+    SystemExit
+        Status 0 after ``--help``; status 2 after an unknown flag, a bad value, or a ``ValueError`` from a
+        dataclass's ``__post_init__`` (each reported on one stderr line).
     """
     kwargs = {key: value for key, value in (("prog", prog), ("description", description)) if value is not None}
     parser = ArgumentParser(dataclass_types, **kwargs)
@@ -115,6 +136,20 @@ def parse_args(
 
 
 def plural(count: int | float, noun: str, plural_form: str | None = None) -> str:
-    """``count`` with its noun in the right number, for messages: ``plural(1, "step")`` is ``"1 step"``,
-    ``plural(4, "step")`` is ``"4 steps"``; ``plural_form`` replaces the default ``noun + "s"``."""
+    """``count`` with its noun in the right number, for messages.
+
+    Parameters
+    ----------
+    count : int or float
+        The number shown.
+    noun : str
+        The singular, e.g. ``"step"``.
+    plural_form : str, optional
+        The plural when it is not ``noun + "s"`` (e.g. ``"batches"``).
+
+    Returns
+    -------
+    str
+        ``plural(1, "step")`` is ``"1 step"``, ``plural(4, "step")`` is ``"4 steps"``.
+    """
     return f"{count} {noun if count == 1 else plural_form or noun + 's'}"
