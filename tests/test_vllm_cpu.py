@@ -13,7 +13,7 @@ What is asserted:
   engine, synced at the start of step 2, is one update behind and its log-probs of fixed completions differ from the trained model's by more than 1e-2
   nats/token on average (this is what a skipped sync looks like); after ``sync_weights()`` they agree to 1e-4 mean
   and 1e-3 max. With vLLM's own CPU GEMM dispatch (weights repacked, originals dropped) the sync raises, and with
-  its bfloat16 default the difference stays at ~3e-2 (both measured when this path was built, before
+  its bfloat16 default the difference stays at ~3e-2 (both reported in the issue that asked for this path, before
   :mod:`sara_trl.trainer.vllm_cpu` existed);
 * two processes (``accelerate launch`` with ``examples/accelerate_configs/multi_cpu.yaml``), each with its own
   colocated engine, run one SARA step in lock-step: the same decisions on both, one engine call per round on each,

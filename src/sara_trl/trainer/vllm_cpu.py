@@ -15,7 +15,8 @@ optimizer step, pushes the policy's parameters into it one by one (``VLLMGenerat
    (Running ``torch.nn.functional.linear`` on the kept weights instead, with no packing, is also exact but
    generated 2-3x slower here.)
 2. **Precision.** With no ``dtype`` given (TRL passes none), vLLM's CPU platform runs a float32 checkpoint in
-   bfloat16, so the sampling log-probs differ from the trained model's by ~0.03-0.08 nats per token and the
+   bfloat16, so the sampling log-probs differ from the trained model's by ~0.03-0.08 nats per token (TRL's
+   ``sampling_logp_difference`` over 3 SARA steps, as reported in the issue that asked for this path) and the
    importance-sampling correction works on noise. The engine is built in the trainer's precision instead.
 
 Also, for start-up time only: the engine runs eagerly (``enforce_eager=True``). By default vLLM compiles the model
@@ -61,7 +62,6 @@ def _keep_weight_dispatch(original):
     def dispatch(layer, remove_weight: bool) -> None:
         return original(layer, False)
 
-    dispatch.sara_keeps_weight = True
     return dispatch
 
 
