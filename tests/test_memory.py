@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
-import os
 import platform
+import subprocess
 import sys
 
 import pytest
@@ -18,16 +17,43 @@ def test_bad_threshold_is_refused():
             return_large_frees_to_os(bad)
 
 
+_CHECK = """
+import ctypes, os, sys
+from sara_trl.utils import return_large_frees_to_os
+
+def resident():
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+if sys.argv[1] == "apply":
+    assert return_large_frees_to_os(1 << 20) is True
+# what a training step does first: free a large buffer, after which glibc raises its mmap threshold (up to 32 MiB)
+warm = ctypes.create_string_buffer(24 << 20)
+del warm
+before = resident()
+blocks, pins = [], []
+for _ in range(16):  # 128 MiB in 8 MiB blocks, each followed by a small live allocation that pins the heap
+    blocks.append(ctypes.create_string_buffer(8 << 20))
+    ctypes.memset(blocks[-1], 1, 8 << 20)  # touch every page
+    pins.append(ctypes.create_string_buffer(4096))
+grown = resident() - before
+del blocks
+print(grown, resident() - before)
+"""
+
+
+def _run_check(mode: str) -> tuple[int, int]:
+    # a fresh interpreter: the test session's other threads and earlier heaps would blur the resident-size deltas
+    done = subprocess.run([sys.executable, "-c", _CHECK, mode], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    grown, left = (int(x) for x in done.stdout.split())
+    assert grown > 120 << 20  # the 128 MiB were resident while held
+    return grown, left
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_applies_on_glibc_and_large_frees_leave_no_heap_behind():
-    def resident() -> int:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-    assert return_large_frees_to_os(1 << 20) is True
-    before = resident()
-    blocks = [ctypes.create_string_buffer(8 << 20) for _ in range(16)]  # 128 MiB in 8 MiB blocks, touched (zeroed)
-    assert resident() - before > 100 << 20
-    del blocks
-    # each block had its own mapping, so freeing them returned the memory (a heap would have kept most of it)
-    assert resident() - before < 32 << 20
+    # with the setting, each 8 MiB block had its own mapping, so freeing them returned the memory
+    assert _run_check("apply")[1] < 16 << 20
+    # without it (glibc's raised dynamic threshold), the same blocks came from the heap and stayed resident
+    assert _run_check("none")[1] > 100 << 20
