@@ -171,3 +171,11 @@ def test_dataset_and_args_errors(prompts, tiny_model_dir, tokenizer):
         SaraGRPOTrainer(args=SaraConfig(**BASE, success_reward_func="accuracy"), train_dataset=prompts, **make)
     with pytest.raises(TypeError, match="needs a `SaraRLOOConfig`"):
         SaraRLOOTrainer(args=SaraConfig(**BASE), train_dataset=prompts, **make)
+
+
+def test_streaming_collection_is_refused_by_the_trainer_until_it_is_wired():
+    assert SaraConfig(**BASE).collection == "rounds"
+    with pytest.raises(ValueError, match="SaraConfig: collection='streaming' is not implemented in the trainer yet"):
+        SaraConfig(**BASE, collection="streaming")
+    with pytest.raises(ValueError, match="SaraConfig: collection='streaming' decides prompts one completion"):
+        SaraConfig(**BASE, allocator="uniform", collection="streaming")

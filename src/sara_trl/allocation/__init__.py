@@ -7,6 +7,8 @@ and :mod:`~sara_trl.allocation.rules` (Eq. 2 and 3), :mod:`~sara_trl.allocation.
 :mod:`~sara_trl.allocation.strategies` (uniform, dynamic sampling, SARA, registered by name),
 :mod:`~sara_trl.allocation.scheduler` (the :class:`Allocator` and its cross-step state),
 :mod:`~sara_trl.allocation.stream` (the seeded prompt stream), :mod:`~sara_trl.allocation.simulate`.
+Beyond the paper: :mod:`~sara_trl.allocation.streaming` (decide per completion on a running engine,
+``collection="streaming"``) and :mod:`~sara_trl.allocation.latency` (a decode-step latency model of an engine).
 
 Beyond the paper (off by default, see :class:`AllocationConfig`): Bayes-optimal stopping (``tau_low="auto"``,
 :mod:`~sara_trl.allocation.optimal_stopping`), its empirical-Bayes prior fit
@@ -19,6 +21,7 @@ Depends on numpy and scipy only; never imports torch, TRL or transformers.
 
 from sara_trl.allocation.config import (
     ALLOCATORS,
+    COLLECTIONS,
     COST_UNITS,
     DS_FILTERS,
     PRIOR_FAMILIES,
@@ -40,9 +43,11 @@ from sara_trl.allocation.optimal_stopping import (
 from sara_trl.allocation.predictor import abandon_point_uniform, p_eff
 from sara_trl.allocation.rules import decide
 from sara_trl.allocation.scheduler import Allocator
+from sara_trl.allocation.latency import DecodeCost, DecodeEngine, EngineTally, call_cost
 from sara_trl.allocation.simulate import SimulatedTask, phi, psi, u_shaped_gammas
 from sara_trl.allocation.strategies import STRATEGIES, StepContext, StrategyResult
 from sara_trl.allocation.stream import PromptStream
+from sara_trl.allocation.streaming import Request, StreamActions, StreamingCollector
 from sara_trl.allocation.types import (
     ABANDON,
     COMMIT,
@@ -63,6 +68,8 @@ __all__ = [
     "is_mixed", "success_labels", "score_spread_labels", "allocator_labels", "DS_FILTERS",
     "STRATEGIES", "StepContext", "StrategyResult",
     # beyond the paper
+    "COLLECTIONS", "StreamingCollector", "StreamActions", "Request", "DecodeCost", "DecodeEngine", "EngineTally",
+    "call_cost",
     "SELECTIONS", "COST_UNITS", "PRIOR_FAMILIES", "MixturePrior", "StoppingSolution", "solve_values", "solve_rate",
     "evaluate_policy", "p_eff_mixture", "fit_prior_counts", "PromptHistory",
 ]

@@ -17,6 +17,7 @@ from typing import Optional, Union
 from sara_trl.allocation.labels import DS_FILTERS
 from sara_trl.allocation.strategies import STRATEGIES
 from sara_trl.allocation.strategies.sara import ROUND_TO_DECISION
+from sara_trl.allocation.streaming import STREAMING_ALLOCATORS
 
 __all__ = [
     "ALLOCATORS",
@@ -28,6 +29,7 @@ __all__ = [
     "SELECTIONS",
     "AllocationConfig",
     "AllocationConfigError",
+    "COLLECTIONS",
     "check_group_size",
     "options_doc",
 ]
@@ -36,6 +38,7 @@ ALLOCATORS = tuple(STRATEGIES)
 SELECTIONS = ("thompson", "greedy")
 COST_UNITS = ("rollouts", "tokens")
 PRIOR_FAMILIES = ("mixture", "beta")
+COLLECTIONS = ("rounds", "streaming")
 PAPER_TAU_LOW = 0.45
 """The paper's abandon threshold (App. D); also the rule ``tau_low="auto"`` runs during its burn-in."""
 
@@ -171,6 +174,13 @@ class AllocationConfig:
         decides from, so the two are compared like for like) or 'score' (its scores differ beyond float32 noise,
         DAPO's filter on the shaped reward: a group of wrong answers with different format or length scores then
         counts as mixed). 'score' needs allocator='dynamic_sampling'.""", choices=list(DS_FILTERS)))
+    collection: str = field(default="rounds", metadata=_help(
+        """How a step's rollouts reach the allocator: 'rounds' (the paper's batched rounds: each generation call
+        ends before any decision) or 'streaming' (beyond the paper: each completion is decided as soon as it
+        finishes on a continuously running engine, freed budget is refilled at once, and requests still in flight
+        when B groups are committed are aborted and counted as surplus; no round barrier). 'streaming' needs
+        allocator 'sara' or 'dynamic_sampling' and is not yet combined with carry_over, ds_filter='score' or the
+        options from auto_prior on.""", choices=list(COLLECTIONS)))
     auto_prior: str = field(default="mixture", metadata=_help(
         """Family of the prior fitted for tau_low='auto': 'mixture' (point masses at gamma = 0 and 1 plus a Beta)
         or 'beta'.""", choices=list(PRIOR_FAMILIES)))
@@ -204,6 +214,24 @@ class AllocationConfig:
     def __post_init__(self):
         self._check_paper_options()
         self._check_beyond_paper()
+        self._check_collection()
+
+    def _check_collection(self) -> None:
+        if self.collection not in COLLECTIONS:
+            _fail(f"collection={self.collection!r} must be one of {COLLECTIONS}")
+        if self.collection != "streaming":
+            return
+        if self.allocator not in STREAMING_ALLOCATORS:
+            _fail(f"collection='streaming' decides prompts one completion at a time; allocator={self.allocator!r} "
+                  f"has nothing to decide (use one of {STREAMING_ALLOCATORS})")
+        unsupported = [name for name, on in (
+            ("carry_over", self.carry_over), ("ds_filter='score'", self.ds_filter != "success"),
+            ("tau_low='auto'", self.tau_low == "auto"), ("history_decay", self.history_decay is not None),
+            ("selection", self.selection is not None)) if on]
+        if unsupported:
+            _fail(f"collection='streaming' is not implemented together with {', '.join(unsupported)} yet: streaming "
+                  "aborts what is in flight at the end of a step and decides from the success labels with the "
+                  "paper's fixed-threshold rule", *(t for t in ("tau_low='auto'",) if t in unsupported))
 
     def _check_paper_options(self) -> None:
         if self.allocator not in STRATEGIES:  # the registry, so that a strategy registered later is accepted

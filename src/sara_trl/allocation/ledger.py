@@ -187,6 +187,28 @@ class Ledger:
         self.round_sizes.append(total)
         self.generated += total
 
+    def record(self, slot: int, success: float, tokens: int) -> None:
+        """One finished rollout of ``slot``, outside any round (streaming collection): the counts grow by one.
+
+        Parameters
+        ----------
+        slot : int
+            The prompt's slot.
+        success : float
+            1.0, 0.0 or NaN (unscorable; validated by the caller).
+        tokens : int
+            Its completion tokens.
+        """
+        self.n_before[slot] = self.n[slot]
+        self.n[slot] += 1
+        if not np.isnan(success):
+            self.nsc[slot] += 1
+            self.s[slot] += int(success == 1.0)
+        self.r_slot.append(np.array([slot], np.int64))
+        self.r_success.append(np.array([success], np.float64))
+        self.r_tokens.append(np.array([tokens], np.int64))
+        self.generated += 1
+
     def rollouts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every rollout of the step by id: ``(slot, success, tokens)``, each ``(R,)`` (int64, float64, int64)."""
         if not self.r_slot:

@@ -18,6 +18,7 @@ from sara_trl.allocation.rules import decide
 from sara_trl.allocation.strategies import STRATEGIES, StepContext
 from sara_trl.allocation.strategies.sara import ROUND_TO_DECISION
 from sara_trl.allocation.stream import PromptStream
+from sara_trl.allocation.streaming import StreamingCollector
 from sara_trl.allocation.types import Fate, RolloutFn, StepResult
 
 __all__ = ["Allocator"]
@@ -185,6 +186,46 @@ class Allocator:
                           alpha0=cfg.prior_alpha, beta0=cfg.prior_beta)
         return self._ext.decide(pids, n, n_scored, s)  # per-prompt history priors and/or the Bayes-optimal boundary
 
+    def _decay_refill_model(self) -> None:
+        for name in ("_mix_num", "_mix_den", "_cost_num", "_cost_den"):
+            setattr(self, name, getattr(self, name) * self.config.yield_decay)
+
+    def _account(self, result: StepResult) -> None:
+        self.total_rollouts += result.stats.rollouts_generated
+        self.total_tokens += result.stats.tokens_generated
+        self.steps += 1
+
+    # ----------------------------------------------------------------------------------------------- streaming
+    def streaming(self, stream: PromptStream, B: int, max_in_flight: int) -> StreamingCollector:
+        """A :class:`~sara_trl.allocation.streaming.StreamingCollector` for one step, bound to this allocator.
+
+        It draws fresh prompts from ``stream``, sizes refills with this allocator's refill model (and feeds it),
+        and on :meth:`StreamingCollector.finish` adds the step to the cumulative totals.
+
+        Parameters
+        ----------
+        stream : PromptStream
+            Where fresh prompts come from.
+        B : int
+            Groups the batch needs.
+        max_in_flight : int
+            Concurrency cap of the engine (requests in flight), >= k.
+
+        Raises
+        ------
+        ValueError
+            ``config.collection`` is not ``"streaming"``, ``B < 1`` or ``max_in_flight < k``.
+        """
+        if self.config.collection != "streaming":
+            raise ValueError(f"streaming() needs collection='streaming', this allocator has "
+                             f"collection={self.config.collection!r}")
+        collector = StreamingCollector(self.config, B, stream.take, max_in_flight=max_in_flight,
+                                       decide=self._decide, mix_rate=self.mix_rate,
+                                       fresh_cost=self.fresh_cost_estimate, resolved=self._resolve,
+                                       on_finish=self._account)
+        self._decay_refill_model()
+        return collector
+
     # ----------------------------------------------------------------------------------------------- collect
     def collect(self, rollout_fn: RolloutFn, stream: PromptStream, B: int) -> StepResult:
         """Assemble one step's batch of B groups.
@@ -212,9 +253,11 @@ class Allocator:
         """
         if not isinstance(B, (int, np.integer)) or B < 1:
             raise ValueError(f"B must be a positive integer number of groups, got {B!r}")
+        if self.config.collection != "rounds":
+            raise ValueError(f"collect() runs rounds; collection={self.config.collection!r} collects through "
+                             "Allocator.streaming()")
         B = int(B)
-        for name in ("_mix_num", "_mix_den", "_cost_num", "_cost_den"):
-            setattr(self, name, getattr(self, name) * self.config.yield_decay)
+        self._decay_refill_model()
         ledger = Ledger(rollout_fn)
         if self._carry is not None:
             ledger.seed(self._carry)
@@ -236,7 +279,5 @@ class Allocator:
             rs, success, tokens = ledger.rollouts()
             self._ext.end_step(ledger.pid[: ledger.size][fed], ledger.nsc[: ledger.size][fed],
                                ledger.s[: ledger.size][fed], success[fed[rs]], tokens[fed[rs]])
-        self.total_rollouts += result.stats.rollouts_generated
-        self.total_tokens += result.stats.tokens_generated
-        self.steps += 1
+        self._account(result)
         return result

@@ -1,6 +1,7 @@
 """A simulated rollout source: prompts with latent success rates and token lengths, no model needed.
 
-Used by the tests and benchmarks to drive the allocators exactly as the trainer does (one call per round).
+Used by the tests and benchmarks to drive the allocators exactly as the trainer does (one call per round), and, with
+:func:`run_streaming_step`, to drive a streaming collector through a simulated engine.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sara_trl.allocation.types import RoundOutcome
+from sara_trl.allocation.latency import DecodeEngine
+from sara_trl.allocation.streaming import StreamActions, StreamingCollector
+from sara_trl.allocation.types import RoundOutcome, StepResult
 
-__all__ = ["SimulatedTask", "u_shaped_gammas", "phi", "psi"]
+__all__ = ["SimulatedTask", "u_shaped_gammas", "phi", "psi", "run_streaming_step"]
 
 
 def phi(gammas: np.ndarray, k: int) -> float:
@@ -118,3 +121,66 @@ class SimulatedTask:
         if self.p_unscorable > 0:
             success[self.rng.random(len(g)) < self.p_unscorable] = np.nan
         return RoundOutcome(success=success, tokens=tokens)
+
+
+def run_streaming_step(collector: StreamingCollector, rollout_fn, engine: DecodeEngine,
+                       max_tokens: int | None = None) -> StepResult:
+    """Drive ``collector`` through one step on a simulated continuous-batching engine.
+
+    Each batch of submitted requests asks ``rollout_fn`` (the round contract, e.g. :class:`SimulatedTask`) for its
+    outcomes and lengths at once; a request then runs on ``engine`` for its length in decode steps and is reported
+    to the collector when it finishes, in finishing order (ties by request id). Aborts go to the engine at once and
+    their decoded tokens back to the collector; a request that finished in the same decode step as its abort is
+    delivered as a completion (the collector counts it as surplus).
+
+    Parameters
+    ----------
+    collector : StreamingCollector
+        A fresh collector (:meth:`StreamingCollector.start` not yet called).
+    rollout_fn : RolloutFn
+        ``rollout_fn(prompt_ids, counts) -> RoundOutcome``; called with counts of 1.
+    engine : DecodeEngine
+        Its :attr:`DecodeEngine.tally` accumulates the decode steps (the caller adds the call overhead).
+    max_tokens : int, optional
+        Completion length cap: longer completions are cut to it (outcome unchanged).
+
+    Returns
+    -------
+    StepResult
+        ``collector.finish()``.
+
+    Raises
+    ------
+    RuntimeError
+        The engine ran dry while the collector still waited (a collector bug).
+    """
+    pending: dict[int, tuple[float, int]] = {}  # rid -> (success, tokens) of a request on the engine
+    finished_now: set[int] = set()
+
+    def apply(actions: StreamActions) -> None:
+        for rid in actions.abort:
+            if rid in finished_now:
+                continue  # finished in this decode step: delivered below as a (surplus) completion
+            pending.pop(rid)
+            collector.aborted(rid, engine.abort(rid))
+        if actions.submit:
+            pids = np.array([r.prompt_id for r in actions.submit], np.int64)
+            out = RoundOutcome.coerce(rollout_fn(pids, np.ones(len(pids), np.int64)), len(pids))
+            tokens = out.tokens if max_tokens is None else np.minimum(out.tokens, max_tokens)
+            for req, succ, tok in zip(actions.submit, out.success.tolist(), tokens.tolist()):
+                pending[req.rid] = (succ, int(tok))
+                engine.submit(req.rid, max(1, int(tok)))
+
+    apply(collector.start())
+    while not collector.done:
+        done = engine.run_to_next_finish()
+        if not done:
+            raise RuntimeError("the engine has nothing in flight but the streaming collector is not done")
+        finished_now = {rid for rid, _ in done}
+        for rid, _ in done:
+            succ, tok = pending.pop(rid)
+            finished_now.discard(rid)
+            apply(collector.complete(rid, succ, tok))
+        finished_now = set()
+    # Requests the last completion aborted that had finished in the same decode step were delivered above.
+    return collector.finish()

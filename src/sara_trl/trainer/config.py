@@ -192,6 +192,12 @@ class _SaraArguments(_SaraFields):
             self.to_allocation_config()
         except AllocationConfigError as err:
             raise err.respelled(name, TRAINER_SPELLINGS) from None
+        if self.collection == "streaming":
+            raise ValueError(
+                f"{name}: collection='streaming' is not implemented in the trainer yet (the allocation core has the "
+                "streaming collector, sara_trl.allocation.StreamingCollector, but the trainer does not yet drive "
+                "vLLM's engine request by request); use collection='rounds'."
+            )
 
     def to_allocation_config(self) -> AllocationConfig:
         """The :class:`sara_trl.allocation.AllocationConfig` these fields describe.

@@ -1,0 +1,418 @@
+"""Streaming collection: decide per finished completion on a running engine, with no round barrier.
+
+The round allocators (:mod:`~sara_trl.allocation.strategies`) wait for a whole generation call before any decision.
+:class:`StreamingCollector` instead takes completions one at a time, as a continuous-batching engine (vLLM's
+``add_request`` / ``step`` / ``abort_request``) finishes them: each one updates its prompt's counts, and the prompt
+is decided at once with the rule the round allocator uses (SARA: paper Eq. 2 and 3 through
+:func:`~sara_trl.allocation.rules.decide`; dynamic sampling: keep a full group of k when it is mixed). The collector
+then says which requests to submit (a continuing prompt's next rollouts, top-ups of a mixed prompt to the commit
+floor, fresh probes of ``n0`` for freed budget) within a concurrency cap, and, once B groups are committed, which
+requests still in flight to abort. Bookkeeping goes through the same :class:`~sara_trl.allocation.ledger.Ledger`, so
+the batch, the per-prompt table and the accounting are built exactly as for rounds; aborted requests (and requests
+that finish after the batch is full) are accounted as surplus rollouts and tokens.
+
+The driver's loop (simulated in ``benchmarks/streaming_projection.py``, to be wired to vLLM in the trainer)::
+
+    actions = collector.start()
+    while not collector.done:
+        submit actions.submit, abort actions.abort (then collector.aborted(rid, tokens) for each)
+        rid, success, tokens = next finished request
+        actions = collector.complete(rid, success, tokens)
+    result = collector.finish()
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sara_trl.allocation.labels import is_mixed
+from sara_trl.allocation.ledger import Ledger
+from sara_trl.allocation.predictor import p_eff_unchecked
+from sara_trl.allocation.rules import decide as rule_decide
+from sara_trl.allocation.strategies.base import ceil_count
+from sara_trl.allocation.strategies.sara import ROUND_TO_DECISION, steps_to_decision
+from sara_trl.allocation.types import ABANDON, COMMIT, Fate, StepResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sara_trl.allocation.config import AllocationConfig
+
+__all__ = ["STREAMING_ALLOCATORS", "Request", "StreamActions", "StreamingCollector"]
+
+STREAMING_ALLOCATORS = ("sara", "dynamic_sampling")
+"""Allocators that :class:`StreamingCollector` runs (uniform sampling has nothing to decide)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One rollout to generate: request id (unique within the step) and dataset index of its prompt."""
+
+    rid: int
+    prompt_id: int
+
+
+@dataclass
+class StreamActions:
+    """What the driver must do after an event.
+
+    Attributes
+    ----------
+    submit : list of Request
+        New requests, in order (continuing prompts first, then fresh probes).
+    abort : list of int
+        Request ids to abort; report each one's decoded tokens with :meth:`StreamingCollector.aborted`.
+    """
+
+    submit: list[Request] = field(default_factory=list)
+    abort: list[int] = field(default_factory=list)
+
+
+class StreamingCollector:
+    """One step's B groups from completions that arrive one at a time.
+
+    Parameters
+    ----------
+    config : AllocationConfig
+        ``allocator`` must be ``"sara"`` or ``"dynamic_sampling"``. Used: ``k``, ``n0``, ``tau_low``,
+        ``commit_min``, the prior, ``budget_cap``, ``round_increment`` (rollouts submitted at once to a continuing
+        unmixed prompt whose requests have all finished; ``"to_decision"``: up to its next abandon point) and
+        ``refill_margin``. ``max_rounds`` and ``max_rollouts_per_round`` do not apply (no rounds).
+    B : int
+        Groups the batch needs (>= 1).
+    draw : callable
+        ``draw(count, avoid) -> (<= count,) int64`` fresh prompt ids not in ``avoid`` (the ids already in the step),
+        e.g. ``PromptStream.take``.
+    max_in_flight : int
+        Concurrency cap: requests submitted and not yet finished or aborted (>= k, so a full group fits).
+    decide : callable, optional
+        ``decide(pids, n, n_scored, s) -> (decision, p_eff)`` on ``(P,)`` arrays; default: paper Eq. 3
+        (:func:`~sara_trl.allocation.rules.decide`) with ``config``'s threshold, floor and prior.
+    mix_rate : callable, optional
+        ``mix_rate() -> (k + 1,)`` share of unmixed prompts with n rollouts that go on to mix (n = 0: fresh), used
+        to size fresh draws as the round allocator does; default: the prior predictive p_eff(n, 0) (Eq. 2).
+    fresh_cost : callable, optional
+        ``fresh_cost() -> float`` rollouts a fresh prompt costs until decided (caps fresh draws by the budget);
+        default: ``n0`` plus a top-up to the floor for the prior's p_eff(0, 0) share.
+    resolved : callable, optional
+        ``resolved(last_unmixed, mixed, cost)`` fed with each prompt whose fate becomes known (the refill model of
+        :class:`~sara_trl.allocation.Allocator`).
+    on_finish : callable, optional
+        ``on_finish(result)`` called by :meth:`finish`.
+
+    Attributes
+    ----------
+    done : bool
+        B groups are committed, or nothing is in flight and the budget or the stream allows nothing more.
+    stop_reason : str
+        ``"filled"``, ``"budget"`` or ``"stream"`` once done, else ``""``.
+    submitted : int
+        Requests submitted (the budget cap, paper App. D, bounds it by ``floor(budget_cap * B * k)``).
+    aborted_rollouts, aborted_tokens : int
+        Requests aborted (or finished after the batch was full) and their tokens: surplus.
+
+    Raises
+    ------
+    ValueError
+        An allocator other than SARA or dynamic sampling, ``B < 1`` or ``max_in_flight < k``.
+    """
+
+    def __init__(self, config: AllocationConfig, B: int, draw: Callable[[int, np.ndarray], np.ndarray], *,
+                 max_in_flight: int, decide=None, mix_rate=None, fresh_cost=None, resolved=None, on_finish=None):
+        cfg = config
+        if cfg.allocator not in STREAMING_ALLOCATORS:
+            raise ValueError(f"streaming collection runs {STREAMING_ALLOCATORS}, not allocator={cfg.allocator!r}")
+        if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 1:
+            raise ValueError(f"B must be a positive integer number of groups, got {B!r}")
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, (int, np.integer)) \
+                or max_in_flight < cfg.k:
+            raise ValueError(f"max_in_flight={max_in_flight!r} must be an integer >= k={cfg.k}, so that one full "
+                             "group can be in flight")
+        self.config = cfg
+        self.B = int(B)
+        self.max_in_flight = int(max_in_flight)
+        self._sara = cfg.allocator == "sara"
+        self._draw = draw
+        self._decide = decide or (lambda pids, n, nsc, s: rule_decide(
+            n, nsc, s, k=cfg.k, tau_low=cfg.tau_low, commit_min=cfg.commit_floor, alpha0=cfg.prior_alpha,
+            beta0=cfg.prior_beta))
+        prior = p_eff_unchecked(np.arange(cfg.k + 1), 0, cfg.k, cfg.prior_alpha, cfg.prior_beta)
+        self._mix_rate = mix_rate or (lambda: np.clip(prior, 1.0 / 64, 1.0))
+        prior_cost = float(cfg.n0 + prior[0] * (cfg.commit_floor - cfg.n0))
+        self._fresh_cost = fresh_cost or (lambda: prior_cost)
+        self._resolved = resolved
+        self._on_finish = on_finish
+        self.ledger = Ledger(rollout_fn=None)
+        self.budget = int(math.floor(cfg.budget_cap * self.B * cfg.k))
+        self.submitted = 0
+        self.aborted_rollouts = 0
+        self.aborted_tokens = 0
+        self.expected_lost = 0.0
+        self.done = False
+        self.stop_reason = ""
+        self._next_rid = 0
+        self._req: dict[int, int] = {}  # request id in flight -> slot
+        self._aborting: set[int] = set()  # asked to abort, tokens not yet reported
+        self._out: dict[int, int] = {}  # slot -> requests in flight
+        self._queue: deque[int] = deque()  # one entry per wanted request (slot) not yet submitted
+        self._queued: dict[int, int] = {}  # slot -> entries in the queue
+        self._started = False
+        self._finished = False
+        self._ctx = SimpleNamespace(config=cfg, decide=self._decide)  # what steps_to_decision reads
+
+    # ------------------------------------------------------------------------------------------------ events
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and neither finished nor aborted."""
+        return len(self._req)
+
+    @property
+    def committed(self) -> int:
+        """Groups committed so far."""
+        return len(self.ledger.kept_order)
+
+    def start(self) -> StreamActions:
+        """The first requests: fresh probes (``n0`` per prompt; k for dynamic sampling) up to the cap.
+
+        Raises
+        ------
+        RuntimeError
+            Called twice.
+        """
+        if self._started:
+            raise RuntimeError("StreamingCollector.start() was already called")
+        self._started = True
+        actions = StreamActions()
+        self._refill(actions)
+        return actions
+
+    def complete(self, rid: int, success: float, tokens: int) -> StreamActions:
+        """A request finished: record it, decide its prompt at once, and say what to submit and abort.
+
+        Parameters
+        ----------
+        rid : int
+            The finished request.
+        success : float or None
+            1.0, 0.0, or NaN / None (unscorable: it costs a rollout but does not move the posterior).
+        tokens : int
+            Its completion tokens (>= 0).
+
+        Returns
+        -------
+        StreamActions
+            Empty for a request that was being aborted (it finished first; it is counted as surplus).
+
+        Raises
+        ------
+        ValueError
+            ``rid`` was never submitted, or has already finished or been aborted (no request is scored twice); a
+            success value other than 0, 1 or NaN; a negative token count.
+        RuntimeError
+            :meth:`start` was not called, or the step is finished.
+        """
+        if not self._started or self._finished:
+            raise RuntimeError("complete() needs a started, unfinished step")
+        success = np.nan if success is None else float(success)
+        if not (np.isnan(success) or success in (0.0, 1.0)):
+            raise ValueError(f"request {rid}: success must be 0, 1 or NaN (unscorable), got {success!r}")
+        if int(tokens) < 0:
+            raise ValueError(f"request {rid}: token count must be >= 0, got {tokens}")
+        if rid in self._aborting:  # finished in the same engine step as its abort: surplus
+            self._aborting.discard(rid)
+            self.aborted_rollouts += 1
+            self.aborted_tokens += int(tokens)
+            return StreamActions()
+        if rid not in self._req:
+            why = "was never submitted" if not 0 <= rid < self._next_rid else "has already finished or been aborted"
+            raise ValueError(f"completion for request {rid}, which {why}: a request is scored once")
+        slot = self._req.pop(rid)
+        self._out[slot] -= 1
+        led = self.ledger
+        was_mixed = bool(is_mixed(led.s[slot], led.nsc[slot]))
+        led.record(slot, success, int(tokens))
+        actions = StreamActions()
+        if self._sara:
+            self._decide_sara(slot, was_mixed, actions)
+        else:
+            self._decide_ds(slot, actions)
+        if not self.done:
+            self._refill(actions)
+        return actions
+
+    def aborted(self, rid: int, tokens: int) -> None:
+        """Report that a request named in :attr:`StreamActions.abort` was aborted after ``tokens`` tokens.
+
+        Raises
+        ------
+        ValueError
+            ``rid`` was not asked to abort (or was already reported), or ``tokens < 0``.
+        """
+        if rid not in self._aborting:
+            raise ValueError(f"request {rid} was not asked to abort, or its abort was already reported")
+        if int(tokens) < 0:
+            raise ValueError(f"request {rid}: token count must be >= 0, got {tokens}")
+        self._aborting.discard(rid)
+        self.aborted_rollouts += 1
+        self.aborted_tokens += int(tokens)
+
+    # ------------------------------------------------------------------------------------------------ decisions
+    def _decide_sara(self, slot: int, was_mixed: bool, actions: StreamActions) -> None:
+        cfg, led = self.config, self.ledger
+        sl = np.array([slot])
+        dec, p = self._decide(led.pid[sl], led.n[sl], led.nsc[sl], led.s[sl])
+        led.p[slot] = p[0]
+        n = int(led.n[slot])
+        mixed = bool(is_mixed(led.s[slot], led.nsc[slot]))
+        if mixed and not was_mixed and self._resolved is not None:
+            self._resolved(np.array([n - 1]), np.array([True]), np.array([max(n, cfg.commit_floor)]))
+        if dec[0] == COMMIT:
+            self._close(slot, Fate.COMMITTED, actions)
+        elif dec[0] == ABANDON:
+            self.expected_lost += float(p[0])
+            if self._resolved is not None:
+                self._resolved(np.array([n]), np.array([False]), np.array([n]))
+            self._close(slot, Fate.ABANDONED, actions)
+        elif mixed:  # top up to the commit floor (certain to be effective, paper Prop. 2)
+            self._enqueue(slot, cfg.commit_floor - n - self._out[slot] - self._queued.get(slot, 0))
+        elif self._out[slot] == 0 and self._queued.get(slot, 0) == 0:  # unmixed, all its requests are in
+            if cfg.round_increment == ROUND_TO_DECISION:
+                inc = int(steps_to_decision(self._ctx, led.pid[sl], led.n[sl], led.nsc[sl], led.s[sl])[0])
+            else:
+                inc = min(cfg.round_increment, cfg.k - n)
+            self._enqueue(slot, inc)
+
+    def _decide_ds(self, slot: int, actions: StreamActions) -> None:
+        led, k = self.ledger, self.config.k
+        if led.n[slot] < k:
+            return
+        mixed = bool(is_mixed(led.s[slot], led.nsc[slot]))
+        led.p[slot] = float(mixed)
+        if self._resolved is not None:
+            self._resolved(np.array([0]), np.array([mixed]), np.array([k]))
+        self._close(slot, Fate.COMMITTED if mixed else Fate.ABANDONED, actions)
+
+    def _close(self, slot: int, fate: Fate, actions: StreamActions) -> None:
+        """Mark ``slot`` decided, abort its requests still in flight, drop its queued ones; abort everything once
+        B groups are committed."""
+        self.ledger.mark(np.array([slot]), fate)
+        self._drop(slot, actions)
+        if fate == Fate.COMMITTED and self.committed >= self.B:
+            for rid in list(self._req):
+                self._abort(rid, actions)
+            self._queue.clear()
+            self._queued.clear()
+            self.done, self.stop_reason = True, "filled"
+
+    def _drop(self, slot: int, actions: StreamActions) -> None:
+        if self._out.get(slot, 0):
+            for rid in [r for r, s in self._req.items() if s == slot]:
+                self._abort(rid, actions)
+        if self._queued.pop(slot, 0):
+            self._queue = deque(s for s in self._queue if s != slot)
+
+    def _abort(self, rid: int, actions: StreamActions) -> None:
+        slot = self._req.pop(rid)
+        self._out[slot] -= 1
+        self._aborting.add(rid)
+        actions.abort.append(rid)
+
+    # ------------------------------------------------------------------------------------------------ submissions
+    def _enqueue(self, slot: int, count: int) -> None:
+        if count > 0:
+            self._queue.extend([slot] * count)
+            self._queued[slot] = self._queued.get(slot, 0) + count
+
+    def _submit(self, slot: int, actions: StreamActions) -> None:
+        rid = self._next_rid
+        self._next_rid += 1
+        self._req[rid] = slot
+        self._out[slot] = self._out.get(slot, 0) + 1
+        self.submitted += 1
+        actions.submit.append(Request(rid, int(self.ledger.pid[slot])))
+
+    def _expected_commits(self, need: int) -> tuple[float, float]:
+        """Expected commits among the undecided prompts (mixed: 1 each, at most ``need``; unmixed: the learned mix
+        rate at its rollout count, a prompt below its probe counting as fresh) and their variance."""
+        led = self.ledger
+        act = led.active()
+        rate = self._mix_rate()
+        if len(act) == 0:
+            return 0.0, 0.0
+        mixed = is_mixed(led.s[act], led.nsc[act])
+        n = led.n[act]
+        probe = self.config.n0 if self._sara else self.config.k
+        q = rate[np.where(n < probe, 0, n)][~mixed]
+        return min(int(mixed.sum()), need) + float(q.sum()), float((q * (1 - q)).sum())
+
+    def _refill(self, actions: StreamActions) -> None:
+        """Submit queued requests, then fresh prompts sized to the remaining need (as the round allocator sizes a
+        refill: expected commits plus ``refill_margin`` standard deviations), within the cap and the budget."""
+        cfg = self.config
+        free = self.max_in_flight - len(self._req)
+        left = self.budget - self.submitted
+        while self._queue and free > 0 and left > 0:
+            slot = self._queue.popleft()
+            self._queued[slot] -= 1
+            self._submit(slot, actions)
+            free, left = free - 1, left - 1
+        blocked = ""
+        if not self._queue and free > 0:
+            need = self.B - self.committed
+            expected, var = self._expected_commits(need)
+            rate0 = float(self._mix_rate()[0])
+            margin = cfg.refill_margin * math.sqrt(var + need * (1 - rate0))
+            wanted = ceil_count(max(0.0, need - expected + margin) / rate0)
+            per_prompt = cfg.n0 if self._sara else cfg.k
+            fresh = min(wanted, free // per_prompt, int(left // self._fresh_cost()), left // per_prompt)
+            if wanted > 0 and fresh <= 0 and free >= per_prompt:
+                blocked = "budget"
+            if fresh > 0:
+                pids = np.asarray(self._draw(fresh, self.ledger.prompt_ids()), np.int64)
+                if len(pids) < fresh:
+                    blocked = "stream"
+                for slot in self.ledger.add(pids).tolist():
+                    self._out[slot] = 0
+                    for _ in range(per_prompt):
+                        self._submit(slot, actions)
+        elif self._queue and left <= 0:
+            blocked = "budget"
+        if not self._req and not self.done:  # nothing in flight and nothing can be submitted
+            self.done, self.stop_reason = True, blocked or "budget"
+
+    # ------------------------------------------------------------------------------------------------ end
+    def finish(self) -> StepResult:
+        """The batch: exactly B groups (fill groups if the step stopped short) and the accounting.
+
+        Aborted requests (and those that finished after the batch was full) are added to the generated and
+        surplus rollouts and tokens, so ``stats.check()`` holds. ``stats.rounds`` is 0 (there are no rounds), and
+        so is the ``round`` column of the prompt table.
+
+        Raises
+        ------
+        RuntimeError
+            The step is not done, an abort has not been reported (:meth:`aborted`), or it is already finished.
+        """
+        if not self.done:
+            raise RuntimeError("finish() before the step is done (B groups committed or nothing left to run)")
+        if self._aborting:
+            raise RuntimeError(f"{len(self._aborting)} aborted requests have not been reported with aborted(): "
+                               "their tokens must be accounted")
+        if self._finished:
+            raise RuntimeError("finish() was already called")
+        self._finished = True
+        result, _ = self.ledger.finish(self.B, self.stop_reason, self.expected_lost)
+        st = result.stats
+        st.rollouts_generated += self.aborted_rollouts
+        st.rollouts_surplus += self.aborted_rollouts
+        st.tokens_generated += self.aborted_tokens
+        st.tokens_surplus += self.aborted_tokens
+        st.check()
+        if self._on_finish is not None:
+            self._on_finish(result)
+        return result

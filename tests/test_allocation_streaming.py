@@ -1,0 +1,223 @@
+"""Streaming collection (decide per completion) and the decode-step latency model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sara_trl.allocation import (
+    AllocationConfig,
+    AllocationConfigError,
+    Allocator,
+    PromptStream,
+    SimulatedTask,
+    StreamingCollector,
+    u_shaped_gammas,
+)
+from sara_trl.allocation.latency import DecodeCost, DecodeEngine, call_cost
+from sara_trl.allocation.simulate import run_streaming_step
+from sara_trl.allocation.types import RoundOutcome
+
+
+# ------------------------------------------------------------------------------------------------ latency model
+def _hand_time(lengths, cap, a, b, c):
+    """Step by step: admit FIFO up to cap, pay a + b * running per decode step, decrement."""
+    waiting, running, t = list(lengths), [], c
+    while waiting or running:
+        while waiting and len(running) < cap:
+            running.append(waiting.pop(0))
+        t += a + b * len(running)
+        running = [r - 1 for r in running if r > 1]
+    return t
+
+
+@pytest.mark.parametrize("cap", [None, 1, 2, 3])
+def test_call_cost_equals_the_hand_sum(cap):
+    lengths = [3, 5, 2, 7, 1]
+    tally = call_cost(lengths, cap)
+    cost = DecodeCost("t", a=0.01, b=0.001, c=0.2)
+    assert tally.sequence_steps == sum(lengths)  # every token decoded once
+    expected_steps = {None: 7, 1: 18, 2: 12, 3: 9}[cap]  # FIFO admission, worked by hand
+    assert tally.steps == expected_steps
+    assert cost.seconds(tally) == pytest.approx(_hand_time(lengths, cap or len(lengths), 0.01, 0.001, 0.2))
+    # no cap: c + a * max + b * sum
+    assert cost.seconds(call_cost(lengths)) == pytest.approx(0.2 + 0.01 * 7 + 0.001 * 18)
+
+
+def test_engine_abort_returns_decoded_tokens_and_frees_the_slot():
+    eng = DecodeEngine(max_running=1)
+    eng.submit(0, 10)
+    eng.submit(1, 4)  # waits for the slot
+    eng.submit(2, 3)
+    assert eng.abort(2) == 0  # still waiting
+    assert eng.run_to_next_finish() == [(0, 10)]
+    assert eng.tally.steps == 10
+    eng.submit(3, 8)
+    assert eng.run_to_next_finish() == [(1, 4)]
+    assert eng.tally.steps == 14
+    assert eng.run_to_next_finish() == [(3, 8)]
+    assert (eng.tally.steps, eng.tally.sequence_steps) == (22, 22)
+    eng.submit(4, 5)
+    eng.submit(5, 9)
+    assert eng.run_to_next_finish() == [(4, 5)]
+    assert eng.abort(5) == 0  # admitted at step 27, aborted at once
+    with pytest.raises(KeyError):
+        eng.abort(5)
+    eng.submit(6, 3)
+    with pytest.raises(ValueError, match="already in flight"):
+        eng.submit(6, 3)
+    with pytest.raises(ValueError, match="max_running"):
+        DecodeEngine(0)
+    with pytest.raises(ValueError, match="DecodeCost.b"):
+        DecodeCost("x", a=0.0, b=-1.0, c=0.0)
+
+
+# ------------------------------------------------------------------------------------------------ scripted prompts
+class Scripted:
+    """Prompt p's j-th rollout succeeds iff script[p][j] == 1, whatever the order of calls; 10 + p % 7 tokens."""
+
+    def __init__(self, script):
+        self.script = script
+        self.seen = np.zeros(len(script), np.int64)
+
+    def __call__(self, prompt_ids, counts):
+        succ, tok = [], []
+        for p, c in zip(np.asarray(prompt_ids).tolist(), np.asarray(counts).tolist()):
+            for _ in range(c):
+                succ.append(float(self.script[p][self.seen[p]]))
+                tok.append(10 + p % 7)
+                self.seen[p] += 1
+        return RoundOutcome(np.array(succ), np.array(tok, np.int64))
+
+
+def _script(num, k, seed):
+    g = u_shaped_gammas(num, seed=seed)
+    return (np.random.default_rng(seed).random((num, k)) < g[:, None]).astype(int)
+
+
+def _decisions(result):
+    return {r.prompt_id: (r.fate in ("trained", "surplus"), r.n) for r in result.records if r.fate != "active"}
+
+
+@pytest.mark.parametrize("round_increment", [1, "to_decision"])
+def test_streaming_decisions_equal_the_round_rule(round_increment):
+    k, B = 8, 16
+    script = _script(2000, k, seed=3)
+    rounds = Allocator(AllocationConfig(k=k, round_increment=round_increment)).collect(
+        Scripted(script), PromptStream(2000, seed=1), B)
+    cfg = AllocationConfig(k=k, round_increment=round_increment, collection="streaming")
+    coll = Allocator(cfg).streaming(PromptStream(2000, seed=1), B, max_in_flight=64)
+    stream = run_streaming_step(coll, Scripted(script), DecodeEngine(64))
+    r, s = _decisions(rounds), _decisions(stream)
+    both = set(r) & set(s)
+    assert len(both) > 30
+    assert {p: r[p] for p in both} == {p: s[p] for p in both}
+    # the rule itself, by hand: an all-fail run is abandoned at n_a = 8 - floor(0.45 * 9) = 4, a mixed one at k
+    for p in both:
+        mixes_by_4 = 0 < script[p][:4].sum() < 4
+        assert s[p] == ((True, k) if mixes_by_4 else (False, 4))
+
+
+def test_streaming_sara_accounting_with_aborts_and_exactly_B_groups():
+    k, B = 8, 64
+    cfg = AllocationConfig(k=k, collection="streaming")
+    alloc = Allocator(cfg)
+    stream = PromptStream(8192, seed=0)
+    task = SimulatedTask(u_shaped_gammas(8192, seed=0), tokens_pass=300, tokens_fail=600, seed=0)
+    for _ in range(3):
+        eng = DecodeEngine(128)
+        coll = alloc.streaming(stream, B, 128)
+        res = run_streaming_step(coll, task, eng, max_tokens=1000)
+        st = res.stats
+        assert st.stop_reason == "filled" and len(res.groups) == B and not any(g.is_fill for g in res.groups)
+        assert st.committed == B and st.effective_in_batch == B and st.rounds == 0
+        assert all(g.size == k for g in res.groups)
+        assert coll.aborted_rollouts > 0
+        # every decoded token has one fate: generated (aborted partial tokens included) == what the engine decoded
+        assert st.tokens_generated == eng.tally.sequence_steps
+        assert st.rollouts_generated == coll.submitted
+        assert st.rollouts_surplus >= coll.aborted_rollouts
+        st.check()
+        ids = np.concatenate([g.rollout_ids for g in res.groups])
+        assert len(np.unique(ids)) == len(ids)
+    assert alloc.steps == 3
+
+
+def test_streaming_dynamic_sampling_keeps_mixed_full_groups():
+    cfg = AllocationConfig(allocator="dynamic_sampling", k=8, collection="streaming")
+    task = SimulatedTask(u_shaped_gammas(4096, seed=1), tokens_pass=100, tokens_fail=200, seed=1)
+    coll = Allocator(cfg).streaming(PromptStream(4096, seed=1), 32, 256)
+    res = run_streaming_step(coll, task, DecodeEngine(256))
+    decided = [r for r in res.records if r.fate != "active"]
+    assert all(r.n == 8 for r in decided)
+    assert all((0 < r.s < 8) == (r.fate in ("trained", "surplus")) for r in decided)
+    assert res.stats.committed == 32 and res.stats.effective_in_batch == 32
+
+
+def test_budget_cap_stops_a_hopeless_step():
+    cfg = AllocationConfig(k=8, collection="streaming", budget_cap=1.0)
+    task = SimulatedTask(np.zeros(1000), seed=0)  # never solved: every prompt is abandoned
+    coll = StreamingCollector(cfg, 4, PromptStream(1000, seed=0).take, max_in_flight=16)
+    res = run_streaming_step(coll, task, DecodeEngine(16))
+    assert res.stats.stop_reason == "budget" and coll.submitted <= 32
+    assert all(g.is_fill for g in res.groups) and len(res.groups) == 4
+    assert res.stats.abandoned == res.stats.prompts_drawn - res.stats.active_left
+
+
+def test_no_request_is_scored_twice():
+    cfg = AllocationConfig(k=4, collection="streaming")
+    coll = StreamingCollector(cfg, 2, PromptStream(100, seed=0).take, max_in_flight=8)
+    first = coll.start().submit
+    # need 2 at prior rate p_eff(0, 0) = 0.6 plus 0.5 sd wants 5 prompts; the cap of 8 fits 4 probes of n0 = 2
+    assert [r.rid for r in first] == list(range(8))
+    assert [r.prompt_id for r in first[::2]] == [r.prompt_id for r in first[1::2]]
+    coll.complete(0, 1.0, 5)
+    with pytest.raises(ValueError, match="already finished"):
+        coll.complete(0, 1.0, 5)
+    with pytest.raises(ValueError, match="never submitted"):
+        coll.complete(99, 0.0, 5)
+    with pytest.raises(ValueError, match="success must be 0, 1 or NaN"):
+        coll.complete(1, 0.5, 5)
+    with pytest.raises(ValueError, match="was not asked to abort"):
+        coll.aborted(1, 3)
+    with pytest.raises(RuntimeError, match="before the step is done"):
+        coll.finish()
+
+
+def test_unreported_abort_blocks_finish():
+    cfg = AllocationConfig(k=2, n0=2, tau_low=0.0, collection="streaming", refill_margin=0.0)
+    coll = StreamingCollector(cfg, 1, PromptStream(100, seed=0).take, max_in_flight=8)
+    sub = coll.start().submit
+    by_prompt = {}
+    for r in sub:
+        by_prompt.setdefault(r.prompt_id, []).append(r.rid)
+    assert len(by_prompt) >= 2  # the prior's p_eff(0, 0) = 2/3 < 1 draws more than one prompt
+    a, b = list(by_prompt.values())[:2]
+    coll.complete(a[0], 1.0, 3)
+    acts = coll.complete(a[1], 0.0, 4)  # mixed at k = 2: committed, B = 1 is full
+    assert coll.done and coll.stop_reason == "filled" and set(acts.abort) >= set(b)
+    with pytest.raises(RuntimeError, match="not been reported"):
+        coll.finish()
+    coll.complete(acts.abort[0], 1.0, 7)  # finished in the same engine step as its abort: surplus
+    for rid in acts.abort[1:]:
+        coll.aborted(rid, 2)
+    res = coll.finish()
+    assert res.stats.rollouts_generated == len(sub) and res.stats.rollouts_trained == 2
+    assert res.stats.tokens_generated == 3 + 4 + 7 + 2 * (len(acts.abort) - 1)
+    assert res.stats.tokens_surplus == res.stats.tokens_generated - 7
+
+
+def test_collection_config_is_validated():
+    assert AllocationConfig().collection == "rounds"
+    with pytest.raises(AllocationConfigError, match="collection='bogus' must be one of"):
+        AllocationConfig(collection="bogus")
+    with pytest.raises(AllocationConfigError, match="allocator='uniform' has nothing to decide"):
+        AllocationConfig(allocator="uniform", collection="streaming")
+    with pytest.raises(AllocationConfigError, match="not implemented together with carry_over"):
+        AllocationConfig(collection="streaming", carry_over=True)
+    with pytest.raises(ValueError, match="collect\\(\\) runs rounds"):
+        Allocator(AllocationConfig(collection="streaming")).collect(lambda p, c: None, PromptStream(10), 1)
+    with pytest.raises(ValueError, match="needs collection='streaming'"):
+        Allocator(AllocationConfig()).streaming(PromptStream(10), 1, 8)
+    with pytest.raises(ValueError, match="max_in_flight=4 must be an integer >= k=8"):
+        StreamingCollector(AllocationConfig(collection="streaming"), 1, PromptStream(10).take, max_in_flight=4)
