@@ -89,19 +89,25 @@ class ReplaySource:
         success: ``(P, M)`` int outcomes per prompt (1 correct, 0 wrong, other = unscorable -> NaN).
         tokens: ``(P, M)`` completion lengths in tokens.
         seed: seed of the shuffles.
+        rows: optional ``(V,)`` bank row of each prompt id the source serves (default: prompt id ``i`` is row
+            ``i``). Repeating a row weights a mixture (e.g. a family's rows twice as often as another's); all ids
+            of one row share that row's shuffle.
 
-    A prompt drawn twice within one step (only when the prompt stream wraps mid-step) keeps drawing from the same
-    shuffle, so its two groups share no completion until the bank wraps.
+    A prompt (or a row) drawn twice within one step keeps drawing from the same shuffle, so its two groups share
+    no completion until the bank wraps.
 
     Raises:
-        ValueError: shapes differ or are not 2-D.
+        ValueError: shapes differ or are not 2-D, or ``rows`` is not a 1-D array of rows of the bank.
     """
 
-    def __init__(self, success: np.ndarray, tokens: np.ndarray, seed: int = 0):
+    def __init__(self, success: np.ndarray, tokens: np.ndarray, seed: int = 0, rows: np.ndarray | None = None):
         success = np.asarray(success)
         tokens = np.asarray(tokens, np.int64)
         if success.ndim != 2 or success.shape != tokens.shape:
             raise ValueError(f"success {success.shape} and tokens {tokens.shape} must be equal (P, M) arrays")
+        self.rows = np.arange(success.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+        if self.rows.ndim != 1 or len(self.rows) == 0 or self.rows.min() < 0 or self.rows.max() >= success.shape[0]:
+            raise ValueError(f"rows must be a non-empty 1-D array of bank rows in [0, {success.shape[0]})")
         self.success = np.where((success == 0) | (success == 1), success, np.nan).astype(np.float64)
         self.tokens = tokens
         self.P, self.M = success.shape
@@ -113,7 +119,7 @@ class ReplaySource:
         self.gamma_hat = self.c1 / np.maximum(self.c1 + self.c0, 1)
 
     def __len__(self) -> int:
-        return self.P
+        return len(self.rows)
 
     def start_step(self) -> None:
         """Each step draws every prompt's completions in a fresh random order (lazy reshuffle on first use)."""
@@ -139,10 +145,11 @@ class ReplaySource:
         """
         prompt_ids = np.asarray(prompt_ids, np.int64)
         counts = np.asarray(counts, np.int64)
-        if len(prompt_ids) and (prompt_ids.min() < 0 or prompt_ids.max() >= self.P):
-            raise ValueError(f"prompt id outside the bank of {self.P} prompts")
+        if len(prompt_ids) and (prompt_ids.min() < 0 or prompt_ids.max() >= len(self.rows)):
+            raise ValueError(f"prompt id outside the {len(self.rows)} prompts of the source")
         if (counts < 0).any():
             raise ValueError("counts must be >= 0")
+        prompt_ids = self.rows[prompt_ids]
         rows = np.repeat(prompt_ids, counts)
         cols = np.concatenate([self._draw(int(p), int(c)) for p, c in zip(prompt_ids, counts)]) if len(rows) else \
             np.zeros(0, np.int64)
@@ -162,6 +169,7 @@ class ReplaySource:
         prompt_ids, n, s = (np.asarray(x, np.int64) for x in (prompt_ids, n, s))
         if ((s > 0) & (s < n)).any():
             raise ValueError("would_mix is defined for unmixed prefixes only (s == 0 or s == n)")
+        prompt_ids = self.rows[prompt_ids]
         passed = (s == n) & (n > 0)
         r = k - n
         if k <= self.M:

@@ -28,6 +28,8 @@ from sara_trl.allocation import (
     psi,
     u_shaped_gammas,
 )
+from sara_trl.allocation.latency import DecodeEngine
+from sara_trl.allocation.simulate import run_streaming_step
 from sara_trl.allocation.types import FATE_ABANDONED, FATE_SURPLUS, FATE_TRAINED
 
 __all__ = [
@@ -189,8 +191,13 @@ def _trace(res) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_steps(source, config: AllocationConfig, B: int, steps: int, seed: int, trace: bool = False,
-              stream: PromptStream | None = None) -> tuple[list[dict], list]:
+              stream: PromptStream | None = None, max_in_flight: int = 256) -> tuple[list[dict], list]:
     """Run ``steps`` consecutive steps of one allocator against ``source``.
+
+    Round collection (``config.collection == "rounds"``) calls :meth:`Allocator.collect`; streaming collection
+    runs the allocator's :class:`~sara_trl.allocation.streaming.StreamingCollector` on a simulated
+    continuous-batching engine of ``max_in_flight`` concurrent requests
+    (:func:`sara_trl.allocation.simulate.run_streaming_step`; only rollouts and tokens matter here, not time).
 
     Args:
         source: a rollout source with ``__call__``, ``start_step()`` and ``would_mix(...)`` (see :class:`SimSource`).
@@ -202,6 +209,7 @@ def run_steps(source, config: AllocationConfig, B: int, steps: int, seed: int, t
         trace: also return each step's ``(cumulative rollouts, cumulative effective groups)`` per round.
         stream: use this stream instead of a fresh seeded one (e.g. a finite stream for the no-reallocation
             ablation).
+        max_in_flight: concurrent requests of the simulated engine (streaming collection only), >= k.
 
     Returns:
         ``(rows, traces)``: one dict per step with the keys of :data:`STEP_KEYS` plus ``step``; ``traces`` is empty
@@ -218,7 +226,10 @@ def run_steps(source, config: AllocationConfig, B: int, steps: int, seed: int, t
     rows, traces = [], []
     for step in range(steps):
         source.start_step()
-        res = alloc.collect(source, stream, B)
+        if config.collection == "streaming":
+            res = run_streaming_step(alloc.streaming(stream, B, max_in_flight), source, DecodeEngine(max_in_flight))
+        else:
+            res = alloc.collect(source, stream, B)
         row = _step_metrics(res, source, config.k, rng)
         row["step"] = step
         rows.append(row)

@@ -1,0 +1,164 @@
+"""The real-training task (benchmarks/real_task.py), its bank (benchmarks/real_task_report.py) and its replay
+(benchmarks/real_replay.py --quick): the bank reproduces the GPU survey exactly, the mixture's shares are exact, and
+the replay's accounting holds step by step."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import real_replay, real_task, real_task_report, replay  # noqa: E402
+from benchmarks.real_task import REAL_TASK, mixture_copies, mixture_rows  # noqa: E402
+
+SURVEY = REPO / "benchmarks" / "data" / "survey"
+BANK = REPO / "benchmarks" / "data" / "real_task_bank.npz"
+
+
+def _bank():
+    success, tokens, meta = replay.load_bank(BANK)
+    with np.load(BANK) as z:
+        task = z["task"]
+    return success, tokens, task, meta
+
+
+def test_bank_is_the_survey_cell_family_major():
+    success, tokens, task, meta = _bank()
+    with np.load(SURVEY / f"survey_{REAL_TASK.cell}.npz") as z:
+        s, t = z["success"], z["tokens"]
+    survey = json.loads((SURVEY / "survey.json").read_text())
+    F, P, M = s.shape
+    assert success.shape == (F * P, M) == (1024, 32) and meta["task_names"] == list(survey["families"])
+    for f, name in enumerate(meta["task_names"]):
+        rows = task == f
+        assert rows.sum() == P
+        np.testing.assert_array_equal(success[rows], s[f])
+        np.testing.assert_array_equal(tokens[rows], t[f])
+        # The per-family success rate the survey itself recorded (rounded to 4 places there).
+        assert round(float(success[rows].mean()), 4) == survey["cells"][REAL_TASK.cell][name]["success"]
+    assert "NOT through vLLM" in meta["generation"] and meta["sampling"]["temperature"] == 0.6
+    assert meta["replay_copies"] == {"mul_10_99": 11, "add_10_99": 3, "sub_0_20": 3, "add_0_2": 3}
+
+
+def test_bank_split_regenerates_the_survey_expressions():
+    survey = json.loads((SURVEY / "survey.json").read_text())
+    for name in ("mul_10_99", "sub_0_20"):
+        bank = real_task.family_expressions(name, 128, "bank")
+        assert list(bank["expression"]) == survey["expressions"][name]
+        assert list(bank["answer"]) == survey["answers"][name]
+        train = set(real_task.family_expressions(name, 128, "train")["expression"])
+        assert train != set(bank["expression"])
+
+
+def test_mixture_copies_make_shares_exact():
+    assert mixture_copies(REAL_TASK.weights, {f: 128 for f in REAL_TASK.weights}) == \
+        {"mul_10_99": 11, "add_10_99": 3, "sub_0_20": 3, "add_0_2": 3}
+    # Unequal row counts: 2 rows of a, 4 of b at 50/50 -> a's rows twice, b's once (4 ids each).
+    assert mixture_copies({"a": 0.5, "b": 0.5}, {"a": 2, "b": 4}) == {"a": 2, "b": 1}
+    with pytest.raises(ValueError, match="no rows"):
+        mixture_copies({"a": 0.5, "b": 0.5}, {"a": 2})
+    _, _, task, meta = _bank()
+    rows = mixture_rows(task, meta["task_names"], REAL_TASK.weights)
+    fam = task[rows]
+    assert len(rows) == 128 * 20
+    for f, w in REAL_TASK.weights.items():
+        assert np.mean(fam == meta["task_names"].index(f)) == pytest.approx(w, abs=1e-12)
+
+
+def test_task_phi_is_the_weighted_family_phi_and_in_range():
+    success, _, task, meta = _bank()
+    rows = mixture_rows(task, meta["task_names"], REAL_TASK.weights)
+    for k in (4, 8, 16):
+        weighted = sum(w * real_task_report.group_shares(success[task == meta["task_names"].index(f)], k)["phi"].mean()
+                       for f, w in REAL_TASK.weights.items())
+        assert replay.bank_summary(success[rows], k)["phi"] == pytest.approx(weighted, rel=1e-12)
+    phi8 = replay.bank_summary(success[rows], 8)["phi"]
+    assert 0.2 <= phi8 <= 0.35  # the issue's regime
+    # Failed completions are longer than successful ones in every family of the task.
+    _, tokens, _, _ = _bank()
+    for f in REAL_TASK.weights:
+        sel = task == meta["task_names"].index(f)
+        assert tokens[sel][success[sel] == 0].mean() > tokens[sel][success[sel] == 1].mean()
+
+
+def test_group_shares_closed_form():
+    # 2 successes of 4: k=2 -> all fail C(2,2)/C(4,2) = 1/6, all pass 1/6, mixed 2/3.
+    g = real_task_report.group_shares(np.array([[1, 1, 0, 0]]), 2)
+    assert g["all_fail"][0] == pytest.approx(1 / 6) and g["phi"][0] == pytest.approx(2 / 3)
+    with pytest.raises(ValueError):
+        real_task_report.group_shares(np.array([[1, 0]]), 3)
+
+
+def test_make_real_task_counts_splits_and_answers():
+    train = real_task.make_real_task(40, "train")
+    held = real_task.make_real_task(40, "heldout")
+    counts = {f: train["task"].count(f) for f in REAL_TASK.weights}
+    assert counts == {"mul_10_99": 22, "add_10_99": 6, "sub_0_20": 6, "add_0_2": 6}
+    assert set(train["expression"]) != set(held["expression"])
+    row = train[0]
+    assert row["prompt"][-1]["content"] == f"What is {row['expression']}? Answer with only the number."
+    for e, a in zip(train["expression"], train["answer"]):
+        x, op, y = e.split()
+        assert int(a) == {"+": int(x) + int(y), "-": int(x) - int(y), "*": int(x) * int(y)}[op]
+    with pytest.raises(ValueError, match="split"):
+        real_task.make_real_task(40, "test")
+
+
+def test_replay_rows_share_a_shuffle():
+    success = np.array([[1, 0, 1, 0, 1, 0, 1, 0], [1] * 8])
+    tokens = np.tile(np.arange(8), (2, 1))  # token count = sample index: identifies the sample drawn
+    src = replay.ReplaySource(success, tokens, seed=3, rows=np.array([0, 0, 1]))
+    assert len(src) == 3
+    src.start_step()
+    out = src(np.array([0, 1]), np.array([4, 4]))  # ids 0 and 1 are both row 0
+    assert sorted(out.tokens.tolist()) == list(range(8))  # 8 distinct samples: no sample drawn twice
+    assert src.would_mix(np.array([2]), np.array([2]), np.array([2]), k=4)[0] == 0.0  # row 1 always passes
+    with pytest.raises(ValueError, match="rows"):
+        replay.ReplaySource(success, tokens, rows=np.array([0, 2]))
+
+
+def test_quick_replay_values_and_accounting(tmp_path):
+    doc = real_replay.main(["--quick", "--out", str(tmp_path)])
+    success, tokens, task, meta = _bank()
+    for f in REAL_TASK.weights:
+        assert doc["family_success"][f] == float(success[task == meta["task_names"].index(f)].mean())
+    assert doc["replayed_rows"] == 2560 and doc["distinct_prompts"] == 512
+    rows = mixture_rows(task, meta["task_names"], REAL_TASK.weights)
+    cell = doc["cells"]["k=8,B=16"]
+    uni = cell["summary"]["uniform"]
+    assert uni["rollouts"][0] == 16 * 8 and uni["rollouts_ratio"][0] < 1.0
+    assert cell["summary"]["DS"]["effective_fraction"][0] == 1.0
+    assert cell["bank"]["phi"] == pytest.approx(real_task_report.describe(
+        success[rows], tokens[rows], 96)["phi_k8"])
+    md = (tmp_path / "REAL_REPLAY.md").read_text()
+    assert "## k=8, B=16" in md and "not run in this mode" in md
+    # Every generated rollout has one fate, step by step, for round and streaming collection.
+    settings = real_replay.QUICK
+    for label in ("uniform", "DS", "SARA (paper)", "SARA (streaming)"):
+        steps = real_replay.run_cell(success, tokens, rows, label, 8, 16, settings)
+        assert len(steps) == len(settings.seeds) * settings.steps
+        for r in steps:
+            assert r["rollouts"] == (r["rollouts_trained"] + r["rollouts_abandoned"] + r["rollouts_surplus"]
+                                     + r["rollouts_active_left"])
+            assert r["rollouts_trained"] == 16 * 8 and r["filled"] == 1
+            if label != "uniform":
+                assert r["effective_in_batch"] == 16
+
+
+def test_report_regenerates_the_committed_bank(tmp_path):
+    doc = real_task_report.main(["--out", str(tmp_path), "--bank", str(tmp_path / "bank.npz")])
+    with np.load(tmp_path / "bank.npz") as a, np.load(BANK) as b:
+        for key in ("success", "tokens", "task"):
+            np.testing.assert_array_equal(a[key], b[key])
+    assert json.loads((tmp_path / "bank.json").read_text())["task_weights"] == REAL_TASK.weights
+    md = (tmp_path / "REAL_TASK.md").read_text()
+    assert f"| 8 | {doc['chosen']['phi_k8']:.3f} |" in md
+    assert (tmp_path / "plots" / "real_task_success.png").stat().st_size > 0
+    assert doc["histogram"][0] == pytest.approx(doc["chosen"]["all_fail_M"])
