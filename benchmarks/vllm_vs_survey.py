@@ -12,7 +12,8 @@ them with the same checker and compares, per family, the success rate and the me
 Samples of one prompt are correlated, so the test pairs by prompt: the per-prompt differences (vLLM - survey) of
 success rate and of mean length get a Student-t 95% interval and a paired t-test p-value over prompts. A pooled
 two-proportion z-test (which ignores the pairing) is shown beside it. Writes ``vllm_vs_survey.json`` and
-``VLLM_VS_SURVEY.md`` (default: this folder). About 5 minutes on 2 CPU cores for the default 2 x 24 x 32 samples.
+``VLLM_VS_SURVEY.md`` (default: this folder). Not yet run to completion: on this project's shared 2-core machine,
+with other engines running, even 4 prompts x 32 samples did not finish in 7 minutes; run it on an idle machine.
 """
 
 from __future__ import annotations

@@ -162,3 +162,19 @@ def test_report_regenerates_the_committed_bank(tmp_path):
     assert f"| 8 | {doc['chosen']['phi_k8']:.3f} |" in md
     assert (tmp_path / "plots" / "real_task_success.png").stat().st_size > 0
     assert doc["histogram"][0] == pytest.approx(doc["chosen"]["all_fail_M"])
+
+
+def test_vllm_comparison_statistics_without_vllm():
+    from benchmarks import vllm_vs_survey as vs
+
+    s, t, _ = real_task.load_survey_cell(REAL_TASK.cell)
+    f = list(real_task.FAMILIES).index("add_0_2")
+    same = {"add_0_2": (s[f, :6], t[f, :6].astype(np.int64))}
+    c = vs.compare(["add_0_2"], same, 6)["add_0_2"]  # the survey against itself: no difference
+    assert c["success_vllm"] == c["success_survey"] == float(s[f, :6].mean())
+    assert c["success_diff"]["mean"] == 0.0 and c["success_diff"]["p"] == 1.0
+    assert c["success_two_proportion_p"] == pytest.approx(1.0)
+    # 30/100 vs 50/100: z = 0.2 / sqrt(0.4 * 0.6 * 0.02) = 2.8868, two-sided p = 0.003892
+    assert vs.two_proportion(30, 100, 50, 100) == pytest.approx(0.0038924, rel=1e-4)
+    d = vs.paired(np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 0.0]))
+    assert d["mean"] == 2.0 and d["hi"] - d["mean"] == pytest.approx(4.302652729911275 / np.sqrt(3))
