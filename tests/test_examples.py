@@ -87,8 +87,8 @@ def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys):
     summary_file = tmp_path / "summary.json"
     summary = quickstart.main([
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "out"), "--max_steps", "1",
-        "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "4",
-        "--num_prompts", "24", "--torch_threads", "1", "--summary_file", str(summary_file),
+        "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+        "--max_completion_length", "4", "--num_prompts", "24", "--torch_threads", "1", "--summary_file", str(summary_file),
     ])
     out = capsys.readouterr().out
     assert "SARA step  1 |" in out and "1 step," in out and "SARA / DS" in out and "For 1 step x 2" in out
@@ -137,7 +137,8 @@ def test_quickstart_one_real_step(tmp_path, capsys):
     previous = torch.get_num_threads()
     try:
         summary = quickstart.main(["--output_dir", str(tmp_path / "out"), "--max_steps", "1",
-                                   "--per_device_train_batch_size", "16", "--num_prompts", "64",
+                                   "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
+                                   "--num_prompts", "64",
                                    "--compare_dynamic_sampling", "False"])
     finally:
         torch.set_num_threads(previous)
@@ -205,8 +206,9 @@ def test_quickstart_carry_over_accounts_each_rollout_once(tmp_path, tiny_model_d
     quickstart = load_example("quickstart_cpu")
     summary = quickstart.main([
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "out"), "--max_steps", "3",
-        "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "4",
-        "--num_prompts", "24", "--torch_threads", "1", "--carry_over", "True", "--refill_margin", "2.0",
+        "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+        "--max_completion_length", "4", "--num_prompts", "24", "--torch_threads", "1", "--carry_over", "True",
+        "--refill_margin", "2.0",
         "--compare_dynamic_sampling", "False",
     ])
     out = capsys.readouterr().out
