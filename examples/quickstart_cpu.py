@@ -141,7 +141,7 @@ QUICKSTART_DEFAULTS = dict(
     max_steps=4,
     num_generations=8,  # k
     # B * k = 8 x 4 = 32 rows per optimizer step -> B = 4 groups, trained in 4 micro-batches of one group each: the same
-    # update as one batch of 32, with a quarter of the logits and activations held at once (peak 3.48 -> 2.78 GiB on
+    # update as one batch of 32, with a quarter of the logits and activations held at once (peak 3.56 -> 2.84 GiB on
     # one step, measured with /usr/bin/time)
     per_device_train_batch_size=8,
     gradient_accumulation_steps=4,
