@@ -172,3 +172,78 @@ def test_load_weights_then_repack_is_exact():
     assert stages["loaded_not_repacked"][0] > 0.1  # what TRL's sync alone gives on vLLM's CPU platform
     assert stages["rebuilt_kernels"] > 0
     assert stages["loaded_and_repacked"][0] < 1e-4 and stages["loaded_and_repacked"][1] < 1e-3
+
+
+def check_streaming(result: dict, steps: int, rank_share: int = 1) -> None:
+    """Streaming: no rounds and no LLM.generate call; every request finished once (scored once) or was aborted,
+    never both; the accounting adds up with the aborted requests as surplus."""
+    logs = result["steps"]
+    assert len(logs) == steps and result["engine_dtype"] == "torch.float32"
+    counts, events = result["counts"], result["events"]
+    finished = [(tag, rid) for tag, rid, *_ in events["finished"]]
+    aborted = [(tag, rid) for tag, rid, _ in events["aborted"]]
+    assert len(set(finished)) == len(finished) and len(set(aborted)) == len(aborted)
+    assert not set(finished) & set(aborted)
+    assert counts["generate_calls"] == 0
+    assert counts["reward_rollouts"] == len(finished)  # each finished request scored exactly once
+    assert all(n_lp == n_tok for _, _, n_tok, n_lp in events["finished"])  # one sampling log-prob per token
+    for entry in logs:
+        assert entry["sara/rounds"] == 0 and entry["sara/engine_steps"] > 0
+        for unit in ("rollouts", "tokens"):
+            assert entry[f"sara/{unit}_generated"] == sum(
+                entry[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))
+        assert entry["sara/unfilled"] == 0 and entry["sara/effective_fraction"] == 1.0
+        if "sampling/sampling_logp_difference/mean" in entry:
+            assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
+    if rank_share == 1:  # one process: its engine's requests are the step's rollouts and tokens
+        generated = sum(entry["sara/rollouts_generated"] for entry in logs)
+        assert generated == len(finished) + len(aborted) == result["total_rollouts"]
+        tokens = sum(n for *_, n, _ in events["finished"]) + sum(n for *_, n in events["aborted"])
+        assert tokens == sum(entry["sara/tokens_generated"] for entry in logs)
+        assert sum(entry["sara/rollouts_surplus"] for entry in logs) >= len(aborted) > 0  # aborts happened
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
+def test_streaming_collection_through_the_engine(tmp_path, trainer):
+    result = run_case(tmp_path, "--trainer", trainer, "--collection", "streaming")
+    check_streaming(result, 2)
+    if trainer == "grpo":
+        assert all("sampling/sampling_logp_difference/mean" in entry for entry in result["steps"])
+
+
+def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
+    """Each process collects B / 2 groups on its own engine and shard, with no collective until the step's end:
+    the run finishes (no hang), the merged batch has B groups, and both processes log the same accounting."""
+    out = tmp_path / "result.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(ROOT / "examples" / "accelerate_configs" / "multi_cpu.yaml"), str(ROOT / "tests" / "_vllm_run.py"),
+           str(out), "--steps", "2", "--collection", "streaming"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, cwd=ROOT)
+    try:
+        output, _ = proc.communicate(timeout=1500)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"2-process streaming run did not finish within 1500 s (hang?):\n{output[-4000:]}")
+    assert proc.returncode == 0, output[-6000:]
+    ranks = [json.loads((tmp_path / f"result.json.rank{r}").read_text()) for r in (0, 1)]
+    for rank in ranks:
+        check_streaming(rank, 2, rank_share=2)
+    for step in range(2):
+        tables = [r["decisions"][step] for r in ranks]
+        assert tables[0] == tables[1]  # every process holds the merged step
+        trained = [pid for pid, fate in zip(tables[0]["prompt_id"], tables[0]["fate"]) if fate == 0]  # Fate.TRAINED
+        assert len(trained) == 4 and len(set(trained)) == 4  # B = 2 processes x 8 rows / k=4, distinct prompts
+        assert sorted(p % 2 for p in trained) == [0, 0, 1, 1]  # two from each process's shard
+    def accounting(entries):
+        return [{k: v for k, v in e.items() if k.startswith("sara/") and not k.endswith("_seconds")} for e in entries]
+
+    assert accounting(ranks[0]["steps"]) == accounting(ranks[1]["steps"])
+    for step, entry in enumerate(ranks[0]["steps"]):  # the merged accounting is both processes' requests
+        tag = f"sara-{step}-"
+        generated = sum(sum(1 for t, *_ in r["events"][kind] if t == tag) for r in ranks for kind in ("finished",
+                                                                                                     "aborted"))
+        assert entry["sara/rollouts_generated"] == generated
