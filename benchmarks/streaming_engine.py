@@ -95,7 +95,7 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
               max_num_batched_tokens=4096, max_model_len=512, seed=cli.seed, logprobs_mode="processed_logprobs",
               gpu_memory_utilization=0.9)
     engine_start = time.perf_counter() - start
-    params = SamplingParams(n=1, temperature=TEMPERATURE, top_p=1.0, top_k=-1, min_p=0.0, repetition_penalty=1.0,
+    params = SamplingParams(n=1, temperature=TEMPERATURE, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
                             max_tokens=MAX_COMPLETION_LENGTH, logprobs=0)
     cfg = AllocationConfig(allocator=allocator, k=cli.k, collection=collection)
     alloc = Allocator(cfg)

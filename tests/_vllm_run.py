@@ -118,6 +118,16 @@ def main() -> None:
             return tokens
 
         VLLMStreamingEngine.step, VLLMStreamingEngine.abort = recording_step, recording_abort
+        from sara_trl.allocation import StreamingCollector
+
+        original_aborted = StreamingCollector.aborted
+        events["collector_aborted"] = []  # every abort reported to the collector (incl. requests never sent)
+
+        def recording_aborted(self, rid, tokens):
+            events["collector_aborted"].append((rid, int(tokens)))
+            return original_aborted(self, rid, tokens)
+
+        StreamingCollector.aborted = recording_aborted
     trainer = trainer_cls(model=smollm2_checkpoint(), reward_funcs=counted_reward(numeric_reward), args=args,
                           train_dataset=make_task_mix(256, seed=0))
     llm = trainer.vllm_generation.llm

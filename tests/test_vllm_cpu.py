@@ -102,13 +102,15 @@ def test_weight_sync_is_exact(tmp_path):
     assert after["mean_abs"] < 1e-4 and after["max_abs"] < 1e-3, after
 
 
-def test_two_processes_each_with_an_engine_stay_in_lock_step(tmp_path):
+def run_two_processes(tmp_path: Path, *flags: str) -> list[dict]:
+    """``tests/_vllm_run.py`` under ``accelerate launch`` on 2 CPU processes; each process's JSON. A run that does not
+    finish within 1500 s is killed (process group) and fails the test as a hang."""
     out = tmp_path / "result.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "examples" / "accelerate_configs" / "multi_cpu.yaml"), str(ROOT / "tests" / "_vllm_run.py"),
-           str(out), "--steps", "1"]
+           str(out), *flags]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, cwd=ROOT)
     try:
@@ -118,7 +120,11 @@ def test_two_processes_each_with_an_engine_stay_in_lock_step(tmp_path):
         output, _ = proc.communicate()
         pytest.fail(f"2-process vLLM run did not finish within 1500 s (hang?):\n{output[-4000:]}")
     assert proc.returncode == 0, output[-6000:]
-    ranks = [json.loads((tmp_path / f"result.json.rank{r}").read_text()) for r in (0, 1)]
+    return [json.loads((tmp_path / f"result.json.rank{r}").read_text()) for r in (0, 1)]
+
+
+def test_two_processes_each_with_an_engine_stay_in_lock_step(tmp_path):
+    ranks = run_two_processes(tmp_path, "--steps", "1")
     assert [r["world_size"] for r in ranks] == [2, 2] and [r["rank"] for r in ranks] == [0, 1]
     assert ranks[0]["decisions"] == ranks[1]["decisions"] and len(ranks[0]["decisions"]) == 1
     def accounting(entries):  # the sara/* values, without the wall-clock ones (which differ between processes)
@@ -197,7 +203,11 @@ def check_streaming(result: dict, steps: int, rank_share: int = 1) -> None:
             assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
     if rank_share == 1:  # one process: its engine's requests are the step's rollouts and tokens
         generated = sum(entry["sara/rollouts_generated"] for entry in logs)
-        assert generated == len(finished) + len(aborted) == result["total_rollouts"]
+        # aborted requests: those aborted in the engine, plus those asked for and given up within one engine step
+        # (never sent, 0 tokens); both reach the collector's aborted()
+        never_sent = len(events["collector_aborted"]) - len(aborted)
+        assert never_sent >= 0 and sum(t for _, t in events["collector_aborted"]) == sum(n for *_, n in events["aborted"])
+        assert generated == len(finished) + len(events["collector_aborted"]) == result["total_rollouts"]
         tokens = sum(n for *_, n, _ in events["finished"]) + sum(n for *_, n in events["aborted"])
         assert tokens == sum(entry["sara/tokens_generated"] for entry in logs)
         assert sum(entry["sara/rollouts_surplus"] for entry in logs) >= len(aborted) > 0  # aborts happened
@@ -214,22 +224,7 @@ def test_streaming_collection_through_the_engine(tmp_path, trainer):
 def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
     """Each process collects B / 2 groups on its own engine and shard, with no collective until the step's end:
     the run finishes (no hang), the merged batch has B groups, and both processes log the same accounting."""
-    out = tmp_path / "result.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "examples" / "accelerate_configs" / "multi_cpu.yaml"), str(ROOT / "tests" / "_vllm_run.py"),
-           str(out), "--steps", "2", "--collection", "streaming"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, cwd=ROOT)
-    try:
-        output, _ = proc.communicate(timeout=1500)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"2-process streaming run did not finish within 1500 s (hang?):\n{output[-4000:]}")
-    assert proc.returncode == 0, output[-6000:]
-    ranks = [json.loads((tmp_path / f"result.json.rank{r}").read_text()) for r in (0, 1)]
+    ranks = run_two_processes(tmp_path, "--steps", "2", "--collection", "streaming")
     for rank in ranks:
         check_streaming(rank, 2, rank_share=2)
     for step in range(2):
@@ -242,8 +237,7 @@ def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
         return [{k: v for k, v in e.items() if k.startswith("sara/") and not k.endswith("_seconds")} for e in entries]
 
     assert accounting(ranks[0]["steps"]) == accounting(ranks[1]["steps"])
-    for step, entry in enumerate(ranks[0]["steps"]):  # the merged accounting is both processes' requests
-        tag = f"sara-{step}-"
-        generated = sum(sum(1 for t, *_ in r["events"][kind] if t == tag) for r in ranks for kind in ("finished",
-                                                                                                     "aborted"))
-        assert entry["sara/rollouts_generated"] == generated
+    # the merged accounting is both processes' requests: finished, or aborted (in the engine or before being sent)
+    requests = sum(len(r["events"]["finished"]) + len(r["events"]["collector_aborted"]) for r in ranks)
+    assert sum(entry["sara/rollouts_generated"] for entry in ranks[0]["steps"]) == requests
+    assert ranks[0]["total_rollouts"] == ranks[1]["total_rollouts"] == requests
