@@ -180,7 +180,7 @@ def test_load_weights_then_repack_is_exact():
     assert stages["loaded_and_repacked"][0] < 1e-4 and stages["loaded_and_repacked"][1] < 1e-3
 
 
-def check_streaming(result: dict, steps: int, rank_share: int = 1) -> None:
+def check_streaming(result: dict, steps: int, rank_share: int = 1, logprobs: bool = True) -> None:
     """Streaming: no rounds and no LLM.generate call; every request finished once (scored once) or was aborted,
     never both; the accounting adds up with the aborted requests as surplus."""
     logs = result["steps"]
@@ -192,7 +192,8 @@ def check_streaming(result: dict, steps: int, rank_share: int = 1) -> None:
     assert not set(finished) & set(aborted)
     assert counts["generate_calls"] == 0
     assert counts["reward_rollouts"] == len(finished)  # each finished request scored exactly once
-    assert all(n_lp == n_tok for _, _, n_tok, n_lp in events["finished"])  # one sampling log-prob per token
+    # GRPO keeps one sampling log-prob per token (importance-sampling correction); RLOO keeps none, as on the round path
+    assert all(n_lp == (n_tok if logprobs else 0) for _, _, n_tok, n_lp in events["finished"])
     for entry in logs:
         assert entry["sara/rounds"] == 0 and entry["sara/engine_steps"] > 0
         for unit in ("rollouts", "tokens"):
@@ -216,7 +217,7 @@ def check_streaming(result: dict, steps: int, rank_share: int = 1) -> None:
 @pytest.mark.parametrize("trainer", ["grpo", "rloo"])
 def test_streaming_collection_through_the_engine(tmp_path, trainer):
     result = run_case(tmp_path, "--trainer", trainer, "--collection", "streaming")
-    check_streaming(result, 2)
+    check_streaming(result, 2, logprobs=trainer == "grpo")
     if trainer == "grpo":
         assert all("sampling/sampling_logp_difference/mean" in entry for entry in result["steps"])
 
