@@ -7,10 +7,11 @@ dynamic sampling with streaming collection, same prompts and seeds, side by side
 Each configuration runs in its own process (one after the other, never in parallel: on 2 cores a second process
 distorts the timing), started with ``--worker``. A worker builds SmolLM2-135M-Instruct as one ``vllm.LLM`` with the
 settings TRL's colocate mode uses on vLLM's CPU platform (float32, eager, ``max_num_batched_tokens=4096``,
-``max_num_seqs``), then collects ``--steps`` steps of B = ``--groups`` groups of k from a mixed arithmetic task whose
-failures run longer than its successes ("What is {expression}? Answer with only the number.", temperature 0.6,
-``max_completion_length`` 96; families mul_10_99, add_10_99, sub_0_20, add_0_2, one quarter each), scored by
-:func:`sara_trl.rewards.numeric_reward`. There is no training: the policy is the same in every step and every
+``max_num_seqs``), then collects ``--steps`` steps of B = ``--groups`` groups of k from the real-training task of
+``benchmarks/real_task.py`` (``make_real_task(--prompts, "train")``: "What is {expression}? Answer with only the
+number.", temperature 0.6, ``max_completion_length`` 96; 55% two-digit products, 15% each of two-digit sums,
+subtractions in [0, 20] and sums of 0..2; its failures run longer than its successes, benchmarks/REAL_TASK.md),
+scored by :func:`sara_trl.rewards.numeric_reward`. There is no training: the policy is the same in every step and every
 configuration, and each worker starts its prompt stream at the same seed.
 
 - rounds (uniform, dynamic_sampling, sara): :meth:`sara_trl.allocation.Allocator.collect`, each round ONE
@@ -48,27 +49,13 @@ CONFIGS = {  # name -> (allocator, collection)
     "sara_streaming": ("sara", "streaming"),
     "ds_streaming": ("dynamic_sampling", "streaming"),
 }
-FAMILIES = {  # measured on this model in benchmarks/data/survey/survey.json: failures run longer than successes
-    "mul_10_99": dict(min_operand=10, max_operand=99, ops=("*",)),
-    "add_10_99": dict(min_operand=10, max_operand=99, ops=("+",)),
-    "sub_0_20": dict(max_operand=20, ops=("-",)),
-    "add_0_2": dict(max_operand=2, ops=("+",)),
-}
-TEMPERATURE = 0.6
-MAX_COMPLETION_LENGTH = 96
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
+from benchmarks.real_task import REAL_TASK, make_real_task  # noqa: E402
 
-def make_task(num_prompts: int, seed: int):
-    """The mixed arithmetic task: ``num_prompts`` prompts, a quarter per family, interleaved."""
-    from datasets import concatenate_datasets
-
-    from sara_trl.data.generators import make_arithmetic_dataset
-
-    per = -(-num_prompts // len(FAMILIES))
-    parts = [make_arithmetic_dataset(per, seed=seed + i, **spec) for i, spec in enumerate(FAMILIES.values())]
-    data = concatenate_datasets(parts)
-    order = [j * per + i for i in range(per) for j in range(len(FAMILIES))][:num_prompts]
-    return data.select(order)
+TEMPERATURE = REAL_TASK.temperature
+MAX_COMPLETION_LENGTH = REAL_TASK.max_completion_length
 
 
 def worker(config: str, cli: argparse.Namespace) -> dict:
@@ -87,7 +74,7 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
     allocator, collection = CONFIGS[config]
     checkpoint = smollm2_checkpoint()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    data = make_task(cli.prompts, cli.seed)
+    data = make_real_task(cli.prompts, "train")
     prompt_ids = [tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
                                                 return_dict=False) for row in data]
     start = time.perf_counter()
@@ -216,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict | None:
               "command": "python benchmarks/streaming_engine.py " + " ".join(argv),
               "settings": {key: getattr(cli, key) for key in ("steps", "groups", "k", "max_num_seqs", "max_in_flight",
                                                                "prompts", "seed")},
-              "task": {"families": list(FAMILIES), "temperature": TEMPERATURE,
+              "task": {"families": REAL_TASK.weights, "style": REAL_TASK.style, "temperature": TEMPERATURE,
                        "max_completion_length": MAX_COMPLETION_LENGTH},
               "runs": runs}
     Path(cli.out).write_text(json.dumps(result, indent=1) + "\n")
