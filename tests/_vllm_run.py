@@ -4,13 +4,15 @@ One engine per process (vLLM's in-process engine cannot be rebuilt cleanly in th
 runs this file with its own arguments and reads the JSON it writes:
 
     python tests/_vllm_run.py OUT.json --trainer grpo --allocator sara [--steps 2] [--check_sync]
+        [--collection streaming]
     accelerate launch --config_file examples/accelerate_configs/multi_cpu.yaml tests/_vllm_run.py OUT.json --steps 1
 
 Under a launcher (WORLD_SIZE > 1) each process builds its own colocated engine and writes ``OUT.json.rank<R>``.
 
 Recorded: per step the ``sara/*`` and TRL sampling metrics, the number of ``LLM.generate`` calls and reward calls,
 and with ``--check_sync`` the log-prob agreement between the engine and the trained model before and after a weight
-sync (see :func:`engine_vs_model`).
+sync (see :func:`engine_vs_model`). With ``--collection streaming``, every request the streaming engine finished or
+aborted (engine tag, request id, tokens).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--learning_rate", type=float, default=1e-6)
     parser.add_argument("--check_sync", action="store_true")
+    parser.add_argument("--collection", choices=["rounds", "streaming"], default="rounds")
     cli = parser.parse_args()
 
     import torch
@@ -95,7 +98,36 @@ def main() -> None:
         temperature=0.3, learning_rate=cli.learning_rate, beta=0.0, logging_steps=1, save_strategy="no",
         gradient_checkpointing=False, disable_tqdm=True, seed=0, allocator=cli.allocator, budget_cap=12.0,
         use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False, vllm_max_model_length=512,
+        collection=cli.collection,
     )
+    events = {"finished": [], "aborted": []}  # streaming: (engine tag, request id[, tokens]) per finished / aborted
+    if cli.collection == "streaming":
+        from sara_trl.trainer.streaming import VLLMStreamingEngine
+
+        original_step, original_abort = VLLMStreamingEngine.step, VLLMStreamingEngine.abort
+
+        def recording_step(self):
+            done = original_step(self)
+            events["finished"].extend((self._tag, f.rid, len(f.completion_ids), len(f.logprobs or [])) for f in done)
+            return done
+
+        def recording_abort(self, rids):
+            live = [rid for rid in rids if rid in self.running]
+            tokens = original_abort(self, rids)
+            events["aborted"].extend((self._tag, rid, t) for rid, t in zip(rids, tokens) if rid in live)
+            return tokens
+
+        VLLMStreamingEngine.step, VLLMStreamingEngine.abort = recording_step, recording_abort
+        from sara_trl.allocation import StreamingCollector
+
+        original_aborted = StreamingCollector.aborted
+        events["collector_aborted"] = []  # every abort reported to the collector (incl. requests never sent)
+
+        def recording_aborted(self, rid, tokens):
+            events["collector_aborted"].append((rid, int(tokens)))
+            return original_aborted(self, rid, tokens)
+
+        StreamingCollector.aborted = recording_aborted
     trainer = trainer_cls(model=smollm2_checkpoint(), reward_funcs=counted_reward(numeric_reward), args=args,
                           train_dataset=make_task_mix(256, seed=0))
     llm = trainer.vllm_generation.llm
@@ -124,7 +156,7 @@ def main() -> None:
     result = {"counts": dict(COUNTS), "steps": logs, "decisions": decisions,
               "world_size": trainer.accelerator.num_processes, "rank": trainer.accelerator.process_index,
               "engine_dtype": str(llm.llm_engine.model_config.dtype),
-              "total_rollouts": trainer.sara_allocator.total_rollouts}
+              "total_rollouts": trainer.sara_allocator.total_rollouts, "events": events}
     if cli.check_sync:
         step = trainer.sara_last_step
         prompt_ids, completion_ids = [], []

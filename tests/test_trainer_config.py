@@ -173,9 +173,12 @@ def test_dataset_and_args_errors(prompts, tiny_model_dir, tokenizer):
         SaraRLOOTrainer(args=SaraConfig(**BASE), train_dataset=prompts, **make)
 
 
-def test_streaming_collection_is_refused_by_the_trainer_until_it_is_wired():
+def test_streaming_collection_needs_the_colocated_vllm_engine():
     assert SaraConfig(**BASE).collection == "rounds"
-    with pytest.raises(ValueError, match="SaraConfig: collection='streaming' is not implemented in the trainer yet"):
+    with pytest.raises(ValueError, match="SaraConfig: collection='streaming' needs use_vllm=True with vllm_mode="):
         SaraConfig(**BASE, collection="streaming")
+    with pytest.raises(ValueError, match="SaraRLOOConfig: collection='streaming' needs use_vllm=True"):
+        SaraRLOOConfig(**BASE, collection="streaming", use_vllm=True, vllm_mode="server")
+    assert SaraConfig(**BASE, collection="streaming", use_vllm=True, vllm_mode="colocate").collection == "streaming"
     with pytest.raises(ValueError, match="SaraConfig: collection='streaming' decides prompts one completion"):
         SaraConfig(**BASE, allocator="uniform", collection="streaming")

@@ -102,13 +102,15 @@ def test_weight_sync_is_exact(tmp_path):
     assert after["mean_abs"] < 1e-4 and after["max_abs"] < 1e-3, after
 
 
-def test_two_processes_each_with_an_engine_stay_in_lock_step(tmp_path):
+def run_two_processes(tmp_path: Path, *flags: str) -> list[dict]:
+    """``tests/_vllm_run.py`` under ``accelerate launch`` on 2 CPU processes; each process's JSON. A run that does not
+    finish within 1500 s is killed (process group) and fails the test as a hang."""
     out = tmp_path / "result.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "examples" / "accelerate_configs" / "multi_cpu.yaml"), str(ROOT / "tests" / "_vllm_run.py"),
-           str(out), "--steps", "1"]
+           str(out), *flags]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, cwd=ROOT)
     try:
@@ -118,7 +120,11 @@ def test_two_processes_each_with_an_engine_stay_in_lock_step(tmp_path):
         output, _ = proc.communicate()
         pytest.fail(f"2-process vLLM run did not finish within 1500 s (hang?):\n{output[-4000:]}")
     assert proc.returncode == 0, output[-6000:]
-    ranks = [json.loads((tmp_path / f"result.json.rank{r}").read_text()) for r in (0, 1)]
+    return [json.loads((tmp_path / f"result.json.rank{r}").read_text()) for r in (0, 1)]
+
+
+def test_two_processes_each_with_an_engine_stay_in_lock_step(tmp_path):
+    ranks = run_two_processes(tmp_path, "--steps", "1")
     assert [r["world_size"] for r in ranks] == [2, 2] and [r["rank"] for r in ranks] == [0, 1]
     assert ranks[0]["decisions"] == ranks[1]["decisions"] and len(ranks[0]["decisions"]) == 1
     def accounting(entries):  # the sara/* values, without the wall-clock ones (which differ between processes)
@@ -172,3 +178,67 @@ def test_load_weights_then_repack_is_exact():
     assert stages["loaded_not_repacked"][0] > 0.1  # what TRL's sync alone gives on vLLM's CPU platform
     assert stages["rebuilt_kernels"] > 0
     assert stages["loaded_and_repacked"][0] < 1e-4 and stages["loaded_and_repacked"][1] < 1e-3
+
+
+def check_streaming(result: dict, steps: int, rank_share: int = 1, logprobs: bool = True) -> None:
+    """Streaming: no rounds and no LLM.generate call; every request finished once (scored once) or was aborted,
+    never both; the accounting adds up with the aborted requests as surplus."""
+    logs = result["steps"]
+    assert len(logs) == steps and result["engine_dtype"] == "torch.float32"
+    counts, events = result["counts"], result["events"]
+    finished = [(tag, rid) for tag, rid, *_ in events["finished"]]
+    aborted = [(tag, rid) for tag, rid, _ in events["aborted"]]
+    assert len(set(finished)) == len(finished) and len(set(aborted)) == len(aborted)
+    assert not set(finished) & set(aborted)
+    assert counts["generate_calls"] == 0
+    assert counts["reward_rollouts"] == len(finished)  # each finished request scored exactly once
+    # GRPO keeps one sampling log-prob per token (importance-sampling correction); RLOO keeps none, as on the round path
+    assert all(n_lp == (n_tok if logprobs else 0) for _, _, n_tok, n_lp in events["finished"])
+    for entry in logs:
+        assert entry["sara/rounds"] == 0 and entry["sara/engine_steps"] > 0
+        for unit in ("rollouts", "tokens"):
+            assert entry[f"sara/{unit}_generated"] == sum(
+                entry[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))
+        assert entry["sara/unfilled"] == 0 and entry["sara/effective_fraction"] == 1.0
+        if "sampling/sampling_logp_difference/mean" in entry:
+            assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
+    if rank_share == 1:  # one process: its engine's requests are the step's rollouts and tokens
+        generated = sum(entry["sara/rollouts_generated"] for entry in logs)
+        # aborted requests: those aborted in the engine, plus those asked for and given up within one engine step
+        # (never sent, 0 tokens); both reach the collector's aborted()
+        never_sent = len(events["collector_aborted"]) - len(aborted)
+        assert never_sent >= 0 and sum(t for _, t in events["collector_aborted"]) == sum(n for *_, n in events["aborted"])
+        assert generated == len(finished) + len(events["collector_aborted"]) == result["total_rollouts"]
+        tokens = sum(n for *_, n, _ in events["finished"]) + sum(n for *_, n in events["aborted"])
+        assert tokens == sum(entry["sara/tokens_generated"] for entry in logs)
+        assert sum(entry["sara/rollouts_surplus"] for entry in logs) >= len(aborted) > 0  # aborts happened
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
+def test_streaming_collection_through_the_engine(tmp_path, trainer):
+    result = run_case(tmp_path, "--trainer", trainer, "--collection", "streaming")
+    check_streaming(result, 2, logprobs=trainer == "grpo")
+    if trainer == "grpo":
+        assert all("sampling/sampling_logp_difference/mean" in entry for entry in result["steps"])
+
+
+def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
+    """Each process collects B / 2 groups on its own engine and shard, with no collective until the step's end:
+    the run finishes (no hang), the merged batch has B groups, and both processes log the same accounting."""
+    ranks = run_two_processes(tmp_path, "--steps", "2", "--collection", "streaming")
+    for rank in ranks:
+        check_streaming(rank, 2, rank_share=2)
+    for step in range(2):
+        tables = [r["decisions"][step] for r in ranks]
+        assert tables[0] == tables[1]  # every process holds the merged step
+        trained = [pid for pid, fate in zip(tables[0]["prompt_id"], tables[0]["fate"]) if fate == 0]  # Fate.TRAINED
+        assert len(trained) == 4 and len(set(trained)) == 4  # B = 2 processes x 8 rows / k=4, distinct prompts
+        assert sorted(p % 2 for p in trained) == [0, 0, 1, 1]  # two from each process's shard
+    def accounting(entries):
+        return [{k: v for k, v in e.items() if k.startswith("sara/") and not k.endswith("_seconds")} for e in entries]
+
+    assert accounting(ranks[0]["steps"]) == accounting(ranks[1]["steps"])
+    # the merged accounting is both processes' requests: finished, or aborted (in the engine or before being sent)
+    requests = sum(len(r["events"]["finished"]) + len(r["events"]["collector_aborted"]) for r in ranks)
+    assert sum(entry["sara/rollouts_generated"] for entry in ranks[0]["steps"]) == requests
+    assert ranks[0]["total_rollouts"] == ranks[1]["total_rollouts"] == requests

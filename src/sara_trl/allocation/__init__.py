@@ -46,8 +46,8 @@ from sara_trl.allocation.scheduler import Allocator
 from sara_trl.allocation.latency import DecodeCost, DecodeEngine, EngineTally, call_cost
 from sara_trl.allocation.simulate import SimulatedTask, phi, psi, u_shaped_gammas
 from sara_trl.allocation.strategies import STRATEGIES, StepContext, StrategyResult
-from sara_trl.allocation.stream import PromptStream
-from sara_trl.allocation.streaming import Request, StreamActions, StreamingCollector
+from sara_trl.allocation.stream import PromptStream, ShardStream
+from sara_trl.allocation.streaming import Request, StreamActions, StreamingCollector, merge_step_results
 from sara_trl.allocation.types import (
     ABANDON,
     COMMIT,
@@ -68,7 +68,7 @@ __all__ = [
     "is_mixed", "success_labels", "score_spread_labels", "allocator_labels", "DS_FILTERS",
     "STRATEGIES", "StepContext", "StrategyResult",
     # beyond the paper
-    "COLLECTIONS", "StreamingCollector", "StreamActions", "Request", "DecodeCost", "DecodeEngine", "EngineTally",
+    "COLLECTIONS", "StreamingCollector", "StreamActions", "Request", "ShardStream", "merge_step_results", "DecodeCost", "DecodeEngine", "EngineTally",
     "call_cost",
     "SELECTIONS", "COST_UNITS", "PRIOR_FAMILIES", "MixturePrior", "StoppingSolution", "solve_values", "solve_rate",
     "evaluate_policy", "p_eff_mixture", "fit_prior_counts", "PromptHistory",

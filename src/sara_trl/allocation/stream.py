@@ -6,7 +6,7 @@ import logging
 
 import numpy as np
 
-__all__ = ["PromptStream"]
+__all__ = ["PromptStream", "ShardStream"]
 
 logger = logging.getLogger(__name__)
 _WARNED_SIZES: set[int] = set()  # dataset sizes already reported as too small for a batch (once per process)
@@ -214,3 +214,94 @@ class PromptStream:
         self.cursor = int(state["cursor"])
         self._order = self._make_order(self.epoch)
         self._owed = [int(i) for i in state.get("owed", [])]  # absent in states saved before ids could be owed
+
+
+class ShardStream:
+    """One process's disjoint share of a dataset's prompts: indices ``i`` with ``i % world == rank``, drawn in the
+    order of a :class:`PromptStream` over that share.
+
+    Used by streaming collection with several processes (each process collects its own B / world groups with no
+    communication during the step): the shards of ``rank = 0 .. world - 1`` partition the dataset, so no prompt is
+    drawn by two processes in the same epoch of their streams.
+
+    Parameters
+    ----------
+    num_prompts : int
+        Dataset size (> ``rank``, so that the shard is not empty).
+    rank, world : int
+        This process's index and the number of processes (``0 <= rank < world``).
+    seed, shuffle, wrap
+        As for :class:`PromptStream` (over the shard's ``ceil((num_prompts - rank) / world)`` prompts).
+
+    Raises
+    ------
+    ValueError
+        ``world < 1``, ``rank`` outside ``[0, world)``, or an empty shard (``num_prompts <= rank``).
+    """
+
+    def __init__(self, num_prompts: int, rank: int, world: int, seed: int = 0, shuffle: bool = True,
+                 wrap: bool = True):
+        if int(world) < 1 or not 0 <= int(rank) < int(world):
+            raise ValueError(f"invalid process layout: rank {rank} of world size {world}")
+        if int(num_prompts) <= int(rank):
+            raise ValueError(f"a dataset of {num_prompts} prompts leaves process {rank} of {world} no prompt")
+        self.rank, self.world = int(rank), int(world)
+        self.dataset_size = int(num_prompts)
+        self._local = PromptStream(len(range(self.rank, self.dataset_size, self.world)), seed, shuffle, wrap)
+
+    @property
+    def num_prompts(self) -> int:
+        """Prompts in this shard."""
+        return self._local.num_prompts
+
+    @property
+    def exhausted(self) -> bool:
+        """True when ``wrap=False`` and every prompt of the shard has been taken."""
+        return self._local.exhausted
+
+    def take(self, count: int, avoid=None) -> np.ndarray:
+        """The next ``count`` dataset indices of this shard (see :meth:`PromptStream.take`).
+
+        Parameters
+        ----------
+        count : int
+            Indices wanted (>= 0).
+        avoid : array_like of int, optional
+            Dataset indices already in the batch (ids of other shards are ignored: they cannot be drawn here).
+
+        Returns
+        -------
+        ndarray of int64, shape (<= count,)
+            Dataset indices, each ``% world == rank``.
+
+        Raises
+        ------
+        ValueError
+            ``count < 0`` or an id in ``avoid`` outside ``[0, num_prompts)`` of the dataset.
+        """
+        local_avoid = None
+        if avoid is not None:
+            ids = np.asarray(avoid, dtype=np.int64).reshape(-1)
+            if len(ids) and (ids.min() < 0 or ids.max() >= self.dataset_size):
+                raise ValueError(f"prompt id outside the dataset of {self.dataset_size} prompts in avoid")
+            ids = ids[ids % self.world == self.rank]
+            local_avoid = (ids - self.rank) // self.world
+        return self._local.take(count, local_avoid) * self.world + self.rank
+
+    def state_dict(self) -> dict:
+        """The shard's position, as plain Python values."""
+        return {**self._local.state_dict(), "rank": self.rank, "world": self.world}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`.
+
+        Raises
+        ------
+        ValueError
+            The state belongs to another shard (rank or world size), dataset size, seed or order.
+        """
+        for key in ("rank", "world"):
+            if state.get(key) != getattr(self, key):
+                raise ValueError(f"stream state was saved for {key}={state.get(key)!r}, this shard has "
+                                 f"{key}={getattr(self, key)!r}")
+        self._local.load_state_dict({k: v for k, v in state.items() if k not in ("rank", "world")})

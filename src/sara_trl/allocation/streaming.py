@@ -23,6 +23,7 @@ The driver's loop (simulated in ``benchmarks/streaming_projection.py``, to be wi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable
@@ -38,12 +39,12 @@ from sara_trl.allocation.predictor import p_eff_unchecked
 from sara_trl.allocation.rules import decide as rule_decide
 from sara_trl.allocation.strategies.base import ceil_count
 from sara_trl.allocation.strategies.sara import ROUND_TO_DECISION, steps_to_decision
-from sara_trl.allocation.types import ABANDON, COMMIT, Fate, StepResult
+from sara_trl.allocation.types import ABANDON, COMMIT, Fate, Group, StepResult, StepStats
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.allocation.config import AllocationConfig
 
-__all__ = ["STREAMING_ALLOCATORS", "Request", "StreamActions", "StreamingCollector"]
+__all__ = ["STREAMING_ALLOCATORS", "Request", "StreamActions", "StreamingCollector", "merge_step_results"]
 
 STREAMING_ALLOCATORS = ("sara", "dynamic_sampling")
 """Allocators that :class:`StreamingCollector` runs (uniform sampling has nothing to decide)."""
@@ -175,6 +176,12 @@ class StreamingCollector:
     def committed(self) -> int:
         """Groups committed so far."""
         return len(self.ledger.kept_order)
+
+    @property
+    def recorded(self) -> int:
+        """Completions recorded so far: they take rollout ids ``0 .. recorded - 1`` in the order :meth:`complete`
+        recorded them. A completion of a request being aborted is not recorded (it is surplus)."""
+        return int(self.ledger.generated)
 
     def start(self) -> StreamActions:
         """The first requests: fresh probes (``n0`` per prompt; k for dynamic sampling) up to the cap.
@@ -416,3 +423,52 @@ class StreamingCollector:
         if self._on_finish is not None:
             self._on_finish(result)
         return result
+
+
+def merge_step_results(results: list[StepResult], num_rollouts: list[int]) -> StepResult:
+    """One step's batch from the streaming results of several processes, each collected on its own shard.
+
+    Process ``i``'s rollout ids are shifted by the rollouts recorded on processes ``0 .. i-1``, so the merged ids
+    index the concatenation of the processes' rollouts in process order; groups, the per-prompt table and round
+    sizes are concatenated in process order and the accounting is summed (``stop_reason``: the distinct reasons,
+    comma-joined, in process order).
+
+    Parameters
+    ----------
+    results : list of StepResult
+        Per process, in process order; collected with ``carry_over`` off.
+    num_rollouts : list of int
+        Per process, the completions it recorded (:attr:`StreamingCollector.recorded`).
+
+    Returns
+    -------
+    StepResult
+        ``sum(len(r.groups))`` groups, with a checked accounting.
+
+    Raises
+    ------
+    ValueError
+        The two lists differ in length, or a count disagrees with its result's per-prompt table (the sum of ``n``).
+    """
+    if len(results) != len(num_rollouts) or not results:
+        raise ValueError(f"{len(results)} results for {len(num_rollouts)} rollout counts")
+    for i, (res, count) in enumerate(zip(results, num_rollouts)):
+        if int(np.sum(res.prompt_table["n"])) != int(count):
+            raise ValueError(f"process {i} reports {count} rollouts, its prompt table holds "
+                             f"{int(np.sum(res.prompt_table['n']))}")
+    offsets = np.concatenate([[0], np.cumsum(num_rollouts)[:-1]]).astype(np.int64)
+    groups = [Group(prompt_id=g.prompt_id, rollout_ids=np.asarray(g.rollout_ids, np.int64) + off,
+                    success=g.success, is_fill=g.is_fill)
+              for res, off in zip(results, offsets.tolist()) for g in res.groups]
+    totals = {}
+    for f in dataclasses.fields(StepStats):
+        values = [getattr(res.stats, f.name) for res in results]
+        if f.name == "stop_reason":
+            totals[f.name] = ",".join(dict.fromkeys(v for v in values if v))
+        else:
+            totals[f.name] = sum(values)
+    stats = StepStats(**totals)
+    stats.check()
+    table = {key: np.concatenate([res.prompt_table[key] for res in results]) for key in results[0].prompt_table}
+    return StepResult(groups=groups, stats=stats, prompt_table=table,
+                      round_sizes=[size for res in results for size in res.round_sizes])

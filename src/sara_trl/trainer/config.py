@@ -99,6 +99,12 @@ _TRAINER_OWN_FIELDS = [
     ("success_reward_func", Optional[str], field(default=None, metadata={"help": (
         "Name of one reward function (as in the trainer's reward_func_names, i.e. the function's __name__) whose "
         "raw value alone is the score; None uses the weighted reward sum.")})),
+    ("streaming_max_in_flight", Optional[int], field(default=None, metadata={"help": (
+        "collection='streaming' only: requests each process keeps in flight in its vLLM engine (the concurrency the "
+        "collector refills to; >= num_generations). None: the process's share of the batch's rollouts, B / "
+        "num_processes * num_generations, which is also the most sequences TRL's colocated engine runs at once "
+        "(per_device_train_batch_size * steps_per_generation); a larger value queues the extra requests in the "
+        "engine.")})),
     ("stream_seed", Optional[int], field(default=None, metadata={"help": (
         "Seed of the fresh-prompt stream (its own numpy generator, identical on every process); None uses seed. "
         "The stream shuffles only if shuffle_dataset is true.")})),
@@ -193,10 +199,35 @@ class _SaraArguments(_SaraFields):
         except AllocationConfigError as err:
             raise err.respelled(name, TRAINER_SPELLINGS) from None
         if self.collection == "streaming":
+            self._check_streaming(name)
+        elif self.streaming_max_in_flight is not None:
+            raise ValueError(f"streaming_max_in_flight ({self.streaming_max_in_flight}) is used only with "
+                             "collection='streaming'; leave it unset.")
+
+    def _check_streaming(self, name: str) -> None:
+        """``collection="streaming"`` drives a colocated vLLM engine request by request: refuse every setup that has
+        no such engine (no silent fallback to rounds: that would run a different collector than the one asked for)."""
+        if not (self.use_vllm and self.vllm_mode == "colocate"):
+            backend = f"use_vllm=True, vllm_mode={self.vllm_mode!r}" if self.use_vllm else "use_vllm=False"
             raise ValueError(
-                f"{name}: collection='streaming' is not implemented in the trainer yet (the allocation core has the "
-                "streaming collector, sara_trl.allocation.StreamingCollector, but the trainer does not yet drive "
-                "vLLM's engine request by request); use collection='rounds'."
+                f"{name}: collection='streaming' needs use_vllm=True with vllm_mode='colocate' (got {backend}): it "
+                "adds, steps and aborts requests on the engine one completion at a time, which only the colocated "
+                "vLLM engine in the training process allows (transformers generation and the vLLM server take whole "
+                "batches). Use collection='rounds' with this backend."
+            )
+        if self.vllm_tensor_parallel_size != 1:
+            raise ValueError(
+                f"{name}: collection='streaming' needs vllm_tensor_parallel_size=1 (got "
+                f"{self.vllm_tensor_parallel_size}): every process drives its own engine at its own pace, while a "
+                "tensor-parallel engine needs the same requests on every process of its group."
+            )
+        if self.streaming_max_in_flight is not None and (
+            isinstance(self.streaming_max_in_flight, bool) or not isinstance(self.streaming_max_in_flight, int)
+            or self.streaming_max_in_flight < self.num_generations
+        ):
+            raise ValueError(
+                f"streaming_max_in_flight ({self.streaming_max_in_flight}) must be an integer >= num_generations "
+                f"({self.num_generations}), so that one full group can be in flight."
             )
 
     def to_allocation_config(self) -> AllocationConfig:

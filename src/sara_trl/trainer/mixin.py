@@ -67,7 +67,7 @@ from transformers.utils import logging
 from trl.extras.profiling import profiling_context
 from trl.trainer.utils import get_config_model_id
 
-from sara_trl.allocation import Allocator, Group, PromptStream, StepResult
+from sara_trl.allocation import Allocator, Group, PromptStream, ShardStream, StepResult
 from sara_trl.trainer.hooks import check_trainer_class
 from sara_trl.trainer.metrics import (
     correct_loss_metrics,
@@ -77,6 +77,15 @@ from sara_trl.trainer.metrics import (
 )
 from sara_trl.trainer.progress import RoundProgress
 from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn
+from sara_trl.trainer.streaming import (
+    TrainerScorer,
+    VLLMStreamingEngine,
+    colocate_sampling_params,
+    default_max_in_flight,
+    gather_streaming_step,
+    drive_streaming_engine,
+    shard_groups,
+)
 from sara_trl.trainer.vllm_cpu import colocated_engine_on_cpu, repack_after_sync
 
 __all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "SARA_STATE_NAME", "SaraTrainerMixin", "build_row_plan"]
@@ -274,12 +283,23 @@ class SaraTrainerMixin:
         if getattr(self, "use_vllm", False):  # vLLM's CPU platform: repack its kernels after every weight sync
             repack_after_sync(self.vllm_generation)
         self.sara_allocator = Allocator(args.to_allocation_config())
-        self.sara_stream = PromptStream(
-            num_prompts=len(self.train_dataset),
-            seed=args.seed if args.stream_seed is None else args.stream_seed,
-            shuffle=bool(args.shuffle_dataset),
-            wrap=True,
-        )
+        seed = args.seed if args.stream_seed is None else args.stream_seed
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        if args.collection == "streaming" and world > 1:
+            # Each process collects its own B / world groups from its own shard of the prompts (no collective
+            # during the step; see sara_trl.trainer.streaming).
+            groups = shard_groups(args.num_groups, world)
+            self.sara_stream = ShardStream(len(self.train_dataset), rank, world, seed=seed,
+                                           shuffle=bool(args.shuffle_dataset), wrap=True)
+            if self.sara_stream.num_prompts < groups:
+                raise ValueError(
+                    f"`train_dataset` has {len(self.train_dataset)} prompts; split over {world} processes for "
+                    f"collection='streaming', process {rank} holds {self.sara_stream.num_prompts}, fewer than the "
+                    f"{groups} distinct prompts its share of the batch needs."
+                )
+        else:
+            self.sara_stream = PromptStream(num_prompts=len(self.train_dataset), seed=seed,
+                                            shuffle=bool(args.shuffle_dataset), wrap=True)
         if args.max_steps <= 0:
             logger.warning(
                 "SARA draws prompts from its own stream; the dataloader only counts steps, so `num_train_epochs` "
@@ -338,8 +358,14 @@ class SaraTrainerMixin:
                                f"{self.sara_allocator.carried_rollouts} carried by the allocator")
         show = self.accelerator.is_main_process and not args.disable_tqdm
         collect_start = time.perf_counter()
-        with RoundProgress(self.state.global_step + 1, show) as progress, self._sara_vllm_awake():
-            result = self.sara_allocator.collect(make_rollout_fn(self, cache, progress), self.sara_stream, num_groups)
+        engine_steps = None
+        if args.collection == "streaming":
+            with self._sara_vllm_awake():
+                result, cache, engine_steps = self._sara_collect_streaming(num_groups)
+        else:
+            with RoundProgress(self.state.global_step + 1, show) as progress, self._sara_vllm_awake():
+                result = self.sara_allocator.collect(make_rollout_fn(self, cache, progress), self.sara_stream,
+                                                     num_groups)
         collect_seconds = time.perf_counter() - collect_start
         self.sara_last_step = result
         if len(result.carry_rollout_ids):
@@ -433,7 +459,63 @@ class SaraTrainerMixin:
         # Wall-clock of the collection (every round's generation call and reward pass, plus the allocator): what a
         # step's rollouts cost in time, beside sara/rollouts_generated and sara/tokens_generated.
         metrics["sara/collect_seconds"].append(collect_seconds)
+        if engine_steps is not None:  # streaming: no rounds (sara/rounds is 0); the engine steps of the slowest process
+            metrics["sara/engine_steps"].append(engine_steps)
         return output
+
+    def _sara_collect_streaming(self, num_groups: int) -> tuple[StepResult, RolloutCache, int]:
+        """``collection="streaming"``: this process's share of the batch through its colocated vLLM engine, request
+        by request (:func:`sara_trl.trainer.streaming.drive_streaming_engine`), then, with several processes, the one
+        exchange that gives every process the merged batch and rollouts.
+
+        Returns
+        -------
+        result : StepResult
+            Exactly ``num_groups`` groups (this process's share first on process 0, in process order).
+        cache : RolloutCache
+            Every recorded rollout, ids as in ``result``.
+        engine_steps : int
+            Engine steps of the slowest process.
+        """
+        args = self.args
+        world = self.accelerator.num_processes
+        k = self.num_generations
+        groups = shard_groups(num_groups, world)
+        gen = self.vllm_generation
+        if self.state.global_step != self._last_loaded_step:  # as TRL's _generate_single_turn: once per step
+            with profiling_context(self, "sync_weights"):
+                gen.sync_weights()
+            self._last_loaded_step = self.state.global_step
+        max_in_flight = args.streaming_max_in_flight or default_max_in_flight(groups, k, getattr(gen, "max_num_seqs", None))
+        collector = self.sara_allocator.streaming(self.sara_stream, groups, max_in_flight)
+        tokens: dict[int, list[int]] = {}
+
+        def prompt_tokens(prompt_id: int) -> list[int]:
+            if prompt_id not in tokens:
+                ids, _, _ = self._tokenize_prompts([self._sara_row(prompt_id)["prompt"]])
+                tokens[prompt_id] = list(ids[0])
+            return tokens[prompt_id]
+
+        cache = RolloutCache()
+        engine = VLLMStreamingEngine(gen.llm, colocate_sampling_params(gen), keep_logprobs=self._sara_returns_logprobs,
+                                     tag=f"sara-{self.state.global_step}-")
+        result, error, steps = None, None, 0
+        try:
+            with profiling_context(self, "vLLM.stream"):
+                steps = drive_streaming_engine(collector, engine, prompt_tokens, TrainerScorer(self, cache, prompt_tokens))
+            result = collector.finish()
+        except Exception as exc:  # with several processes, fail every process at the exchange below
+            if world == 1:
+                raise
+            error = exc
+        if world == 1:
+            return result, cache, steps
+        local = None if result is None else result.stats  # None only on a failed process, which raises below
+        result, payloads = gather_streaming_step(self.accelerator, result, collector.recorded, (cache, steps), error)
+        # The cumulative totals count every process's rollouts (this process's allocator saw only its own).
+        self.sara_allocator.total_rollouts += result.stats.rollouts_generated - local.rollouts_generated
+        self.sara_allocator.total_tokens += result.stats.tokens_generated - local.tokens_generated
+        return result, RolloutCache.concat([c for c, _ in payloads]), max(s for _, s in payloads)
 
     # ------------------------------------------------------------------------------------------ replay hooks
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
@@ -549,14 +631,30 @@ class SaraTrainerMixin:
             engine._llm_weights_sleeping = True
 
     # ------------------------------------------------------------------------------------------ checkpoints
-    def _sara_state_dict(self) -> dict:
-        """The allocator, stream and allocation config as JSON-ready data (written to ``sara_state.json``)."""
-        return {
+    def _sara_state_dict(self, ranks: list[dict] | None = None) -> dict:
+        """The allocator, stream and allocation config as JSON-ready data (written to ``sara_state.json``).
+
+        ``ranks``: with streaming collection on several processes, every process's own allocator and stream shard
+        (:meth:`_sara_rank_states`), saved under ``"ranks"`` in process order.
+        """
+        state = {
             "version": 1,
             "allocator": self.sara_allocator.state_dict(),
             "stream": self.sara_stream.state_dict(),
             "allocation_config": self.args.to_allocation_config().__dict__,
         }
+        if ranks is not None:
+            state["ranks"] = ranks
+        return state
+
+    def _sara_rank_states(self) -> list[dict] | None:
+        """Streaming collection on several processes: every process's allocator and stream shard (they differ per
+        process), gathered on every process (a collective: call it on all of them). None otherwise."""
+        if self.args.collection != "streaming" or self.accelerator.num_processes == 1:
+            return None
+        from accelerate.utils import gather_object
+
+        return gather_object([{"allocator": self.sara_allocator.state_dict(), "stream": self.sara_stream.state_dict()}])
 
     def _save_checkpoint(self, model, trial):
         """Write ``sara_state.json`` (allocator and stream state) into the checkpoint, then TRL's own save.
@@ -564,11 +662,12 @@ class SaraTrainerMixin:
         Written first so that a ``push_to_hub`` of the checkpoint includes it. With ``carry_over``, the carried
         prompts' completions go to ``sara_carry.pt`` beside it.
         """
+        ranks = self._sara_rank_states()  # every process takes part
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, SARA_STATE_NAME), "w") as handle:
-                json.dump(self._sara_state_dict(), handle, indent=2)
+                json.dump(self._sara_state_dict(ranks), handle, indent=2)
             if self._sara_carry is not None:  # the carried prompts' completions, for the next step
                 torch.save(self._sara_carry.state(), os.path.join(folder, SARA_CARRY_NAME))
         super()._save_checkpoint(model, trial)
@@ -595,6 +694,19 @@ class SaraTrainerMixin:
             return
         with open(path) as handle:
             state = json.load(handle)
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        if isinstance(self.sara_stream, ShardStream):  # streaming on several processes: this process's own state
+            ranks = state.get("ranks")
+            if ranks is None or len(ranks) != world:
+                raise ValueError(
+                    f"{path} holds no per-process state for {world} processes (saved with "
+                    f"{'one process or rounds' if ranks is None else f'{len(ranks)} processes'}); streaming "
+                    "collection on several processes resumes only with the process count it was saved with."
+                )
+            state = {**state, **ranks[rank]}
+        elif "ranks" in state:
+            raise ValueError(f"{path} was saved by streaming collection on {len(state['ranks'])} processes; resume it "
+                             f"with collection='streaming' on {len(state['ranks'])} processes.")
         self.sara_allocator.load_state_dict(state["allocator"])
         self.sara_stream.load_state_dict(state["stream"])
         self._sara_carry = None

@@ -129,6 +129,31 @@ class RolloutCache:
                    round_index=list(state["round_index"]), extra_logs=dict(state["extra_logs"]),
                    carried=int(state["carried"]))
 
+    @classmethod
+    def concat(cls, caches: list[RolloutCache]) -> RolloutCache:
+        """The rollouts of ``caches`` one after the other (the per-process caches of a streaming step, in process
+        order, so the ids match :func:`sara_trl.allocation.merge_step_results`).
+
+        Raises
+        ------
+        ValueError
+            A cache holds carried rollouts (streaming does not carry prompts over).
+        """
+        if any(cache.carried for cache in caches):
+            raise ValueError("cannot concatenate caches that hold carried rollouts")
+        out = cls()
+        for cache in caches:
+            count = cache.num_rollouts
+            out.completion_ids.extend(cache.completion_ids)
+            out.logprobs.extend(cache.logprobs)
+            if count:
+                out.rewards.append(cache.reward_matrix())
+                out.success.append(cache.success_labels())
+                out.tokens.append(np.concatenate(cache.tokens).astype(np.int64))
+            out.round_index.extend(cache.round_index)
+            out.add_extra_logs(cache.extra_logs, count)
+        return out
+
     def reward_matrix(self) -> torch.Tensor:
         """All reward rows, ``(num_rollouts, F)`` float32 on CPU."""
         return torch.cat(self.rewards, dim=0) if self.rewards else torch.zeros(0, 0)

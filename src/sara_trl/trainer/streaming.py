@@ -1,0 +1,512 @@
+"""Streaming collection in the trainer: drive a continuous-batching engine request by request (``collection="streaming"``).
+
+:class:`~sara_trl.allocation.StreamingCollector` decides each prompt as soon as one of its completions is scored;
+this module is the loop around it (:func:`drive_streaming_engine`) and the engine it drives:
+
+- :class:`VLLMStreamingEngine` wraps the ``LLMEngine`` of TRL's colocated ``vllm.LLM``: one request per rollout
+  (``n=1``, the prompt's token ids as TRL passes them), the sampling parameters TRL's colocate path builds
+  (:func:`colocate_sampling_params`, sampled-token log-probs included), ``add_request`` / ``step`` /
+  ``abort_request``. Outputs are requested as deltas, so the tokens of an aborted request are known exactly.
+- Any object with the same three methods (:class:`StreamingEngine`) can stand in for it (the tests script one).
+
+One engine step: every completion that finished in it is scored in ONE reward pass (the scorer), then fed to the
+collector one by one, in the engine's order; what the collector asks for (new requests, aborts) is applied once the
+whole step's completions are in. A request that finished in the same engine step as its abort was decided is not
+aborted in the engine (it is already done): the collector counts it as surplus. No request is scored twice: a
+completion reaches the scorer once, when the engine reports it finished, and the collector rejects a second
+``complete`` of the same request.
+
+Several processes (the trainer's layout): each process runs its own engine and collector on its own shard of the
+prompts (:class:`~sara_trl.allocation.ShardStream`) for B / world groups, with no collective during the step;
+:func:`gather_streaming_step` then exchanges the results once (one ``gather_object``) and every process holds the
+same merged batch of B groups (:func:`~sara_trl.allocation.merge_step_results`) and rollout cache. The reward pass
+runs locally on each process (:func:`local_reward_pass` keeps TRL's ``_calculate_rewards`` from gathering).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Protocol
+
+import numpy as np
+
+from sara_trl.allocation import StepResult, StreamingCollector, merge_step_results
+
+__all__ = [
+    "Finished",
+    "Scorer",
+    "StreamingEngine",
+    "VLLMStreamingEngine",
+    "colocate_sampling_params",
+    "default_max_in_flight",
+    "gather_streaming_step",
+    "local_reward_pass",
+    "drive_streaming_engine",
+    "shard_groups",
+]
+
+
+@dataclass
+class Finished:
+    """A request the engine finished.
+
+    Attributes
+    ----------
+    rid : int
+        The collector's request id.
+    completion_ids : list of int
+        Completion token ids (as TRL's generation path returns them).
+    logprobs : list of float or None
+        One sampling log-prob per completion token (as TRL's GRPO keeps them), or None when not requested.
+    """
+
+    rid: int
+    completion_ids: list[int]
+    logprobs: list[float] | None = None
+
+
+class StreamingEngine(Protocol):
+    """What :func:`drive_streaming_engine` needs from an engine (vLLM's ``LLMEngine`` through
+    :class:`VLLMStreamingEngine`, or a scripted stand-in)."""
+
+    def add(self, rid: int, prompt_ids: list[int]) -> None:
+        """Queue one request (one completion) for prompt token ids ``prompt_ids``."""
+        ...
+
+    def step(self) -> list[Finished]:
+        """Run one engine step (one decode step of every running request); return the requests that finished."""
+        ...
+
+    def abort(self, rids: list[int]) -> list[int]:
+        """Abort requests; return the completion tokens each had generated (same order; 0 for an id that is not in
+        the engine, which is ignored)."""
+        ...
+
+    @property
+    def pending(self) -> int:
+        """Requests added and neither finished nor aborted."""
+        ...
+
+
+class Scorer(Protocol):
+    """Scores one engine step's finished completions and keeps those the collector recorded."""
+
+    def score(self, prompt_ids: list[int], batch: list[Finished]) -> np.ndarray:
+        """ONE reward pass over ``batch`` (dataset index of each one's prompt in ``prompt_ids``); returns ``(len,)``
+        success labels in {0, 1, NaN}."""
+        ...
+
+    def keep(self, positions: list[int]) -> None:
+        """The positions in the last scored batch that the collector recorded, in recording order (they take the
+        next rollout ids)."""
+        ...
+
+
+def drive_streaming_engine(collector: StreamingCollector, engine: StreamingEngine,
+                       prompt_tokens: Callable[[int], list[int]], scorer: Scorer) -> int:
+    """Run one step's streaming collection to its end (B groups committed, or the budget or stream exhausted).
+
+    Parameters
+    ----------
+    collector : StreamingCollector
+        A fresh collector (``start()`` not yet called).
+    engine : StreamingEngine
+        An engine with no request in flight.
+    prompt_tokens : callable
+        ``prompt_tokens(prompt_id) -> list of int``, the prompt's token ids.
+    scorer : Scorer
+        Scores finished completions and keeps the recorded ones.
+
+    Returns
+    -------
+    int
+        Engine steps run.
+
+    Raises
+    ------
+    RuntimeError
+        The engine lost requests (the collector waits for requests the engine no longer has), or it holds
+        requests when the step ends.
+    Exception
+        Whatever the engine or the scorer raises; every request still in the engine is aborted first, so the engine
+        is left empty.
+    """
+    prompt_of: dict[int, int] = {}
+    steps = 0
+
+    def apply(submit, abort, finished_now=frozenset()) -> None:
+        submit_ids = {req.rid for req in submit}
+        live = [rid for rid in abort if rid not in finished_now and rid not in submit_ids]
+        if live:
+            for rid, tokens in zip(live, engine.abort(live)):
+                collector.aborted(rid, tokens)
+        for rid in abort:
+            if rid in submit_ids:  # asked for and given up within one engine step: never reaches the engine
+                collector.aborted(rid, 0)
+        aborted = set(abort)
+        for req in submit:
+            if req.rid not in aborted:
+                prompt_of[req.rid] = req.prompt_id
+                engine.add(req.rid, prompt_tokens(req.prompt_id))
+
+    try:
+        actions = collector.start()
+        apply(actions.submit, actions.abort)
+        while not collector.done:
+            if engine.pending == 0:
+                raise RuntimeError(f"the engine holds no request while the collector waits for {collector.in_flight}")
+            batch = engine.step()
+            steps += 1
+            if not batch:
+                continue
+            labels = np.asarray(scorer.score([prompt_of[f.rid] for f in batch], batch), dtype=np.float64)
+            if labels.shape != (len(batch),):
+                raise ValueError(f"the scorer returned {labels.shape} labels for {len(batch)} completions")
+            submit, abort, kept = [], [], []
+            for i, (done, label) in enumerate(zip(batch, labels)):
+                before = collector.recorded
+                step_actions = collector.complete(done.rid, label, len(done.completion_ids))
+                if collector.recorded > before:
+                    kept.append(i)
+                submit.extend(step_actions.submit)
+                abort.extend(step_actions.abort)
+            scorer.keep(kept)
+            apply(submit, abort, frozenset(f.rid for f in batch))
+    except BaseException:
+        if engine.pending:  # leave the engine empty for whatever runs next (evaluation, the next step)
+            with contextlib.suppress(Exception):
+                engine.abort(list(prompt_of))
+        raise
+    if engine.pending:
+        raise RuntimeError(f"{engine.pending} requests are still in the engine after the step ended")
+    return steps
+
+
+# ------------------------------------------------------------------------------------------------------------ vLLM
+def colocate_sampling_params(vllm_generation: Any):
+    """The ``vllm.SamplingParams`` TRL's colocate path uses for one completion per prompt.
+
+    Built field for field as ``trl.generation.vllm_generation.VLLMGeneration.generate`` does in colocate mode (TRL
+    1.16): ``n=1``, repetition penalty, temperature, top-p, top-k, min-p (None -> 0), ``max_tokens =
+    max_completion_length``, ``logprobs`` (0: the sampled token's log-prob), then ``generation_kwargs``, then the
+    structured-output regex.
+
+    Parameters
+    ----------
+    vllm_generation : trl.generation.vllm_generation.VLLMGeneration
+        The trainer's ``vllm_generation``.
+
+    Returns
+    -------
+    vllm.SamplingParams
+
+    Raises
+    ------
+    ValueError
+        ``generation_kwargs`` asks for ``n != 1`` (streaming sends one request per rollout).
+    """
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    gen = vllm_generation
+    kwargs = {
+        "n": 1,
+        "repetition_penalty": gen.repetition_penalty,
+        "temperature": gen.temperature,
+        "top_p": gen.top_p,
+        "top_k": gen.top_k,
+        "min_p": 0.0 if gen.min_p is None else gen.min_p,
+        "max_tokens": gen.max_completion_length,
+        "logprobs": gen.logprobs,
+    }
+    kwargs.update(gen.generation_kwargs)
+    if kwargs["n"] != 1:
+        raise ValueError(f"generation_kwargs sets n={kwargs['n']}: streaming collection sends one request per rollout")
+    if gen.structured_outputs_regex is not None:
+        kwargs["structured_outputs"] = StructuredOutputsParams(regex=gen.structured_outputs_regex)
+    elif isinstance(structured := kwargs.get("structured_outputs"), dict):
+        kwargs["structured_outputs"] = StructuredOutputsParams(**structured)
+    return SamplingParams(**kwargs)
+
+
+def _sampled_logprobs(position_logprobs: list) -> list[float]:
+    """One log-prob per completion token, exactly as TRL's GRPO keeps them from a finished vLLM output:
+    ``trl.generation.vllm_generation.extract_logprobs`` (rank-sorted, NaN -> None), then the first entry."""
+    from trl.generation.vllm_generation import extract_logprobs
+
+    output = SimpleNamespace(outputs=[SimpleNamespace(logprobs=position_logprobs)])
+    logprobs, _ = extract_logprobs([output])
+    return [lp[0] for lp in logprobs[0]]
+
+
+class VLLMStreamingEngine:
+    """:class:`StreamingEngine` over the ``LLMEngine`` of a ``vllm.LLM`` (vLLM 0.31's V1 engine).
+
+    Parameters
+    ----------
+    llm : vllm.LLM
+        TRL's colocated engine (``trainer.vllm_generation.llm``), with no request in flight.
+    sampling_params : vllm.SamplingParams
+        Per request (``n`` must be 1), e.g. :func:`colocate_sampling_params`; copied, and set to return deltas.
+    keep_logprobs : bool
+        Return the sampled tokens' log-probs (GRPO's importance-sampling correction); needs
+        ``sampling_params.logprobs`` set.
+    tag : str
+        Prefix of the engine's request ids (``f"{tag}{rid}"``), unique per step.
+
+    Attributes
+    ----------
+    running : dict of int to list of int
+        Request id -> completion tokens received so far, for every request in the engine.
+
+    Raises
+    ------
+    ValueError
+        ``sampling_params.n != 1``, or ``keep_logprobs`` without ``sampling_params.logprobs``.
+    """
+
+    def __init__(self, llm: Any, sampling_params: Any, keep_logprobs: bool, tag: str):
+        from vllm.sampling_params import RequestOutputKind
+
+        if sampling_params.n != 1:
+            raise ValueError(f"one completion per request: sampling_params.n must be 1, got {sampling_params.n}")
+        if keep_logprobs and sampling_params.logprobs is None:
+            raise ValueError("keep_logprobs needs sampling_params.logprobs (0: the sampled token's log-prob)")
+        self._llm = llm
+        self._engine = llm.llm_engine
+        self._params = sampling_params.clone()
+        self._params.output_kind = RequestOutputKind.DELTA
+        self._keep_logprobs = keep_logprobs
+        self._tag = tag
+        self.running: dict[int, list[int]] = {}
+        self._logprobs: dict[int, list] = {}
+        # vLLM's own conversion of a prompt into an engine input (what LLM.generate does); older releases take the
+        # raw {"prompt_token_ids": ...} prompt in add_request.
+        self._render = getattr(llm, "_preprocess_cmpl_one", None)
+
+    @property
+    def pending(self) -> int:
+        """Requests added and neither finished nor aborted."""
+        return len(self.running)
+
+    def add(self, rid: int, prompt_ids: list[int]) -> None:
+        """Queue one request for ``prompt_ids``.
+
+        Raises
+        ------
+        ValueError
+            ``rid`` is already in the engine.
+        """
+        if rid in self.running:
+            raise ValueError(f"request {rid} is already in the engine")
+        prompt = {"prompt_token_ids": list(prompt_ids)}
+        if self._render is not None:
+            prompt = self._render(prompt)
+        self._engine.add_request(f"{self._tag}{rid}", prompt, self._params)
+        self.running[rid] = []
+        self._logprobs[rid] = []
+
+    def step(self) -> list[Finished]:
+        """One ``LLMEngine.step()``; the requests that finished in it, in the engine's order."""
+        finished = []
+        for output in self._engine.step():
+            rid = int(output.request_id.removeprefix(self._tag))
+            if rid not in self.running:  # pragma: no cover - an output for a request aborted earlier
+                continue
+            completion = output.outputs[0]
+            self.running[rid].extend(completion.token_ids)
+            if self._keep_logprobs and completion.logprobs is not None:
+                self._logprobs[rid].extend(completion.logprobs)
+            if output.finished:
+                ids = self.running.pop(rid)
+                position_logprobs = self._logprobs.pop(rid)
+                logprobs = _sampled_logprobs(position_logprobs) if self._keep_logprobs else None
+                finished.append(Finished(rid, ids, logprobs))
+        return finished
+
+    def abort(self, rids: list[int]) -> list[int]:
+        """Abort requests; returns the completion tokens each had generated (0 for an id not in the engine)."""
+        live = [rid for rid in rids if rid in self.running]
+        if live:
+            self._engine.abort_request([f"{self._tag}{rid}" for rid in live])
+        tokens = {rid: len(self.running.pop(rid)) for rid in live}
+        for rid in live:
+            self._logprobs.pop(rid, None)
+        return [tokens.get(rid, 0) for rid in rids]
+
+
+# ------------------------------------------------------------------------------------------------ several processes
+@contextlib.contextmanager
+def local_reward_pass(trainer: Any) -> Iterator[None]:
+    """Make the TRL base's ``_calculate_rewards`` return this process's reward rows without gathering them.
+
+    TRL 1.16 ends ``_calculate_rewards`` with ``gather(rewards_per_func)`` (``accelerate.utils.gather``, a
+    collective). In streaming collection every process scores its own completions at its own pace, so the name
+    ``gather`` in the module that defines the base's ``_calculate_rewards`` is replaced by the identity for the
+    duration of the block (a no-op with one process, where ``gather`` is the identity already).
+
+    Raises
+    ------
+    TypeError
+        No TRL class in the trainer's bases defines ``_calculate_rewards`` with a module-level ``gather``.
+    """
+    if trainer.accelerator.num_processes == 1:
+        yield
+        return
+    module = None
+    for klass in type(trainer).__mro__:
+        if "_calculate_rewards" in vars(klass) and klass.__module__.startswith("trl."):
+            module = sys.modules[klass.__module__]
+            break
+    if module is None or not callable(getattr(module, "gather", None)):
+        raise TypeError(f"{type(trainer).__name__}: no TRL base defines _calculate_rewards with a module-level "
+                        "`gather`; streaming collection on several processes needs a local reward pass")
+    original = module.gather
+    module.gather = lambda tensor: tensor
+    try:
+        yield
+    finally:
+        module.gather = original
+
+
+def gather_streaming_step(accelerator: Any, result: StepResult | None, recorded: int, payload: Any,
+                          error: BaseException | None) -> tuple[StepResult, list]:
+    """The one collective of a streaming step on several processes: exchange every process's result.
+
+    Parameters
+    ----------
+    accelerator : accelerate.Accelerator
+        ``num_processes``, ``process_index``.
+    result : StepResult or None
+        This process's result (None if it failed).
+    recorded : int
+        Rollouts it recorded.
+    payload : object
+        Anything picklable to hand to every process with the result (the trainer's rollout cache).
+    error : BaseException or None
+        The exception this process caught during its collection.
+
+    Returns
+    -------
+    result : StepResult
+        The merged batch (:func:`~sara_trl.allocation.merge_step_results`).
+    payloads : list
+        Every process's ``payload``, in process order.
+
+    Raises
+    ------
+    BaseException
+        ``error`` itself on the failing process; a ``RuntimeError`` naming it on the others (every process raises at
+        the same point instead of one waiting forever for the others).
+    """
+    from accelerate.utils import gather_object
+
+    report = None if error is None else f"{type(error).__name__}: {error}"
+    items = gather_object([(accelerator.process_index, report, result, recorded, payload)])
+    items.sort(key=lambda item: item[0])
+    if error is not None:
+        raise error
+    failed = [(rank, report) for rank, report, *_ in items if report is not None]
+    if failed:
+        rank, report = failed[0]
+        raise RuntimeError(f"SARA streaming collection failed on process {rank}: {report}")
+    merged = merge_step_results([item[2] for item in items], [item[3] for item in items])
+    return merged, [item[4] for item in items]
+
+
+def shard_groups(num_groups: int, world: int) -> int:
+    """Groups each process collects: ``num_groups / world``.
+
+    Raises
+    ------
+    ValueError
+        ``num_groups`` is not a multiple of ``world`` (every process must train the same number of rows, and a
+        process's rows must be its own groups).
+    """
+    if num_groups % world:
+        raise ValueError(
+            f"collection='streaming' on {world} processes collects B / {world} groups per process, so B = "
+            f"generation_batch_size / num_generations = {num_groups} must be a multiple of {world}; change "
+            "per_device_train_batch_size, steps_per_generation or num_generations"
+        )
+    return num_groups // world
+
+
+def default_max_in_flight(groups: int, k: int, max_num_seqs: int | None) -> int:
+    """Requests a process keeps in flight when ``streaming_max_in_flight`` is unset: its share of the batch's
+    rollouts (``groups * k``), capped by the engine's ``max_num_seqs`` when set (more would only queue), and at
+    least k (one full group)."""
+    cap = groups * k if not max_num_seqs else min(groups * k, int(max_num_seqs))
+    return max(cap, k)
+
+
+# ------------------------------------------------------------------------------------------------------------ trainer
+class TrainerScorer:
+    """:class:`Scorer` through the trainer's own decoding and reward functions, filling a rollout cache.
+
+    Each engine step's finished completions are decoded as the base's ``_generate`` decodes them
+    (``_sara_decode``) and scored in ONE call of TRL's ``_calculate_rewards`` (locally, see
+    :func:`local_reward_pass`); labels come from the reward rows as in the round path (threshold on the weighted
+    sum, or the function named by ``success_reward_func``). The recorded completions go to ``cache`` with their ids,
+    log-probs, reward rows, labels and ``log_extra`` columns, exactly as :func:`~sara_trl.trainer.rollout.make_rollout_fn`
+    stores a round's (round index 0: there are no rounds).
+
+    Parameters
+    ----------
+    trainer : RoundTrainer
+        The SARA trainer (training mode).
+    cache : RolloutCache
+        Receives the recorded rollouts.
+    prompt_tokens : callable
+        ``prompt_tokens(prompt_id) -> list of int`` (the ids the engine received; some decoders need them).
+    """
+
+    def __init__(self, trainer: Any, cache: Any, prompt_tokens: Callable[[int], list[int]]):
+        from sara_trl.trainer.rollout import _capture_extra_logs, reward_score
+
+        self._trainer, self._cache, self._prompt_tokens = trainer, cache, prompt_tokens
+        self._capture, self._reward_score = _capture_extra_logs, reward_score
+        args = trainer.args
+        self._func_index = (trainer.reward_func_names.index(args.success_reward_func)
+                            if args.success_reward_func is not None else None)
+        self._pending = None
+        self.scored = 0
+
+    def score(self, prompt_ids: list[int], batch: list[Finished]) -> np.ndarray:
+        from sara_trl.allocation import success_labels
+
+        trainer = self._trainer
+        rows = [trainer._sara_row(int(pid)) for pid in prompt_ids]
+        prompts = [row["prompt"] for row in rows]
+        completion_ids = [list(done.completion_ids) for done in batch]
+        completions = trainer._sara_decode(prompts, [self._prompt_tokens(pid) for pid in prompt_ids], completion_ids)
+        with self._capture(trainer) as extra, local_reward_pass(trainer):
+            rewards = trainer._calculate_rewards(rows, prompts, completions, completion_ids)
+        rewards = rewards[: len(batch)].detach().float().cpu()
+        score = self._reward_score(rewards, trainer.reward_weights, self._func_index).numpy()
+        labels = success_labels(score, trainer.args.success_threshold)
+        columns = {name: values for name, values in extra.items() if len(values) == len(batch)}
+        self._pending = (batch, rewards, labels, columns)
+        self.scored += len(batch)
+        return labels
+
+    def keep(self, positions: list[int]) -> None:
+        import torch
+
+        batch, rewards, labels, columns = self._pending
+        self._pending = None
+        if not positions:
+            return
+        cache = self._cache
+        cache.completion_ids.extend(list(batch[i].completion_ids) for i in positions)
+        cache.logprobs.extend(batch[i].logprobs for i in positions)
+        cache.rewards.append(rewards[torch.as_tensor(positions)])
+        cache.success.append(labels[positions])
+        cache.tokens.append(np.asarray([len(batch[i].completion_ids) for i in positions], dtype=np.int64))
+        cache.round_index.extend([0] * len(positions))
+        cache.add_extra_logs({name: [values[i] for i in positions] for name, values in columns.items()},
+                             len(positions))

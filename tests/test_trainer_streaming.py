@@ -1,0 +1,340 @@
+"""Streaming collection's engine loop (``sara_trl.trainer.streaming``) on a scripted engine, plus its small pieces.
+
+The scripted engine decodes one token per running request per step; request ``rid`` runs ``length[rid]`` steps and
+its first completion token says whether it succeeded. The scenarios are small enough to follow by hand (each test
+says why its numbers are what they are), and one check replays random scenarios through the allocation core's own
+simulated driver (``sara_trl.allocation.simulate.run_streaming_step``), which must make identical decisions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sara_trl.allocation import (
+    AllocationConfig,
+    Allocator,
+    PromptStream,
+    ShardStream,
+    StreamingCollector,
+    merge_step_results,
+)
+from sara_trl.allocation.latency import DecodeEngine
+from sara_trl.allocation.simulate import run_streaming_step as simulated_step
+from sara_trl.allocation.types import RoundOutcome
+from sara_trl.trainer.config import SaraConfig
+from sara_trl.trainer.rollout import RolloutCache
+from sara_trl.trainer.streaming import (
+    Finished,
+    default_max_in_flight,
+    drive_streaming_engine,
+    shard_groups,
+)
+
+
+class ScriptedEngine:
+    """Continuous batching without a cap: every added request decodes one token per step; request ``rid`` finishes
+    after ``outcomes[rid][1]`` steps with completion ``[success, 7, 7, ...]``. Finished requests come out in id
+    order within a step."""
+
+    def __init__(self, outcomes):
+        self.outcomes = outcomes
+        self.running: dict[int, int] = {}  # rid -> tokens decoded
+        self.added: list[int] = []
+        self.aborted: list[tuple[int, int]] = []
+        self.steps = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self.running)
+
+    def add(self, rid, prompt_ids):
+        assert rid not in self.running and rid not in self.added, f"request {rid} added twice"
+        assert prompt_ids == [100, int(prompt_ids[1])]  # what prompt_tokens below returns
+        self.added.append(rid)
+        self.running[rid] = 0
+
+    def step(self):
+        self.steps += 1
+        done = []
+        for rid in sorted(self.running):
+            self.running[rid] += 1
+            success, length = self.outcomes[rid]
+            if self.running[rid] == length:
+                done.append(rid)
+        for rid in done:
+            del self.running[rid]
+        return [Finished(rid, [int(self.outcomes[rid][0])] + [7] * (self.outcomes[rid][1] - 1),
+                         [-0.5] * self.outcomes[rid][1]) for rid in done]
+
+    def abort(self, rids):
+        tokens = [self.running.pop(rid, 0) for rid in rids]
+        self.aborted.extend(zip(rids, tokens))
+        return tokens
+
+
+class RecordingScorer:
+    """Label = first completion token; keeps the recorded completions in order and counts every scoring."""
+
+    def __init__(self):
+        self.scored: list[int] = []
+        self.kept: list[Finished] = []
+        self._batch = None
+
+    def score(self, prompt_ids, batch):
+        self.scored.extend(f.rid for f in batch)
+        self._batch = batch
+        return np.array([float(f.completion_ids[0]) for f in batch])
+
+    def keep(self, positions):
+        self.kept.extend(self._batch[i] for i in positions)
+
+
+def prompt_tokens(pid):
+    return [100, int(pid)]
+
+
+def ds_collector(B, k=2, mix=1.0, max_in_flight=4):
+    """Dynamic sampling, refill sized with a fixed mix rate and no margin: fresh prompts = ceil((need - expected) /
+    mix), at most max_in_flight // k at once."""
+    cfg = AllocationConfig(allocator="dynamic_sampling", k=k, collection="streaming", refill_margin=0.0)
+    stream = PromptStream(100, seed=0, shuffle=False)
+    return StreamingCollector(cfg, B, stream.take, max_in_flight=max_in_flight,
+                              mix_rate=lambda: np.full(k + 1, mix), fresh_cost=lambda: float(k))
+
+
+def run(collector, outcomes):
+    engine, scorer = ScriptedEngine(outcomes), RecordingScorer()
+    steps = drive_streaming_engine(collector, engine, prompt_tokens, scorer)
+    return collector.finish(), engine, scorer, steps
+
+
+# ------------------------------------------------------------------------------------------------ scripted scenarios
+def test_abandon_then_commit_without_aborts():
+    # B=1, k=2, mix rate 1: one prompt at a time. Prompt 0 (rids 0, 1) succeeds twice: abandoned when rid 1 finishes
+    # at step 5; prompt 1 (rids 2, 3) is submitted then, rid 2 fails at step 5+2, rid 3 succeeds at 5+4: committed.
+    outcomes = {0: (1, 3), 1: (1, 5), 2: (0, 2), 3: (1, 4)}
+    result, engine, scorer, steps = run(ds_collector(B=1), outcomes)
+    assert steps == engine.steps == 9
+    assert engine.added == [0, 1, 2, 3] and engine.aborted == []
+    assert scorer.scored == [0, 1, 2, 3] and [f.rid for f in scorer.kept] == [0, 1, 2, 3]
+    assert [g.prompt_id for g in result.groups] == [1]
+    np.testing.assert_array_equal(result.groups[0].rollout_ids, [2, 3])  # ids in recording order
+    st = result.stats
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_abandoned, st.rollouts_surplus) == (4, 2, 2, 0)
+    assert (st.tokens_generated, st.tokens_trained, st.tokens_abandoned) == (14, 6, 8)
+    assert st.rounds == 0 and st.stop_reason == "filled"
+
+
+def test_commit_aborts_the_other_prompt_with_its_decoded_tokens():
+    # Mix rate 0.5: two prompts at start (rids 0,1 -> prompt 0; 2,3 -> prompt 1). Prompt 0 mixes at step 2 (rid 1
+    # fails): B=1 is filled, rids 2 and 3 are aborted after 2 decoded tokens each.
+    outcomes = {0: (1, 1), 1: (0, 2), 2: (1, 6), 3: (0, 5)}
+    result, engine, scorer, steps = run(ds_collector(B=1, mix=0.5), outcomes)
+    assert steps == 2
+    assert engine.aborted == [(2, 2), (3, 2)] and engine.pending == 0
+    assert scorer.scored == [0, 1]
+    st = result.stats
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_surplus) == (4, 2, 2)
+    assert (st.tokens_generated, st.tokens_trained, st.tokens_surplus) == (7, 3, 4)
+
+
+def test_request_finishing_in_the_step_of_its_abort_is_scored_once_and_surplus():
+    # As above, but rid 2 also finishes at step 2, after rid 1 in the engine's order: rid 1's commit asks to abort
+    # rids 2 and 3; rid 2 is already done (not aborted in the engine, counted surplus with its 2 tokens, scored once
+    # in the step's reward pass but not kept), rid 3 is aborted with 2 tokens.
+    outcomes = {0: (1, 1), 1: (0, 2), 2: (1, 2), 3: (0, 5)}
+    result, engine, scorer, steps = run(ds_collector(B=1, mix=0.5), outcomes)
+    assert engine.aborted == [(3, 2)]
+    assert scorer.scored == [0, 1, 2] and [f.rid for f in scorer.kept] == [0, 1]
+    st = result.stats
+    assert (st.rollouts_generated, st.rollouts_surplus, st.tokens_surplus) == (4, 2, 4)
+
+
+def test_requests_asked_for_and_aborted_in_one_step_never_reach_the_engine():
+    # B=2, mix 0.5, cap 4: prompts 0 (rids 0,1) and 1 (rids 2,3), all finish at step 1 in id order. rid 1 commits
+    # prompt 0; the refill then asks for a fresh prompt 2 (rids 4, 5: expected commits 0.5 < need 1). rid 3 commits
+    # prompt 1: the batch is full, rids 4 and 5 are aborted before they were sent (0 tokens).
+    outcomes = {0: (1, 1), 1: (0, 1), 2: (1, 1), 3: (0, 1)}
+    collector = ds_collector(B=2, mix=0.5)
+    result, engine, scorer, steps = run(collector, outcomes)
+    assert steps == 1 and engine.added == [0, 1, 2, 3] and engine.aborted == []
+    assert collector.submitted == 6 and collector.aborted_rollouts == 2
+    st = result.stats
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_surplus, st.tokens_surplus) == (6, 4, 2, 0)
+    assert st.prompts_drawn == 3
+
+
+def test_engine_that_loses_requests_fails_loudly_and_is_left_empty():
+    class Lossy(ScriptedEngine):
+        def step(self):
+            super().step()
+            self.running.clear()  # drops everything without reporting it
+            return []
+
+    collector, engine = ds_collector(B=1), Lossy({0: (1, 3), 1: (0, 3)})
+    with pytest.raises(RuntimeError, match="holds no request"):
+        drive_streaming_engine(collector, engine, prompt_tokens, RecordingScorer())
+
+
+def test_scorer_error_aborts_everything_in_the_engine():
+    class Broken(RecordingScorer):
+        def score(self, prompt_ids, batch):
+            raise ValueError("reward exploded")
+
+    engine = ScriptedEngine({0: (1, 1), 1: (0, 3)})
+    with pytest.raises(ValueError, match="reward exploded"):
+        drive_streaming_engine(ds_collector(B=1), engine, prompt_tokens, Broken())
+    assert engine.pending == 0 and engine.aborted == [(0, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("allocator", ["sara", "dynamic_sampling"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_same_decisions_as_the_core_simulated_driver(allocator, seed):
+    """Random successes and lengths per request id: the engine loop and the allocation core's simulated driver
+    (which applies every action at once, on a DecodeEngine) give the same step, event for event."""
+    rng = np.random.default_rng(seed)
+    outcomes = {rid: (int(rng.random() < 0.4), int(rng.integers(1, 12))) for rid in range(2000)}
+    cfg = AllocationConfig(allocator=allocator, k=4, collection="streaming")
+    B, cap = 6, 12
+
+    alloc_a, alloc_b = Allocator(cfg), Allocator(cfg)
+    collector_a = alloc_a.streaming(PromptStream(500, seed=seed), B, cap)
+    result_a, engine, scorer, steps = run(collector_a, outcomes)
+
+    submitted = iter(range(2000))
+
+    def rollout_fn(pids, counts):
+        rows = [outcomes[next(submitted)] for _ in pids]
+        return RoundOutcome(success=np.array([float(s) for s, _ in rows]), tokens=np.array([n for _, n in rows]))
+
+    decode = DecodeEngine()
+    result_b = simulated_step(alloc_b.streaming(PromptStream(500, seed=seed), B, cap), rollout_fn, decode)
+    assert result_a.stats == result_b.stats
+    for key in result_a.prompt_table:
+        np.testing.assert_array_equal(result_a.prompt_table[key], result_b.prompt_table[key])
+    assert [g.rollout_ids.tolist() for g in result_a.groups] == [g.rollout_ids.tolist() for g in result_b.groups]
+    assert steps == decode.tally.steps  # one engine step per decode step
+    # every request: added once, then finished (scored once) or aborted, never both
+    scored, aborted = set(scorer.scored), {rid for rid, _ in engine.aborted}
+    assert len(scorer.scored) == len(scored) and not scored & aborted
+    assert scored | aborted == set(engine.added) and len(engine.added) == collector_a.submitted - 0
+    assert len(scorer.kept) == collector_a.recorded == int(result_a.prompt_table["n"].sum())
+    result_a.stats.check()
+
+
+# ------------------------------------------------------------------------------------------------ several processes
+def test_shards_partition_the_dataset_and_resume():
+    shards = [ShardStream(10, rank, 3, seed=4) for rank in range(3)]
+    assert [s.num_prompts for s in shards] == [4, 3, 3]
+    drawn = [s.take(s.num_prompts) for s in shards]
+    assert sorted(np.concatenate(drawn).tolist()) == list(range(10))
+    assert all((d % 3 == r).all() for r, d in enumerate(drawn))
+    # avoid: ids of the shard are skipped (and owed), ids of other shards ignored
+    shard = ShardStream(10, 1, 3, seed=0, shuffle=False)
+    np.testing.assert_array_equal(shard.take(2, avoid=[1, 2, 5]), [4, 7])
+    state = shard.state_dict()
+    again = ShardStream(10, 1, 3, seed=0, shuffle=False)
+    again.load_state_dict(state)
+    np.testing.assert_array_equal(again.take(2), shard.take(2))
+    with pytest.raises(ValueError, match="rank"):
+        ShardStream(10, 0, 3, seed=0, shuffle=False).load_state_dict(state)
+    with pytest.raises(ValueError, match="leaves process 3"):
+        ShardStream(3, 3, 4)
+
+
+def test_two_shards_merge_into_exactly_B_groups():
+    cfg = AllocationConfig(allocator="sara", k=4, collection="streaming")
+    B, world = 6, 2
+    results, counts, caches = [], [], []
+    for rank in range(world):
+        rng = np.random.default_rng(rank)
+        outcomes = {rid: (int(rng.random() < 0.5), int(rng.integers(1, 9))) for rid in range(2000)}
+        collector = Allocator(cfg).streaming(ShardStream(200, rank, world, seed=0), shard_groups(B, world), 8)
+        result, _, scorer, _ = run(collector, outcomes)
+        results.append(result)
+        counts.append(collector.recorded)
+        cache = RolloutCache()
+        for f in scorer.kept:
+            cache.completion_ids.append(f.completion_ids)
+            cache.logprobs.append(f.logprobs)
+        cache.rewards.append(torch.tensor([[float(f.completion_ids[0])] for f in scorer.kept]))
+        cache.success.append(np.array([float(f.completion_ids[0]) for f in scorer.kept]))
+        cache.tokens.append(np.array([len(f.completion_ids) for f in scorer.kept]))
+        cache.round_index.extend([0] * len(scorer.kept))
+        caches.append(cache)
+    merged = merge_step_results(results, counts)
+    cache = RolloutCache.concat(caches)
+    assert len(merged.groups) == B and merged.stats.batch_groups == B
+    assert merged.stats.rollouts_generated == sum(r.stats.rollouts_generated for r in results)
+    merged.stats.check()
+    pids = [g.prompt_id for g in merged.groups]
+    assert [p % 2 for p in pids] == [0, 0, 0, 1, 1, 1] and len(set(pids)) == B  # process order, disjoint shards
+    assert cache.num_rollouts == sum(counts)
+    for g in merged.groups:  # merged ids point at the group's own completions
+        for rid, success in zip(g.rollout_ids.tolist(), g.success.tolist()):
+            assert cache.completion_ids[rid][0] == success and cache.success_labels()[rid] == success
+    with pytest.raises(ValueError, match="prompt table"):
+        merge_step_results(results, [counts[0] + 1, counts[1]])
+
+
+def test_shard_groups_and_default_concurrency():
+    assert shard_groups(8, 2) == 4
+    with pytest.raises(ValueError, match="multiple of 3"):
+        shard_groups(8, 3)
+    assert default_max_in_flight(4, 8, None) == 32
+    assert default_max_in_flight(4, 8, 16) == 16
+    assert default_max_in_flight(1, 8, 4) == 8
+
+
+# ------------------------------------------------------------------------------------------------ configuration
+def _config(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=1, num_generations=4,
+                per_device_train_batch_size=8, collection="streaming")
+    return SaraConfig(**{**base, **kw})
+
+
+def test_streaming_needs_a_colocated_vllm_engine(tmp_path):
+    with pytest.raises(ValueError, match="use_vllm=True with vllm_mode='colocate' \\(got use_vllm=False\\)"):
+        _config(tmp_path)
+    with pytest.raises(ValueError, match="got use_vllm=True, vllm_mode='server'"):
+        _config(tmp_path, use_vllm=True, vllm_mode="server")
+    with pytest.raises(ValueError, match="vllm_tensor_parallel_size=1"):
+        _config(tmp_path, use_vllm=True, vllm_mode="colocate", vllm_tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="streaming_max_in_flight \\(3\\) must be an integer >= num_generations"):
+        _config(tmp_path, use_vllm=True, vllm_mode="colocate", streaming_max_in_flight=3)
+    with pytest.raises(ValueError, match="used only with collection='streaming'"):
+        _config(tmp_path, collection="rounds", streaming_max_in_flight=8)
+    with pytest.raises(ValueError, match="allocator='uniform'"):
+        _config(tmp_path, use_vllm=True, vllm_mode="colocate", allocator="uniform")
+    args = _config(tmp_path, use_vllm=True, vllm_mode="colocate", streaming_max_in_flight=8)
+    assert args.to_allocation_config().collection == "streaming"
+
+
+def test_colocate_sampling_params_match_trl():
+    """The streaming engine's SamplingParams equal those TRL's colocate path hands to ``LLM.generate``."""
+    pytest.importorskip("vllm")
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    from sara_trl.trainer.streaming import colocate_sampling_params
+
+    captured = []
+
+    class FakeLLM:
+        def generate(self, prompts, sampling_params, use_tqdm):
+            captured.append(sampling_params)
+            return []
+
+    gen = object.__new__(VLLMGeneration)
+    settings = dict(mode="colocate", tensor_parallel_size=1, enable_sleep_mode=False, model=torch.nn.Linear(1, 1),
+                    temperature=0.6, top_p=0.9, top_k=20, min_p=None, repetition_penalty=1.1,
+                    max_completion_length=96, logprobs=0, structured_outputs_regex=None,
+                    generation_kwargs={"presence_penalty": 0.2}, llm=FakeLLM(), accelerator=None)
+    gen.__dict__.update(settings)
+    gen.generate(prompts=[[1, 2, 3]], images=None, num_generations=1)
+    ours = colocate_sampling_params(gen)
+    assert repr(ours) == repr(captured[0])
+    gen.generation_kwargs = {"n": 2}
+    with pytest.raises(ValueError, match="n=2"):
+        colocate_sampling_params(gen)
