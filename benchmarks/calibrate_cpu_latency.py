@@ -8,8 +8,9 @@ Builds SmolLM2-135M-Instruct as one ``vllm.LLM`` with the settings of TRL's colo
 of ``r`` requests that all decode exactly ``T`` tokens (``ignore_eos``, ``min_tokens = max_tokens = T``) for each
 concurrency ``r``, and calls with ``T = 1`` (prefill and call overhead only). The model of the latency module says a
 call of ``r`` sequences of ``T`` tokens costs ``c + T (a + b r)``; per ``r`` the decode-step time is
-``(t(r, T) - t(r, 1)) / (T - 1)`` and a least-squares line over ``r`` gives ``a`` (intercept) and ``b`` (slope);
-``c`` is the mean time of the one-token calls. Prompts: the chat-templated real-task questions
+``(t(r, T) - t(r, 1)) / (T - 1)`` and a least-squares line over ``r`` gives ``a`` (intercept) and ``b`` (slope).
+The one-token calls are fitted the same way, ``t(r, 1) ~ c + prefill * r``: ``c`` is the per-call overhead and
+``prefill`` the per-request prefill, which the latency model leaves out (reported so that its size is known). Prompts: the chat-templated real-task questions
 (``benchmarks/real_task.py``), about 40 tokens each. Writes ``benchmarks/cpu_latency.json`` with every timing, the
 fit and its residuals. Meaningful only on an otherwise idle machine.
 """
@@ -42,13 +43,29 @@ def fit_decode_cost(concurrency, step_seconds) -> tuple[float, float, float]:
     return float(a), float(b), rms
 
 
+def fit(rows: list[dict]) -> dict:
+    """The latency model's (a, b, c) from timing rows, plus the per-request prefill and the residuals (seconds)."""
+    r = [x["concurrency"] for x in rows]
+    a, b, rms = fit_decode_cost(r, [x["step_seconds"] for x in rows])
+    c, prefill, rms_call = fit_decode_cost(r, [x["seconds_1"] for x in rows])
+    return {"a": a, "b": b, "c": c, "prefill_per_request": prefill, "rms_step_seconds": rms,
+            "rms_one_token_call_seconds": rms_call}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     ap.add_argument("--tokens", type=int, default=48, help="T: decoded tokens per request")
     ap.add_argument("--repeats", type=int, default=2, help="timed calls per point (the minimum is used)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "cpu_latency.json")
+    ap.add_argument("--refit", action="store_true", help="recompute the fit of an existing --out file's timings")
     args = ap.parse_args(argv)
+    if args.refit:
+        result = json.loads(args.out.read_text())
+        result["fit"] = fit(result["rows"])
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(result["fit"])
+        return result
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     from transformers import AutoTokenizer
@@ -84,15 +101,12 @@ def main(argv=None) -> dict:
                      "step_seconds": (full - one) / (args.tokens - 1)})
         print(f"r={r:3d}: {full:.3f} s for {args.tokens} tokens, {one:.3f} s for 1; decode step "
               f"{rows[-1]['step_seconds'] * 1e3:.2f} ms", flush=True)
-    a, b, rms = fit_decode_cost([x["concurrency"] for x in rows], [x["step_seconds"] for x in rows])
-    c = float(np.mean([x["seconds_1"] for x in rows]))
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python benchmarks/calibrate_cpu_latency.py " + " ".join(argv or sys.argv[1:]),
               "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end",
-              "tokens": args.tokens, "rows": rows, "fit": {"a": a, "b": b, "c": c, "rms_step_seconds": rms}}
+              "tokens": args.tokens, "rows": rows, "fit": fit(rows)}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"a = {a * 1e3:.2f} ms, b = {b * 1e3:.3f} ms per sequence, c = {c:.3f} s, rms residual "
-          f"{rms * 1e3:.2f} ms", flush=True)
+    print(result["fit"], flush=True)
     return result
 
 

@@ -54,7 +54,7 @@ ALLOCATORS = {
     "uniform": {"allocator": "uniform"},
     "DS": {"allocator": "dynamic_sampling"},
     "SARA": {"allocator": "sara"},
-    "SARA-auto": {"allocator": "sara", "tau_low": "auto", "auto_loss_cap": 0.10, "carry_over": True},
+    "SARA-auto": {"allocator": "sara", "stopping_rule": "bayes_optimal", "auto_loss_cap": 0.10, "carry_over": True},
 }
 
 
@@ -65,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=12, help="optimizer steps per run (same for every allocator)")
     ap.add_argument("--groups", type=int, default=8, help="B: groups per step")
     ap.add_argument("--k", type=int, default=8, help="group size (num_generations)")
-    ap.add_argument("--lr", type=float, default=2e-5, help="learning rate")
+    ap.add_argument("--lr", type=float, default=1e-5, help="learning rate")
     ap.add_argument("--budget-cap", type=float, default=8.0, help="SARA/DS budget cap in units of B*k rollouts")
     ap.add_argument("--prompts", type=int, default=2048, help="training prompts")
     ap.add_argument("--eval-every", type=int, default=4, help="held-out evaluation every this many steps")

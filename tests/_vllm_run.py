@@ -4,7 +4,7 @@ One engine per process (vLLM's in-process engine cannot be rebuilt cleanly in th
 runs this file with its own arguments and reads the JSON it writes:
 
     python tests/_vllm_run.py OUT.json --trainer grpo --allocator sara [--steps 2] [--check_sync]
-        [--collection streaming]
+        [--collection streaming] [--save_steps N] [--resume_from CHECKPOINT]
     accelerate launch --config_file examples/accelerate_configs/multi_cpu.yaml tests/_vllm_run.py OUT.json --steps 1
 
 Under a launcher (WORLD_SIZE > 1) each process builds its own colocated engine and writes ``OUT.json.rank<R>``.
@@ -77,6 +77,8 @@ def main() -> None:
     parser.add_argument("--learning_rate", type=float, default=1e-6)
     parser.add_argument("--check_sync", action="store_true")
     parser.add_argument("--collection", choices=["rounds", "streaming"], default="rounds")
+    parser.add_argument("--save_steps", type=int, default=0, help="save a checkpoint every N steps (0: never)")
+    parser.add_argument("--resume_from", default=None, help="checkpoint folder to resume from")
     cli = parser.parse_args()
 
     import torch
@@ -95,7 +97,8 @@ def main() -> None:
     args = config_cls(
         output_dir=os.path.join(os.path.dirname(cli.out), "run"), use_cpu=True, bf16=False, report_to="none",
         max_steps=cli.steps, num_generations=4, per_device_train_batch_size=8, max_completion_length=12,
-        temperature=0.3, learning_rate=cli.learning_rate, beta=0.0, logging_steps=1, save_strategy="no",
+        temperature=0.3, learning_rate=cli.learning_rate, beta=0.0, logging_steps=1,
+        save_strategy="steps" if cli.save_steps else "no", save_steps=cli.save_steps or 500,
         gradient_checkpointing=False, disable_tqdm=True, seed=0, allocator=cli.allocator, budget_cap=12.0,
         use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False, vllm_max_model_length=512,
         collection=cli.collection,
@@ -150,13 +153,14 @@ def main() -> None:
                               for key, values in table.items()})
 
     trainer.add_callback(RecordDecisions())
-    trainer.train()
+    trainer.train(resume_from_checkpoint=cli.resume_from)
     llm.generate = original_generate
     logs = [e for e in trainer.state.log_history if "sara/rollouts_generated" in e]
     result = {"counts": dict(COUNTS), "steps": logs, "decisions": decisions,
               "world_size": trainer.accelerator.num_processes, "rank": trainer.accelerator.process_index,
               "engine_dtype": str(llm.llm_engine.model_config.dtype),
-              "total_rollouts": trainer.sara_allocator.total_rollouts, "events": events}
+              "total_rollouts": trainer.sara_allocator.total_rollouts, "events": events,
+              "allocator_steps": trainer.sara_allocator.steps}
     if cli.check_sync:
         step = trainer.sara_last_step
         prompt_ids, completion_ids = [], []

@@ -108,3 +108,15 @@ def test_quick_run_trains_and_reports(tmp_path):
     subprocess.run([sys.executable, "benchmarks/real_training_report.py", f"--runs={out}", f"--out={report}"],
                    cwd=ROOT, check=True, timeout=300)
     assert "| DS | 1 |" in report.read_text() and (tmp_path / "plots" / "real_training.png").stat().st_size > 0
+
+
+def test_latency_calibration_fit_recovers_a_known_line():
+    """benchmarks/calibrate_cpu_latency.py: timings made from a = 0.13 s, b = 0.01 s per sequence, c = 0.5 s and
+    0.1 s of prefill per request are fitted back exactly (no residual)."""
+    from benchmarks.calibrate_cpu_latency import fit
+
+    rows = [{"concurrency": r, "step_seconds": 0.13 + 0.01 * r, "seconds_1": 0.5 + 0.1 * r} for r in (1, 2, 4, 8, 64)]
+    got = fit(rows)
+    for key, want in (("a", 0.13), ("b", 0.01), ("c", 0.5), ("prefill_per_request", 0.1)):
+        assert got[key] == pytest.approx(want, abs=1e-12)
+    assert got["rms_step_seconds"] < 1e-12 and got["rms_one_token_call_seconds"] < 1e-12

@@ -242,3 +242,25 @@ def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
     requests = sum(len(r["events"]["finished"]) + len(r["events"]["collector_aborted"]) for r in ranks)
     assert sum(entry["sara/rollouts_generated"] for entry in ranks[0]["steps"]) == requests
     assert ranks[0]["total_rollouts"] == ranks[1]["total_rollouts"] == requests
+
+
+def test_streaming_resumes_mid_run_from_a_checkpoint(tmp_path):
+    """Streaming SARA, 2 steps with a checkpoint after step 1; a second run resumes from that checkpoint and runs
+    step 2 only. The resumed step starts from the saved prompt stream (its first fresh probes are the prompts the
+    uninterrupted run drew first in step 2: the streaming collector submits them before any completion is back)
+    and from the saved running totals; its accounting holds with its own aborts."""
+    straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
+    straight_dir.mkdir()
+    resumed_dir.mkdir()
+    straight = run_case(straight_dir, "--collection", "streaming", "--save_steps", "1")
+    checkpoint = straight_dir / "run" / "checkpoint-1"
+    assert (checkpoint / "sara_state.json").is_file()
+    resumed = run_case(resumed_dir, "--collection", "streaming", "--resume_from", str(checkpoint))
+    check_streaming(resumed, 1)
+    assert [e["step"] for e in resumed["steps"]] == [2] and resumed["allocator_steps"] == 2
+    first_wave = 8 // 2  # streaming_max_in_flight (B k = 8 rows) / n0 = 2: the probes sent at the step's start
+    assert resumed["decisions"][0]["prompt_id"][:first_wave] == straight["decisions"][1]["prompt_id"][:first_wave]
+    before, after = straight["steps"][0], resumed["steps"][0]
+    assert after["sara/cumulative_rollouts"] == before["sara/cumulative_rollouts"] + after["sara/rollouts_generated"]
+    assert after["sara/cumulative_tokens"] == before["sara/cumulative_tokens"] + after["sara/tokens_generated"]
+    assert resumed["total_rollouts"] == after["sara/cumulative_rollouts"]

