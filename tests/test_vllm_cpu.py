@@ -256,11 +256,15 @@ def test_streaming_resumes_mid_run_from_a_checkpoint(tmp_path):
     checkpoint = straight_dir / "run" / "checkpoint-1"
     assert (checkpoint / "sara_state.json").is_file()
     resumed = run_case(resumed_dir, "--collection", "streaming", "--resume_from", str(checkpoint))
-    check_streaming(resumed, 1)
-    assert [e["step"] for e in resumed["steps"]] == [2] and resumed["allocator_steps"] == 2
+    # the log history comes back with the checkpoint: step 1 as the straight run logged it, then the resumed step 2
+    assert [e["step"] for e in resumed["steps"]] == [1, 2] and resumed["allocator_steps"] == 2
+    assert resumed["steps"][0] == straight["steps"][0]
+    before, after = straight["steps"][0], resumed["steps"][1]
+    # what this process generated is step 2 only: its requests, on top of the restored step-1 total
+    check_streaming(dict(resumed, steps=[after], total_rollouts=resumed["total_rollouts"] -
+                         before["sara/cumulative_rollouts"]), 1)
     first_wave = 8 // 2  # streaming_max_in_flight (B k = 8 rows) / n0 = 2: the probes sent at the step's start
     assert resumed["decisions"][0]["prompt_id"][:first_wave] == straight["decisions"][1]["prompt_id"][:first_wave]
-    before, after = straight["steps"][0], resumed["steps"][0]
     assert after["sara/cumulative_rollouts"] == before["sara/cumulative_rollouts"] + after["sara/rollouts_generated"]
     assert after["sara/cumulative_tokens"] == before["sara/cumulative_tokens"] + after["sara/tokens_generated"]
     assert resumed["total_rollouts"] == after["sara/cumulative_rollouts"]
