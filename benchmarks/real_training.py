@@ -163,8 +163,8 @@ def worker(allocator: str, seed: int, args) -> dict:
         output_dir=tempfile.mkdtemp(prefix=f"real_training_{allocator}_"), use_cpu=True, bf16=False,
         report_to="none", max_steps=args.steps, num_generations=args.k,
         # one group per micro-batch, B micro-batches per optimizer step: the same update as one batch of B k rows,
-        # with an eighth of the logits in memory at B = 8 (one batch of 64 rows x 141 tokens x 49,152 logits ran out
-        # of the machine's 24 GiB)
+        # with an eighth of the logits in memory at B = 8 (one batch of 64 rows, each its prompt plus up to 96
+        # completion tokens, x 49,152 logits, ran out of the machine's 24 GiB)
         per_device_train_batch_size=args.k, gradient_accumulation_steps=args.groups,
         max_completion_length=REAL_TASK.max_completion_length,
         temperature=REAL_TASK.temperature, top_p=1.0, learning_rate=args.lr, beta=0.0, logging_steps=1,
