@@ -181,7 +181,8 @@ def render(doc: dict, command: str) -> str:
         f"{doc['distinct_prompts']} distinct bank rows (a family's rows repeated so its share is exact; copies "
         "of a row draw from the same samples without replacement within a step). A static bank has no learning: "
         "prompts keep their success rate, which favours the history-based settings (they learn each prompt's rate "
-        "and never see it move) and the replay reuses the 512 prompts far more than a training run would.",
+        f"and never see it move) and the replay reuses the {doc['distinct_prompts']:,} bank rows more than a "
+        "training run would reuse its prompts.",
         "",
         f"Each cell: {len(st['seeds'])} seeds x {st['steps']} consecutive steps, all counted; every allocator on the "
         "same seeds. Ratios to DS are per seed (sums over the steps), mean and 95% interval over seeds. 'Abandoned "

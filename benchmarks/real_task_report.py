@@ -37,6 +37,9 @@ from benchmarks.real_task import (  # noqa: E402
 KS = (4, 8, 16)
 CELLS = ("only_t0.6", "only_t1", "plain_t0.6")
 BANK = HERE / "data" / "real_task_bank.npz"
+# The bank's own survey: the task's 4 families x 512 prompts x 32 samples, same cell and seeds (its first 128
+# prompts of each family are the 8-family survey's, sample for sample).
+BANK_SURVEY_DIR = HERE / "data" / "survey_large"
 TRAIN_SIZE, HELDOUT_SIZE = 4096, 512  # split sizes whose overlap is reported (the runs may use fewer)
 # Mixtures compared in the report (the first is the task). Chosen from the per-family table by its Phi(k=8),
 # all-fail share and lengths, before any replay was run.
@@ -88,7 +91,9 @@ def describe(success: np.ndarray, tokens: np.ndarray, cap: int) -> dict:
 
 
 def bank_arrays(cell: str, survey_dir: Path = SURVEY_DIR) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """The survey cell flattened to bank rows, family-major: ``success (F P, M)``, ``tokens``, ``task (F P,)``."""
+    """The survey cell flattened to bank rows, family-major: ``success (F P, M)``, ``tokens``, ``task (F P,)``.
+
+    ``task`` indexes the survey's own family list (``list(meta["families"])``, the order it surveyed them in)."""
     success, tokens, meta = load_survey_cell(cell, survey_dir)
     F, P, M = success.shape
     task = np.repeat(np.arange(F, dtype=np.int8), P)
@@ -144,12 +149,14 @@ def histogram_plot(success: np.ndarray, task_of_row: np.ndarray, names: list, pa
     plt.close(fig)
 
 
-def bank_sidecar(task: RealTask, meta: dict, success, task_index, names, copies) -> dict:
+def bank_sidecar(task: RealTask, meta: dict, success, task_index, names, copies, survey_dir: Path) -> dict:
     """Provenance and settings of the bank (the JSON sidecar)."""
+    where = survey_dir.relative_to(HERE.parent) if survey_dir.is_relative_to(HERE.parent) else survey_dir
+    distinct = {f: len(set(meta["expressions"][f])) for f in names}
     return {
-        "description": f"Real SmolLM2-135M-Instruct outcomes, survey cell {task.cell} (all {len(names)} families x "
+        "description": f"Real SmolLM2-135M-Instruct outcomes, survey cell {task.cell} ({len(names)} families x "
         f"{meta['prompts_per_family']} prompts x {meta['k']} samples); success[p, j] and tokens[p, j] of sample j "
-        "of prompt p, family-major. Made by benchmarks/real_task_report.py from benchmarks/data/survey/.",
+        f"of prompt p, family-major. Made by benchmarks/real_task_report.py from {where}/.",
         "arrays": {"success": "(P, M) int8, 1 = numeric_reward 1.0", "tokens": "(P, M) int16, completion tokens "
                    "incl. EOS (capped at max_new_tokens)", "task": "(P,) int8 index into task_names"},
         "generation": f"generated on an {meta['device']} GPU with transformers generate (float32 weights, no TF32), "
@@ -160,7 +167,7 @@ def bank_sidecar(task: RealTask, meta: dict, success, task_index, names, copies)
                      "top_p": meta["top_p"], "top_k": meta["top_k"], "max_new_tokens": meta["max_new_tokens"],
                      "chat_template": meta["chat_template"], "seed": meta["sampling_seed"],
                      "batch_sequences": meta["batch_sequences"]},
-        "checker": meta["checker"], "task_names": names,
+        "checker": meta["checker"], "task_names": names, "distinct_expressions": distinct,
         "families": meta["families"], "family_generator_seed": "family index (split 'bank' of benchmarks/real_task.py)",
         "expressions": [e for f in names for e in meta["expressions"][f]],
         "answers": [a for f in names for a in meta["answers"][f]],
@@ -171,8 +178,9 @@ def bank_sidecar(task: RealTask, meta: dict, success, task_index, names, copies)
         "replay_copies[family] times (families without weight are left out), so each family's share of the pool "
         "equals its weight exactly. Copies of one row share that row's samples: within a step they are drawn "
         "without replacement from the same 32 (benchmarks/replay.py, ReplaySource(rows=...)). The bank holds "
-        f"{meta['prompts_per_family']} distinct prompts per family, so the replay reuses them far more often than a "
-        "training run would reuse its prompts.",
+        f"{meta['prompts_per_family']} prompts per family ({sum(distinct.values())} distinct expressions: "
+        + ", ".join(f"{f} {n}" for f, n in distinct.items())
+        + "), so the replay reuses them more often than a training run would reuse its prompts.",
     }
 
 
@@ -180,7 +188,9 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=HERE, help="where REAL_TASK.md, real_task.json and plots/ go")
     ap.add_argument("--bank", type=Path, default=BANK, help="replay bank to write (.npz)")
-    ap.add_argument("--survey", type=Path, default=SURVEY_DIR)
+    ap.add_argument("--survey", type=Path, default=SURVEY_DIR, help="the 8-family survey the task is chosen from")
+    ap.add_argument("--bank-survey", type=Path, default=BANK_SURVEY_DIR,
+                    help="the survey the bank is written from (the task's families, more prompts)")
     args = ap.parse_args(argv)
     task = REAL_TASK
     names = list(FAMILIES)
@@ -200,7 +210,6 @@ def main(argv=None) -> dict:
         candidates[label] = {"weights": weights,
                              **describe(*mixture_view(cand, success, tokens, task_index, names)[:2], cap)}
     mix_s, mix_t, rows = mixture_view(task, success, tokens, task_index, names)
-    copies = mixture_copies(task.weights, {f: int(np.sum(task_index == names.index(f))) for f in task.weights})
     chosen = describe(mix_s, mix_t, cap)
     hist = np.bincount((mix_s == 1).sum(1), minlength=mix_s.shape[1] + 1) / len(mix_s)
     overlap = split_overlap(task, meta["expressions"])
@@ -210,9 +219,12 @@ def main(argv=None) -> dict:
     sign = {"negative_prompts": int(negative.sum()), "negative": float(sub_rate[negative].mean()),
             "nonnegative": float(sub_rate[~negative].mean())}
 
+    b_success, b_tokens, b_task, b_meta = bank_arrays(task.cell, args.bank_survey)
+    b_names = list(b_meta["families"])
+    copies = mixture_copies(task.weights, {f: int(np.sum(b_task == b_names.index(f))) for f in task.weights})
     args.bank.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.bank, success=success, tokens=tokens, task=task_index)
-    sidecar = bank_sidecar(task, meta, success, task_index, names, copies)
+    np.savez_compressed(args.bank, success=b_success, tokens=b_tokens, task=b_task)
+    sidecar = bank_sidecar(task, b_meta, b_success, b_task, b_names, copies, args.bank_survey)
     args.bank.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     plot = args.out / "plots" / "real_task_success.png"
     histogram_plot(mix_s, task_index[rows], names, plot,
@@ -223,7 +235,11 @@ def main(argv=None) -> dict:
            "chosen": chosen, "histogram": hist.tolist(), "candidates": candidates, "cells": cells,
            "split_overlap": overlap, "sub_0_20_by_sign": sign, "replay_copies": copies, "bank": str(args.bank.relative_to(HERE.parent))
            if args.bank.is_relative_to(HERE.parent) else str(args.bank),
-           "survey": {k: meta[k] for k in ("device", "date", "versions", "dtype", "k", "prompts_per_family")}}
+           "survey": {k: meta[k] for k in ("device", "date", "versions", "dtype", "k", "prompts_per_family")},
+           "bank_survey": {"families": b_names, "rows": int(len(b_task)), "prompts_per_family":
+                           b_meta["prompts_per_family"], "distinct": sidecar["distinct_expressions"],
+                           "generate_s": b_meta["timings"][task.cell]["generate_s"], "device": b_meta["device"],
+                           "date": b_meta["date"]}}
     (args.out / "real_task.json").write_text(json.dumps(doc, indent=1) + "\n")
     (args.out / "REAL_TASK.md").write_text(render(doc))
     print(f"wrote {args.out / 'REAL_TASK.md'}, {args.out / 'real_task.json'}, {plot}, {args.bank}")
@@ -237,7 +253,7 @@ def _f(x, d=3):
 def render(doc: dict) -> str:
     """``REAL_TASK.md`` from the ``real_task.json`` document."""
     t, c = doc["task"], doc["chosen"]
-    sv = doc["survey"]
+    sv, bs = doc["survey"], doc["bank_survey"]
     fams = doc["cells"][t["cell"]]
     longer = "longer" if all(fams[f]["tokens_fail"] > (fams[f]["tokens_success"] or 0) for f in t["weights"]) \
         else "NOT longer"
@@ -321,15 +337,19 @@ def render(doc: dict) -> str:
         "",
         "## The replay bank",
         "",
-        f"`{doc['bank']}` holds the whole cell `{t['cell']}` (all 8 families x 128 prompts x 32 samples, "
-        "family-major, with `task` labels) and its sidecar the provenance. The task's shares are replayed by "
-        "repeating each row of a weighted family (copies per row: "
+        f"`{doc['bank']}` holds cell `{t['cell']}` of a second survey of the task's "
+        f"{len(bs['families'])} families alone (`benchmarks/data/survey_large/`, {bs['prompts_per_family']} "
+        f"prompts per family x 32 samples = {bs['rows']:,} prompts, {sum(bs['distinct'].values()):,} distinct "
+        f"expressions: " + ", ".join(f"`{f}` {n}" for f, n in bs["distinct"].items())
+        + f"; {bs['generate_s']:g} s of generation on an {bs['device']}, {bs['date']}), family-major with `task` "
+        "labels; its sidecar holds the provenance. Same cell, settings and seeds as the survey above: the first "
+        "128 prompts of each family reproduce the survey's samples exactly (same token ids; checked by the tests). "
+        "The task's shares are replayed by repeating each row of a weighted family (copies per row: "
         + ", ".join(f"`{f}` {n}" for f, n in doc["replay_copies"].items())
         + "), so each family's share of the replayed pool equals its weight exactly; copies of a row draw from "
-        "the same 32 samples without replacement within a step. 55% of 1,024 prompts cannot come from 128 "
-        "distinct products, so the replay reuses the bank's 512 weighted prompts instead of pretending to have "
-        "more; the issue's \">= 1,000 prompts through vLLM\" is not met by this bank (it has 1,024 prompts, 512 in "
-        "the task, generated with transformers on a GPU).",
+        "the same 32 samples without replacement within a step. The bank was generated with transformers on a "
+        "GPU, not through the vLLM engine (CUDA vLLM cannot reach the lent GPU machine); "
+        "`benchmarks/vllm_vs_survey.py` compares the two engines' outcomes on the same prompts (written; not run yet).",
         "",
     ]
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from benchmarks import real_replay, real_task, real_task_report, replay  # noqa:
 from benchmarks.real_task import REAL_TASK, mixture_copies, mixture_rows  # noqa: E402
 
 SURVEY = REPO / "benchmarks" / "data" / "survey"
+SURVEY_LARGE = REPO / "benchmarks" / "data" / "survey_large"
 BANK = REPO / "benchmarks" / "data" / "real_task_bank.npz"
 
 
@@ -29,13 +30,14 @@ def _bank():
     return success, tokens, task, meta
 
 
-def test_bank_is_the_survey_cell_family_major():
+def test_bank_is_the_large_survey_cell_family_major():
     success, tokens, task, meta = _bank()
-    with np.load(SURVEY / f"survey_{REAL_TASK.cell}.npz") as z:
+    with np.load(SURVEY_LARGE / f"survey_{REAL_TASK.cell}.npz") as z:
         s, t = z["success"], z["tokens"]
-    survey = json.loads((SURVEY / "survey.json").read_text())
+    survey = json.loads((SURVEY_LARGE / "survey.json").read_text())
     F, P, M = s.shape
-    assert success.shape == (F * P, M) == (1024, 32) and meta["task_names"] == list(survey["families"])
+    assert success.shape == (F * P, M) == (2048, 32) and meta["task_names"] == list(survey["families"])
+    assert set(meta["task_names"]) == set(REAL_TASK.weights)
     for f, name in enumerate(meta["task_names"]):
         rows = task == f
         assert rows.sum() == P
@@ -43,8 +45,23 @@ def test_bank_is_the_survey_cell_family_major():
         np.testing.assert_array_equal(tokens[rows], t[f])
         # The per-family success rate the survey itself recorded (rounded to 4 places there).
         assert round(float(success[rows].mean()), 4) == survey["cells"][REAL_TASK.cell][name]["success"]
+        assert meta["distinct_expressions"][name] == len(set(survey["expressions"][name]))
+    assert sum(meta["distinct_expressions"].values()) >= 1000
     assert "NOT through vLLM" in meta["generation"] and meta["sampling"]["temperature"] == 0.6
     assert meta["replay_copies"] == {"mul_10_99": 11, "add_10_99": 3, "sub_0_20": 3, "add_0_2": 3}
+
+
+def test_large_survey_reproduces_the_8_family_survey_on_its_first_prompts():
+    """Same family seeds and sampling seeds: the first 128 prompts of each family are the 8-family survey's, with
+    the same completion token ids (generated in two separate GPU sessions)."""
+    small, large = (json.loads((d / "survey.json").read_text()) for d in (SURVEY, SURVEY_LARGE))
+    with np.load(SURVEY / f"survey_{REAL_TASK.cell}.npz") as a, np.load(SURVEY_LARGE / f"survey_{REAL_TASK.cell}.npz") as b:
+        for i, name in enumerate(large["families"]):
+            g = list(small["families"]).index(name)
+            assert large["family_seeds"][name] == g
+            assert large["expressions"][name][:128] == small["expressions"][name]
+            for key in ("success", "tokens", "ids"):
+                np.testing.assert_array_equal(b[key][i, :128], a[key][g])
 
 
 def test_bank_split_regenerates_the_survey_expressions():
@@ -55,6 +72,10 @@ def test_bank_split_regenerates_the_survey_expressions():
         assert list(bank["answer"]) == survey["answers"][name]
         train = set(real_task.family_expressions(name, 128, "train")["expression"])
         assert train != set(bank["expression"])
+    large = json.loads((SURVEY_LARGE / "survey.json").read_text())
+    for name in large["families"]:
+        bank = real_task.family_expressions(name, large["prompts_per_family"], "bank")
+        assert list(bank["expression"]) == large["expressions"][name]
 
 
 def test_mixture_copies_make_shares_exact():
@@ -67,7 +88,7 @@ def test_mixture_copies_make_shares_exact():
     _, _, task, meta = _bank()
     rows = mixture_rows(task, meta["task_names"], REAL_TASK.weights)
     fam = task[rows]
-    assert len(rows) == 128 * 20
+    assert len(rows) == 512 * 20  # 512 rows per family, copies 11 + 3 + 3 + 3
     for f, w in REAL_TASK.weights.items():
         assert np.mean(fam == meta["task_names"].index(f)) == pytest.approx(w, abs=1e-12)
 
@@ -129,7 +150,7 @@ def test_quick_replay_values_and_accounting(tmp_path):
     success, tokens, task, meta = _bank()
     for f in REAL_TASK.weights:
         assert doc["family_success"][f] == float(success[task == meta["task_names"].index(f)].mean())
-    assert doc["replayed_rows"] == 2560 and doc["distinct_prompts"] == 512
+    assert doc["replayed_rows"] == 512 * 20 and doc["distinct_prompts"] == 4 * 512
     rows = mixture_rows(task, meta["task_names"], REAL_TASK.weights)
     cell = doc["cells"]["k=8,B=16"]
     uni = cell["summary"]["uniform"]

@@ -18,6 +18,8 @@ and ``survey.json`` (families, styles, seeds, settings, per-cell outcome spread,
 ``P`` expressions of a family (seed = family index) are used for every style and temperature.
 
     python benchmarks/gpu/task_survey.py --gguf .devdata/smol/SmolLM2-135M-Instruct.Q4_1.gguf --out $OUT
+    python benchmarks/gpu/task_survey.py --gguf ... --out $OUT --families add_0_2 sub_0_20 add_10_99 mul_10_99 \
+        --prompts 512 --styles only --temperatures 0.6   # the large bank of the real-training task
     python benchmarks/gpu/task_survey.py --device cpu --prompts 2 --k 4 --max_new_tokens 8 --out /tmp/s  # a check
 """
 
@@ -72,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--styles", nargs="+", default=list(STYLES), choices=list(STYLES))
     parser.add_argument("--batch_sequences", type=int, default=4096, help="sequences per generate call")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES),
+                        help="families to survey (each keeps its own generator and sampling seeds, so the first P "
+                             "prompts of a family are the same whatever P and whichever other families run)")
     args = parser.parse_args(argv)
     if min(args.prompts, args.k, args.max_new_tokens, args.batch_sequences) < 1 or args.batch_sequences < args.k:
         parser.error("--prompts, --k, --max_new_tokens must be >= 1 and --batch_sequences >= --k")
@@ -102,10 +107,11 @@ def main(argv=None) -> dict:
     load_s = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)
 
-    names = list(FAMILIES)
+    names = list(dict.fromkeys(args.families))
+    seeds = [list(FAMILIES).index(name) for name in names]  # a family's seed is its index in FAMILIES
     F, P, k, T = len(names), args.prompts, args.k, args.max_new_tokens
-    datasets_ = [make_arithmetic_dataset(P, seed=f, instruction="{expression}", **FAMILIES[name])
-                 for f, name in enumerate(names)]
+    datasets_ = [make_arithmetic_dataset(P, seed=g, instruction="{expression}", **FAMILIES[name])
+                 for g, name in zip(seeds, names)]
     per_call = max(1, args.batch_sequences // k)
     cells, timings = {}, {}
     for style in args.styles:
@@ -124,7 +130,7 @@ def main(argv=None) -> dict:
                     texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
                              for c in chats]
                     enc = tokenizer(texts, return_tensors="pt", padding=True).to(args.device)
-                    torch.manual_seed(args.seed * 1_000_003 + f * 10_007 + lo)
+                    torch.manual_seed(args.seed * 1_000_003 + seeds[f] * 10_007 + lo)
                     t0 = time.perf_counter()
                     with torch.no_grad():
                         out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
@@ -160,8 +166,9 @@ def main(argv=None) -> dict:
                 print(f"  {name:10s} {cells[tag][name]}", flush=True)
             summary = {
                 "description": "SmolLM2-135M-Instruct on arithmetic families; made by benchmarks/gpu/task_survey.py",
-                "families": {n: {kk: list(v) if isinstance(v, tuple) else v for kk, v in kw.items()}
-                             for n, kw in FAMILIES.items()},
+                "families": {n: {kk: list(v) if isinstance(v, tuple) else v for kk, v in FAMILIES[n].items()}
+                             for n in names},
+                "family_seeds": dict(zip(names, seeds)),
                 "expressions": {n: list(d["expression"]) for n, d in zip(names, datasets_)},
                 "answers": {n: list(d["answer"]) for n, d in zip(names, datasets_)},
                 "styles": {s: STYLES[s] for s in args.styles}, "temperatures": args.temperatures,
