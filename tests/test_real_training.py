@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.real_training import ALLOCATORS, parse_args, run_path  # noqa: E402
-from benchmarks.real_training_report import cost_to_reach, curve, load_runs, mean_curve, render, totals  # noqa: E402
+from benchmarks.real_training_report import (  # noqa: E402
+    cost_to_reach, curve, load_runs, mean_curve, render, runs_command, totals,
+)
 
 
 def _run(allocator, seed, per_step, accs, eval_steps=(0, 2, 4)):
@@ -73,6 +75,16 @@ def test_render_judges_targets_on_seed_intervals(tmp_path):
     assert "rollouts x DS 0.700 (target <= 0.80: met)" in text
     assert "tokens x DS 0.700 (target <= 0.75: met)" in text
     assert "generation seconds x DS 0.750 (target <= 0.85: met)" in text
+
+
+def test_report_names_the_seeds_and_allocators_that_ran():
+    # settings.json keeps the first invocation; the report's command lists every finished run instead.
+    first = "python benchmarks/real_training.py --seeds 0 --allocators DS --steps 8 --lr 2e-5"
+    runs = {"DS": {1: {}, 0: {}}, "SARA": {0: {}}}
+    assert runs_command(first, runs) == \
+        "python benchmarks/real_training.py --seeds 0,1 --allocators DS,SARA --steps 8 --lr 2e-5"
+    assert runs_command("python benchmarks/real_training.py --quick", {"DS": {0: {}}}) == \
+        "python benchmarks/real_training.py --seeds 0 --allocators DS --quick"
 
 
 def test_quick_flag_sets_smoke_sizes_and_keeps_explicit_choices(tmp_path):
