@@ -55,7 +55,8 @@ def test_large_survey_reproduces_the_8_family_survey_on_its_first_prompts():
     """Same family seeds and sampling seeds: the first 128 prompts of each family are the 8-family survey's, with
     the same completion token ids (generated in two separate GPU sessions)."""
     small, large = (json.loads((d / "survey.json").read_text()) for d in (SURVEY, SURVEY_LARGE))
-    with np.load(SURVEY / f"survey_{REAL_TASK.cell}.npz") as a, np.load(SURVEY_LARGE / f"survey_{REAL_TASK.cell}.npz") as b:
+    cell = f"survey_{REAL_TASK.cell}.npz"
+    with np.load(SURVEY / cell) as a, np.load(SURVEY_LARGE / cell) as b:
         for i, name in enumerate(large["families"]):
             g = list(small["families"]).index(name)
             assert large["family_seeds"][name] == g
