@@ -149,7 +149,7 @@ def histogram_plot(success: np.ndarray, task_of_row: np.ndarray, names: list, pa
     plt.close(fig)
 
 
-def bank_sidecar(task: RealTask, meta: dict, success, task_index, names, copies, survey_dir: Path) -> dict:
+def bank_sidecar(task: RealTask, meta: dict, success, names, copies, survey_dir: Path) -> dict:
     """Provenance and settings of the bank (the JSON sidecar)."""
     where = survey_dir.relative_to(HERE.parent) if survey_dir.is_relative_to(HERE.parent) else survey_dir
     distinct = {f: len(set(meta["expressions"][f])) for f in names}
@@ -224,7 +224,7 @@ def main(argv=None) -> dict:
     copies = mixture_copies(task.weights, {f: int(np.sum(b_task == b_names.index(f))) for f in task.weights})
     args.bank.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(args.bank, success=b_success, tokens=b_tokens, task=b_task)
-    sidecar = bank_sidecar(task, b_meta, b_success, b_task, b_names, copies, args.bank_survey)
+    sidecar = bank_sidecar(task, b_meta, b_success, b_names, copies, args.bank_survey)
     args.bank.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     plot = args.out / "plots" / "real_task_success.png"
     histogram_plot(mix_s, task_index[rows], names, plot,

@@ -131,8 +131,9 @@ def runs_command(command: str, runs: dict) -> str:
              "--allocators": ",".join(runs)}
     out, i = [], 0
     while i < len(argv):
-        if argv[i] in found:
-            i += 2
+        flag, joined, _ = argv[i].partition("=")
+        if flag in found:  # "--seeds 0" or "--seeds=0"
+            i += 1 if joined else 2
             continue
         out.append(argv[i])
         i += 1

@@ -85,6 +85,8 @@ def test_report_names_the_seeds_and_allocators_that_ran():
         "python benchmarks/real_training.py --seeds 0,1 --allocators DS,SARA --steps 8 --lr 2e-5"
     assert runs_command("python benchmarks/real_training.py --quick", {"DS": {0: {}}}) == \
         "python benchmarks/real_training.py --seeds 0 --allocators DS --quick"
+    assert runs_command("python benchmarks/real_training.py --seeds=0 --allocators=DS --steps 8", runs) == \
+        "python benchmarks/real_training.py --seeds 0,1 --allocators DS,SARA --steps 8"
 
 
 def test_quick_flag_sets_smoke_sizes_and_keeps_explicit_choices(tmp_path):
