@@ -207,6 +207,9 @@ def worker(allocator: str, seed: int, args) -> dict:
                 "raw_success": float(logs["sara/raw_success_rate"]),
                 "reward": float("nan") if logs.get("reward") is None else float(logs["reward"]),
             })
+            for name in ("round_longest_tokens", "round_tail_tokens"):  # the round barriers (absent before Dec 1)
+                if f"sara/{name}" in logs:
+                    rec["steps"][-1][name] = float(logs[f"sara/{name}"])
             s = rec["steps"][-1]
             print(f"[{allocator} seed {seed}] step {s['step']}: {s['rollouts']:.0f} rollouts, {s['tokens']:.0f} "
                   f"tokens, {s['rounds']:.0f} rounds, generation {gen:.1f} s, training {s['training_seconds']:.1f} s",

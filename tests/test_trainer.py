@@ -106,6 +106,9 @@ def test_two_steps(kind, allocator, tiny_model_dir, tokenizer, cpu_trainer_kwarg
             assert np.array_equal(group.success, group_rewards)  # binary rewards: labels = rewards
         if allocator == "uniform":
             assert entry["sara/rounds"] == 1 and entry["sara/rollouts_generated"] == args.generation_batch_size
+            # one call: its longest completion minus the tail is the mean completion length
+            assert entry["sara/round_longest_tokens"] - entry["sara/round_tail_tokens"] == pytest.approx(
+                entry["sara/tokens_generated"] / entry["sara/rollouts_generated"])
         else:
             # Every trained group is mixed (the data allow it: half of the prompts are coin flips), so
             # every row has a non-zero advantage.

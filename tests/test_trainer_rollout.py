@@ -14,6 +14,7 @@ from sara_trl.trainer.metrics import (
     STEP_METRICS,
     correct_padding_metrics,
     log_step_metrics,
+    round_barrier_metrics,
 )
 from sara_trl.trainer.mixin import build_row_plan
 from sara_trl.trainer.rollout import (
@@ -71,6 +72,16 @@ def test_rollout_cache_extra_logs_align_with_rollouts():
     cache.completion_ids.extend([[3]])
     cache.add_extra_logs({"b": [5]}, 1)
     assert cache.extra_logs == {"a": ["x", "y", None], "b": [None, None, 5]}
+
+
+def test_round_barrier_metrics_sum_longest_and_tail_over_rounds():
+    # round 1: lengths 2, 10, 3 (longest 10, mean 5); round 2: 4, 4 (longest 4, mean 4); round 0 = carried, left out
+    out = round_barrier_metrics(np.array([0, 1, 1, 1, 2, 2]), np.array([99, 2, 10, 3, 4, 4]))
+    assert out == {"round_longest_tokens": 14.0, "round_tail_tokens": 5.0}
+    assert round_barrier_metrics(np.array([0]), np.array([7])) == {"round_longest_tokens": 0.0,
+                                                                  "round_tail_tokens": 0.0}
+    with pytest.raises(ValueError, match="round_index has shape"):
+        round_barrier_metrics(np.array([1, 1]), np.array([3]))
 
 
 def test_log_step_metrics_and_padding_corrections():

@@ -18,7 +18,7 @@ from sara_trl.allocation import StepStats
 
 __all__ = ["CLIP_RATIO_METRICS", "CUMULATIVE_DIAGNOSTICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "STEP_METRICS",
            "correct_loss_metrics", "correct_padding_metrics", "global_masked_mean", "log_step_metrics", "replace_last",
-           "zero_padding_rows"]
+           "round_barrier_metrics", "zero_padding_rows"]
 
 # Per-step counters logged as `sara/<name>`, read from StepStats (units: rollouts, tokens = completion tokens,
 # groups = prompts, rounds = batched generation calls).
@@ -108,6 +108,51 @@ def log_step_metrics(
             metrics[f"sara/{key}"] = [float(value)]
         else:
             metrics[f"sara/{key}"].append(float(value))
+
+
+def round_barrier_metrics(round_index: np.ndarray, tokens: np.ndarray) -> dict[str, float]:
+    """What the round barriers of one step cost, in decode steps (the input of issue 15's waiting-share estimate).
+
+    Each round is one batched generation call, and a call runs until its longest completion ends: it takes as many
+    decode steps as that completion has tokens, while its shorter completions have already finished. Under the
+    linear per-step latency model ``step time = a + b x sequences still running`` (:mod:`sara_trl.allocation.latency`,
+    calibrated in ``benchmarks/cpu_latency.json``), a call of ``n`` completions with lengths ``L_1..L_n`` takes
+    ``a max(L) + b sum(L)`` seconds of decoding, and the same tokens decoded in lockstep (every completion as long as
+    the mean) take ``a mean(L) + b sum(L)``: the barrier costs ``a (max(L) - mean(L))`` seconds. Summed over rounds.
+
+    Parameters
+    ----------
+    round_index : numpy.ndarray
+        ``(rollouts,)`` int, the round (generation call) of each rollout generated this step, numbered from 1;
+        rollouts carried in from the previous step (round 0) are left out.
+    tokens : numpy.ndarray
+        ``(rollouts,)`` completion tokens of each rollout.
+
+    Returns
+    -------
+    dict
+        ``round_longest_tokens``: sum over rounds of the longest completion (tokens = decode steps of the calls);
+        ``round_tail_tokens``: sum over rounds of longest minus mean completion (decode steps during which the call
+        waits on completions longer than its mean); both 0.0 when no round ran.
+
+    Raises
+    ------
+    ValueError
+        ``round_index`` and ``tokens`` differ in length.
+    """
+    round_index = np.asarray(round_index, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.float64)
+    if round_index.shape != tokens.shape:
+        raise ValueError(f"round_index has shape {round_index.shape} but tokens has shape {tokens.shape}")
+    keep = round_index > 0
+    rounds, inverse = np.unique(round_index[keep], return_inverse=True)
+    if not rounds.size:
+        return {"round_longest_tokens": 0.0, "round_tail_tokens": 0.0}
+    kept = tokens[keep]
+    longest = np.full(rounds.size, -np.inf)
+    np.maximum.at(longest, inverse, kept)
+    mean = np.bincount(inverse, weights=kept) / np.bincount(inverse)
+    return {"round_longest_tokens": float(longest.sum()), "round_tail_tokens": float((longest - mean).sum())}
 
 
 def replace_last(metrics: dict[str, list], name: str, value: float) -> None:

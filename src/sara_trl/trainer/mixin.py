@@ -73,6 +73,7 @@ from sara_trl.trainer.metrics import (
     correct_loss_metrics,
     correct_padding_metrics,
     log_step_metrics,
+    round_barrier_metrics,
     zero_padding_rows,
 )
 from sara_trl.trainer.progress import RoundProgress
@@ -461,6 +462,10 @@ class SaraTrainerMixin:
         metrics["sara/collect_seconds"].append(collect_seconds)
         if engine_steps is not None:  # streaming: no rounds (sara/rounds is 0); the engine steps of the slowest process
             metrics["sara/engine_steps"].append(engine_steps)
+        else:  # rounds: the decode steps each call spent on its longest completion (issue 15's barrier measurement)
+            tokens = np.concatenate(cache.tokens) if cache.tokens else np.zeros(0, np.int64)
+            for name, value in round_barrier_metrics(np.asarray(cache.round_index), tokens).items():
+                metrics[f"sara/{name}"].append(value)
         return output
 
     def _sara_collect_streaming(self, num_groups: int) -> tuple[StepResult, RolloutCache, int]:
