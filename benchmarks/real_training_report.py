@@ -97,6 +97,37 @@ def cost_to_reach(mc: dict, target: float) -> dict | None:
             "seconds": float(mc["seconds"][i])}
 
 
+LATENCY_FIT = ROOT / "benchmarks" / "cpu_latency.json"
+
+
+def barrier_rows(runs: dict, fit: dict) -> list[list]:
+    """Issue 15's barrier measurement from the training runs: how long a step's rounds wait on their longest
+    completion.
+
+    From the steps that logged ``round_longest_tokens`` / ``round_tail_tokens`` (see
+    :func:`sara_trl.trainer.metrics.round_barrier_metrics`) and the CPU latency fit of ``benchmarks/cpu_latency.json``
+    (decode step ``a + b x running sequences`` seconds, ``c`` seconds per call): the wait on the longest completion,
+    ``a x sum over rounds (longest - mean)`` seconds, and the per-call overhead ``c x rounds``, as per-step means over
+    every such step of every seed and as shares of the measured generation seconds. The wait ignores the engine's
+    slot limit (a call of more requests than ``max_num_seqs`` runs in waves); ``benchmarks/streaming_small_batch.py``
+    compares it with the queue-aware figure on the replay bank.
+    """
+    a, c = float(fit["a"]), float(fit["c"])
+    rows = []
+    for name, recs in runs.items():
+        steps = [st for rec in recs.values() for st in rec["steps"] if "round_tail_tokens" in st]
+        if not steps:
+            continue
+        mean = {key: float(np.mean([st[key] for st in steps])) for key in
+                ("rounds", "round_longest_tokens", "round_tail_tokens", "generation_seconds")}
+        wait, overhead, gen = a * mean["round_tail_tokens"], c * mean["rounds"], mean["generation_seconds"]
+        seeds = sorted(seed for seed, rec in recs.items() if any("round_tail_tokens" in st for st in rec["steps"]))
+        rows.append([name, ",".join(map(str, seeds)), len(steps), f"{mean['rounds']:.1f}",
+                     f"{mean['round_longest_tokens']:.0f}", f"{mean['round_tail_tokens']:.0f}", f"{gen:.1f}",
+                     f"{wait:.1f} ({wait / gen:.0%})", f"{overhead:.1f} ({overhead / gen:.0%})"])
+    return rows
+
+
 def plot(mean_curves: dict, path: Path, title: str) -> None:
     """Three panels: held-out pass@1 against cumulative rollouts, tokens and step wall-clock (minutes)."""
     import matplotlib
@@ -230,6 +261,23 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                             f"{'n/a with one seed' if inside is None else 'yes' if inside else 'no'})")
             caveat = " (one seed: point estimates, judged without an interval)" if len(common) == 1 else ""
             lines += [f"**Targets, {a}** (seeds {common}){caveat}: " + "; ".join(verdicts) + ".", ""]
+    fit = json.loads(LATENCY_FIT.read_text())["fit"] if LATENCY_FIT.exists() else None
+    rows = barrier_rows(runs, fit) if fit else []
+    if rows:
+        lines += ["## Round barriers: time spent waiting on each round's longest completion", "",
+                  "Each round is one generation call, which ends with its longest completion. With the CPU latency "
+                  f"fit of `benchmarks/cpu_latency.json` (decode step {fit['a'] * 1e3:.1f} ms + "
+                  f"{fit['b'] * 1e3:.2f} ms per running sequence, {fit['c']:.2f} s per call), a call of at most "
+                  "`max_num_seqs` requests (64 here) decodes for as many steps as its longest completion has "
+                  "tokens, and exceeds the time of the same tokens in lockstep by the fixed step cost times "
+                  "(longest - mean): the wait on the longest completion. Per-step means over the steps that logged "
+                  "it (`sara/round_longest_tokens`, `sara/round_tail_tokens`; runs from Dec 1 on), shares of the "
+                  "measured generation seconds. Calls of more than 64 requests (DS's refills) run in waves, which "
+                  "this estimate ignores; `benchmarks/STREAMING_SMALL_BATCH.md` checks it against the queue-aware "
+                  "projection on the replay bank.", "",
+                  md_table(["allocator", "seeds", "steps", "rounds/step", "sum of longest (tokens)",
+                            "sum of longest - mean (tokens)", "generation s measured",
+                            "waiting on longest, s (share)", "per-call overhead, s (share)"], rows), ""]
     return "\n".join(lines)
 
 

@@ -200,3 +200,28 @@ def test_vllm_comparison_statistics_without_vllm():
     assert vs.two_proportion(30, 100, 50, 100) == pytest.approx(0.0038924, rel=1e-4)
     d = vs.paired(np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 0.0]))
     assert d["mean"] == 2.0 and d["hi"] - d["mean"] == pytest.approx(4.302652729911275 / np.sqrt(3))
+
+
+def test_streaming_small_batch_quick_run(tmp_path):
+    from benchmarks import streaming_small_batch as ssb
+    from sara_trl.allocation.latency import call_cost
+
+    # one call of lengths 2, 10, 3: 10 decode steps for 15 tokens; spread over 3 slots: 5, over 2 slots: 7.5
+    call = np.array([2, 10, 3])
+    assert ssb.wait_steps(call, call_cost(call, 64), 64) == 5.0
+    assert ssb.wait_steps(call, call_cost(call, 2), 2) == 2.5  # the 3 waits for a slot, starts at step 2, ends at 5
+    doc = ssb.main(["--quick", "--out", str(tmp_path)])
+    cell = doc["cells"]["B=8"]
+    assert cell["widths"] == {"SARA streaming, Bk in flight": 64, "SARA streaming, 256 in flight": 256}
+    summary = cell["summary"]
+    assert summary[ssb.REFERENCE]["rollouts_ratio"][:3] == [1.0, 1.0, 1.0]  # round SARA against itself
+    assert summary[ssb.TIME_REFERENCE]["seconds_vs_ds"][:3] == [1.0, 1.0, 1.0]
+    for label, s in summary.items():
+        # 2 steps per seed: the per-step mean is the mean of step 1 and the later step
+        assert s["rollouts"][0] == pytest.approx((s["rollouts_first_step"][0] + s["rollouts_later_steps"][0]) / 2)
+        assert s["steps"] == 4 and s["filled"] == 4
+        assert 0.0 < s["wait_seconds"][0] < s["seconds"][0]
+        if "streaming" in label:
+            assert s["calls"][0] == 1.0  # one continuous engine per step
+    md = (tmp_path / "STREAMING_SMALL_BATCH.md").read_text()
+    assert "## B = 8 (streaming widths: Bk in flight = 64, 256 in flight = 256)" in md

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.real_training import ALLOCATORS, parse_args, run_path  # noqa: E402
 from benchmarks.real_training_report import (  # noqa: E402
-    cost_to_reach, curve, load_runs, mean_curve, render, runs_command, totals,
+    barrier_rows, cost_to_reach, curve, load_runs, mean_curve, render, runs_command, totals,
 )
 
 
@@ -75,6 +75,17 @@ def test_render_judges_targets_on_seed_intervals(tmp_path):
     assert "rollouts x DS 0.700 (target <= 0.80: met)" in text
     assert "tokens x DS 0.700 (target <= 0.75: met)" in text
     assert "generation seconds x DS 0.750 (target <= 0.85: met)" in text
+
+
+def test_barrier_rows_apply_the_latency_fit_to_logged_round_lengths():
+    fit = {"a": 0.1, "b": 0.01, "c": 0.5}
+    logged = _run("DS", 1, [(100, 3000, 2, 40.0, 10.0)] * 4, [0.1, 0.2, 0.3])
+    for st in logged["steps"]:
+        st.update(round_longest_tokens=120.0, round_tail_tokens=60.0)
+    older = _run("SARA", 0, [(80, 2000, 5, 30.0, 10.0)] * 4, [0.1, 0.2, 0.3])  # before the metric existed
+    rows = barrier_rows({"DS": {1: logged}, "SARA": {0: older}}, fit)
+    # waiting 0.1 x 60 = 6 s of 40 measured; per-call overhead 0.5 x 2 = 1 s
+    assert rows == [["DS", "1", 4, "2.0", "120", "60", "40.0", "6.0 (15%)", "1.0 (2%)"]]
 
 
 def test_report_names_the_seeds_and_allocators_that_ran():
