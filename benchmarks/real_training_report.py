@@ -227,6 +227,14 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                         "rounds/step", "generation s", "training s", "rollouts x DS", "tokens x DS",
                         "generation s x DS", "step s x DS"], rows), "",
               f"![held-out pass@1 against rollouts, tokens and wall-clock]({plot_rel})", ""]
+    rows = [[a, seed, f"{t['final_pass_at_1']:.3f} ({ref[seed]['final_pass_at_1']:.3f})",
+             *(f"{t[key] / ref[seed][key]:.3f}" for key in ("rollouts", "tokens", "generation_seconds",
+                                                              "step_seconds")), f"{t['rounds'] / t['steps']:.1f}"]
+            for a in runs if a != REFERENCE for seed, t in tot[a].items() if seed in ref]
+    if rows:
+        lines += ["## Per seed, against DS on the same seed", "",
+                  md_table(["allocator", "seed", "final pass@1 (DS)", "rollouts x DS", "tokens x DS",
+                            "generation s x DS", "step s x DS", "rounds/step"], rows), ""]
     curves = {a: mean_curve(rs) for a, rs in runs.items()}
     if REFERENCE in curves:
         target = float(curves[REFERENCE]["mean"][-1])
@@ -259,7 +267,9 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
             inside = ds_final.lo <= mine.mean <= ds_final.hi if ds_final.n > 1 else None
             verdicts.append(f"final pass@1 {fmt_ci(mine)} vs DS {fmt_ci(ds_final)} (within DS's seed interval: "
                             f"{'n/a with one seed' if inside is None else 'yes' if inside else 'no'})")
-            caveat = " (one seed: point estimates, judged without an interval)" if len(common) == 1 else ""
+            caveat = {1: " (one seed: point estimates, judged without an interval)",
+                      2: " (two seeds: a 95% Student-t interval spans 12.7 standard errors either way, so the "
+                         "verdicts below say little; the per-seed values are in the run files)"}.get(len(common), "")
             lines += [f"**Targets, {a}** (seeds {common}){caveat}: " + "; ".join(verdicts) + ".", ""]
     fit = json.loads(LATENCY_FIT.read_text())["fit"] if LATENCY_FIT.exists() else None
     rows = barrier_rows(runs, fit) if fit else []

@@ -75,6 +75,7 @@ def test_render_judges_targets_on_seed_intervals(tmp_path):
     assert "rollouts x DS 0.700 (target <= 0.80: met)" in text
     assert "tokens x DS 0.700 (target <= 0.75: met)" in text
     assert "generation seconds x DS 0.750 (target <= 0.85: met)" in text
+    assert "| SARA | 1 | 0.300 (0.300) | 0.700 | 0.700 | 0.750 | 0.828 | 5.0 |" in text  # (16.5 + 10) / (22 + 10)
 
 
 def test_barrier_rows_apply_the_latency_fit_to_logged_round_lengths():
