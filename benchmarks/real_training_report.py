@@ -269,7 +269,7 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                             f"{'n/a with one seed' if inside is None else 'yes' if inside else 'no'})")
             caveat = {1: " (one seed: point estimates, judged without an interval)",
                       2: " (two seeds: a 95% Student-t interval spans 12.7 standard errors either way, so the "
-                         "verdicts below say little; the per-seed values are in the run files)"}.get(len(common), "")
+                         "verdicts below say little; the per-seed table above gives each seed's ratios)"}.get(len(common), "")
             lines += [f"**Targets, {a}** (seeds {common}){caveat}: " + "; ".join(verdicts) + ".", ""]
     fit = json.loads(LATENCY_FIT.read_text())["fit"] if LATENCY_FIT.exists() else None
     rows = barrier_rows(runs, fit) if fit else []
