@@ -245,3 +245,34 @@ def test_collection_config_is_validated():
         Allocator(AllocationConfig()).streaming(PromptStream(10), 1, 8)
     with pytest.raises(ValueError, match="max_in_flight=4 must be an integer >= k=8"):
         StreamingCollector(AllocationConfig(collection="streaming"), 1, PromptStream(10).take, max_in_flight=4)
+
+
+@pytest.mark.parametrize("B", [1, 2])
+def test_unmixed_prompts_are_held_once_mixed_ones_fill_the_batch(B):
+    """k=4, n0=2, tau_low=0.1: prompt a mixes (1, 0) and is topped up to 4; prompt b goes (1, 1), unmixed and above
+    the abandon threshold. With B=1, a alone completes the batch, so b is held (no continuation, no fresh prompt)
+    and ends undecided; with B=2 the batch still needs b, which gets its next rollout."""
+    cfg = AllocationConfig(k=4, n0=2, tau_low=0.1, collection="streaming", refill_margin=0.0)
+    coll = StreamingCollector(cfg, B, PromptStream(100, seed=0).take, max_in_flight=8)
+    sub = coll.start().submit
+    a, b = sub[0].prompt_id, sub[2].prompt_id
+    assert [r.prompt_id for r in sub[:4]] == [a, a, b, b] and len(sub) == 4 * B  # 1 / 0.6 -> 2 probes per group
+    assert coll.complete(sub[0].rid, 1.0, 5).submit == []
+    top_up = coll.complete(sub[1].rid, 0.0, 6).submit
+    assert [r.prompt_id for r in top_up] == [a, a]
+    assert coll.complete(sub[2].rid, 1.0, 7).submit == []
+    after_b = coll.complete(sub[3].rid, 1.0, 8).submit
+    if B == 2:
+        assert [r.prompt_id for r in after_b] == [b]
+        return
+    assert after_b == []
+    coll.complete(top_up[0].rid, 1.0, 9)
+    last = coll.complete(top_up[1].rid, 0.0, 10)
+    assert last.submit == [] and last.abort == [] and coll.done and coll.stop_reason == "filled"
+    res = coll.finish()
+    fates = {r.prompt_id: (r.fate, r.n) for r in res.records}
+    assert fates == {a: ("trained", 4), b: ("active", 2)}
+    st = res.stats
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_active_left) == (6, 4, 2)
+    assert (st.tokens_generated, st.tokens_trained, st.tokens_active_left) == (45, 30, 15)
+    st.check()

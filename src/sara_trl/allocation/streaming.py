@@ -7,11 +7,16 @@ is decided at once with the rule the round allocator uses (SARA: paper Eq. 2 and
 :func:`~sara_trl.allocation.rules.decide`; dynamic sampling: keep a full group of k when it is mixed). The collector
 then says which requests to submit (a continuing prompt's next rollouts, top-ups of a mixed prompt to the commit
 floor, fresh probes of ``n0`` for freed budget) within a concurrency cap, and, once B groups are committed, which
-requests still in flight to abort. Bookkeeping goes through the same :class:`~sara_trl.allocation.ledger.Ledger`, so
-the batch, the per-prompt table and the accounting are built exactly as for rounds; aborted requests (and requests
-that finish after the batch is full) are accounted as surplus rollouts and tokens.
+requests still in flight to abort. Once the undecided mixed prompts alone complete the batch (each commits when
+topped up to its floor, paper Prop. 2), SARA holds the unmixed prompts: no continuation and no fresh probes, which
+would only become surplus (beyond the paper; it cut the replayed over-draw at B = 8 from 1.17 to 1.07 x round
+SARA's rollouts, benchmarks/STREAMING_SMALL_BATCH.md). Bookkeeping goes through the same
+:class:`~sara_trl.allocation.ledger.Ledger`, so the batch, the per-prompt table and the accounting are built exactly
+as for rounds; aborted requests (and requests that finish after the batch is full) are accounted as surplus rollouts
+and tokens; held prompts end the step undecided (``active_left``).
 
-The driver's loop (simulated in ``benchmarks/streaming_projection.py``, to be wired to vLLM in the trainer)::
+The driver's loop (simulated in :func:`~sara_trl.allocation.simulate.run_streaming_step`; on vLLM in
+:mod:`sara_trl.trainer.streaming`)::
 
     actions = collector.start()
     while not collector.done:
@@ -287,7 +292,8 @@ class StreamingCollector:
             self._close(slot, Fate.ABANDONED, actions)
         elif mixed:  # top up to the commit floor (certain to be effective, paper Prop. 2)
             self._enqueue(slot, cfg.commit_floor - n - self._out[slot] - self._queued.get(slot, 0))
-        elif self._out[slot] == 0 and self._queued.get(slot, 0) == 0:  # unmixed, all its requests are in
+        elif self._out[slot] == 0 and self._queued.get(slot, 0) == 0 and not self._covered():
+            # unmixed, all its requests are in, and the batch still needs prompts that are not yet mixed
             if cfg.round_increment == ROUND_TO_DECISION:
                 inc = int(steps_to_decision(self._ctx, led.pid[sl], led.n[sl], led.nsc[sl], led.s[sl])[0])
             else:
@@ -343,6 +349,16 @@ class StreamingCollector:
         self.submitted += 1
         actions.submit.append(Request(rid, int(self.ledger.pid[slot])))
 
+    def _covered(self) -> bool:
+        """SARA: the undecided mixed prompts alone complete the batch (each commits once topped up to the commit
+        floor, paper Prop. 2), so unmixed prompts are held: not continued, and no fresh prompts drawn. A held prompt
+        stays undecided (its rollouts are surplus) unless requests already in flight mix it."""
+        if not self._sara:
+            return False
+        led = self.ledger
+        act = led.active()
+        return int(is_mixed(led.s[act], led.nsc[act]).sum()) >= self.B - self.committed
+
     def _expected_commits(self, need: int) -> tuple[float, float]:
         """Expected commits among the undecided prompts (mixed: 1 each, at most ``need``; unmixed: the learned mix
         rate at its rollout count, a prompt below its probe counting as fresh) and their variance."""
@@ -378,13 +394,21 @@ class StreamingCollector:
         cfg = self.config
         free = self.max_in_flight - len(self._req)
         left = self.budget - self.submitted
+        covered = self._covered()
+        if covered:  # hold the unmixed prompts: drop their queued continuations
+            led = self.ledger
+            held = {s for s in self._queued if not is_mixed(led.s[s], led.nsc[s])}
+            if held:
+                self._queue = deque(s for s in self._queue if s not in held)
+                for s in held:
+                    del self._queued[s]
         while self._queue and free > 0 and left > 0:
             slot = self._queue.popleft()
             self._queued[slot] -= 1
             self._submit(slot, actions)
             free, left = free - 1, left - 1
         blocked = ""
-        if not self._queue and free > 0:
+        if not self._queue and free > 0 and not covered:
             need = self.B - self.committed
             expected, var = self._expected_commits(need)
             rate0 = float(self._mix_rate()[0])
