@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import environment  # noqa: E402
 from benchmarks.real_task import make_real_task  # noqa: E402
 
 
@@ -104,6 +105,7 @@ def main(argv=None) -> dict:
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python benchmarks/calibrate_cpu_latency.py " + " ".join(argv or sys.argv[1:]),
               "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end",
+              "cpu": environment()["cpu"],  # the CPU model the fit holds for (benchmarks/real_training_report.py)
               "tokens": args.tokens, "rows": rows, "fit": fit(rows)}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(result["fit"], flush=True)

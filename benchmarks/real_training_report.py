@@ -7,7 +7,8 @@ cumulative rollouts, completion tokens and wall-clock (three panels, one line pe
 each evaluation step, placed at the mean cumulative cost; the band spans the seeds' lowest and highest pass@1), the
 per-allocator totals with ratios to dynamic sampling (per seed, then mean and 95% Student-t interval over seeds), the
 cost to reach DS's final pass@1, and issue 15's training targets judged on those intervals. Allocators with fewer
-finished seeds than the others are reported with the seeds they have; ratios use only seeds DS also finished.
+finished seeds than the others are reported with the seeds they have; ratios use only seeds DS also finished, and
+timing ratios only seeds whose DS run was timed on the same kind of machine (the CPU model each run records).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from benchmarks.real_task import REAL_TASK  # noqa: E402
 from benchmarks.real_training import ALLOCATORS, OUT_DIR  # noqa: E402
 
 REFERENCE = "DS"
+TIMING = ("generation_seconds", "step_seconds")  # ratios of these compare runs on the same machine only
 # issue 15's training targets (ratios to DS, judged on the upper end of the interval over seeds)
 TARGETS = {"rollouts": 0.80, "tokens": 0.75, "generation_seconds": 0.85}
 
@@ -49,6 +51,12 @@ def load_runs(folder: Path) -> tuple[dict, dict]:
         runs.setdefault(rec["allocator"], {})[int(rec["seed"])] = rec
     order = [a for a in ALLOCATORS if a in runs] + sorted(set(runs) - set(ALLOCATORS))
     return meta, {a: dict(sorted(runs[a].items())) for a in order}
+
+
+def machine_of(rec: dict, meta: dict) -> str:
+    """CPU model a run was timed on: the run's own stamp (``machine.cpu``), else the folder's ``settings.json``
+    stamp, written with the folder's first run (runs written before the per-run stamp existed)."""
+    return (rec.get("machine") or {}).get("cpu") or meta["environment"]["cpu"]
 
 
 def totals(rec: dict) -> dict:
@@ -100,7 +108,7 @@ def cost_to_reach(mc: dict, target: float) -> dict | None:
 LATENCY_FIT = ROOT / "benchmarks" / "cpu_latency.json"
 
 
-def barrier_rows(runs: dict, fit: dict) -> list[list]:
+def barrier_rows(runs: dict, fit: dict, keep=None) -> list[list]:
     """Issue 15's barrier measurement from the training runs: how long a step's rounds wait on their longest
     completion.
 
@@ -110,11 +118,13 @@ def barrier_rows(runs: dict, fit: dict) -> list[list]:
     ``a x sum over rounds (longest - mean)`` seconds, and the per-call overhead ``c x rounds``, as per-step means over
     every such step of every seed and as shares of the measured generation seconds. The wait ignores the engine's
     slot limit (a call of more requests than ``max_num_seqs`` runs in waves); ``benchmarks/streaming_small_batch.py``
-    compares it with the queue-aware figure on the replay bank.
+    compares it with the queue-aware figure on the replay bank. ``keep(record) -> bool`` selects the runs (e.g. those
+    timed on the machine the fit was measured on); default: all.
     """
     a, c = float(fit["a"]), float(fit["c"])
     rows = []
     for name, recs in runs.items():
+        recs = {seed: rec for seed, rec in recs.items() if keep is None or keep(rec)}
         steps = [st for rec in recs.values() for st in rec["steps"] if "round_tail_tokens" in st]
         if not steps:
             continue
@@ -200,6 +210,14 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
         "Seeds finished: " + ", ".join(f"{a} {seeds[a]}" for a in runs) + ".",
         "",
     ]
+    machine = {a: {seed: machine_of(rec, meta) for seed, rec in rs.items()} for a, rs in runs.items()}
+    kinds = list(dict.fromkeys(m for ms in machine.values() for m in ms.values()))
+    if len(kinds) > 1:
+        where = "; ".join(f"**{m}**: " + ", ".join(f"{a} {[sd for sd, x in machine[a].items() if x == m]}"
+                                                   for a in runs if m in machine[a].values()) for m in kinds)
+        lines += [f"Runs were timed on {len(kinds)} kinds of machine ({where}). Timing ratios compare a run with "
+                  "the DS run of its seed only when both ran on the same kind; absolute seconds (totals, cost to "
+                  "reach, the plot's wall-clock panel) are means over machines of different speeds.", ""]
     if not runs:
         return "\n".join(lines + ["No run has finished yet.", ""])
     tot = {a: {seed: totals(r) for seed, r in rs.items()} for a, rs in runs.items()}
@@ -208,8 +226,11 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
     def iv(values, digits=3):
         return fmt_ci(mean_ci(values), digits) if values else "n/a"
 
+    def same_machine(a, seed):
+        return machine[a][seed] == machine[REFERENCE][seed]
+
     def ratio(a, key):
-        common = [seed for seed in tot[a] if seed in ref]
+        common = [seed for seed in tot[a] if seed in ref and (key not in TIMING or same_machine(a, seed))]
         return [tot[a][seed][key] / ref[seed][key] for seed in common if ref[seed][key] > 0]
 
     rows = []
@@ -228,13 +249,15 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                         "generation s x DS", "step s x DS"], rows), "",
               f"![held-out pass@1 against rollouts, tokens and wall-clock]({plot_rel})", ""]
     rows = [[a, seed, f"{t['final_pass_at_1']:.3f} ({ref[seed]['final_pass_at_1']:.3f})",
-             *(f"{t[key] / ref[seed][key]:.3f}" for key in ("rollouts", "tokens", "generation_seconds",
-                                                              "step_seconds")), f"{t['rounds'] / t['steps']:.1f}"]
+             *(f"{t[key] / ref[seed][key]:.3f}" if key not in TIMING or same_machine(a, seed) else "n/a"
+               for key in ("rollouts", "tokens", *TIMING)), f"{t['rounds'] / t['steps']:.1f}", machine[a][seed]]
             for a in runs if a != REFERENCE for seed, t in tot[a].items() if seed in ref]
     if rows:
         lines += ["## Per seed, against DS on the same seed", "",
                   md_table(["allocator", "seed", "final pass@1 (DS)", "rollouts x DS", "tokens x DS",
-                            "generation s x DS", "step s x DS", "rounds/step"], rows), ""]
+                            "generation s x DS", "step s x DS", "rounds/step", "machine"], rows),
+                  "", "Timing ratios read n/a where the run and DS's run of its seed were timed on different kinds "
+                  "of machine.", ""]
     curves = {a: mean_curve(rs) for a, rs in runs.items()}
     if REFERENCE in curves:
         target = float(curves[REFERENCE]["mean"][-1])
@@ -259,6 +282,9 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                 continue
             verdicts = []
             for key, cap in TARGETS.items():
+                if not ratio(a, key):
+                    verdicts.append(f"{key.replace('_', ' ')} x DS n/a (no seed timed on DS's machine)")
+                    continue
                 r = mean_ci(ratio(a, key))
                 verdicts.append(f"{key.replace('_', ' ')} x DS {fmt_ci(r)} (target <= {cap:.2f}: "
                                 f"{'met' if r.hi <= cap else 'missed'})")
@@ -271,21 +297,34 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                       2: " (two seeds: a 95% Student-t interval spans 12.7 standard errors either way, so the "
                          "verdicts below say little; the per-seed table above gives each seed's ratios)"}.get(len(common), "")
             lines += [f"**Targets, {a}** (seeds {common}){caveat}: " + "; ".join(verdicts) + ".", ""]
-    fit = json.loads(LATENCY_FIT.read_text())["fit"] if LATENCY_FIT.exists() else None
-    rows = barrier_rows(runs, fit) if fit else []
+    # one latency fit per machine: a file's own stamp, else the folder's first machine (files older than the stamp)
+    fits = []
+    for path in sorted(LATENCY_FIT.parent.glob(LATENCY_FIT.stem + "*.json")):
+        doc = json.loads(path.read_text())
+        fits.append((path.name, doc.get("cpu") or meta["environment"]["cpu"], doc["fit"]))
+    rows = [[kind, *row] for _, kind, fit in fits
+            for row in barrier_rows(runs, fit, keep=lambda rec, kind=kind: machine_of(rec, meta) == kind)]
     if rows:
+        described = []
+        for name, kind, fit in fits:
+            ds = [rec for seed, rec in runs.get(REFERENCE, {}).items() if machine[REFERENCE][seed] == kind]
+            rate = (f"; DS's runs there decoded {sum(totals(r)['tokens'] for r in ds) / sum(totals(r)['generation_seconds'] for r in ds):.0f}"
+                    " tokens/s of generation time") if ds else ""
+            described.append(f"`benchmarks/{name}` for {kind}: decode step {fit['a'] * 1e3:.1f} ms + "
+                             f"{fit['b'] * 1e3:.2f} ms per running sequence, {fit['c']:.2f} s per call, so "
+                             f"{64 / (fit['a'] + 64 * fit['b']):.0f} tokens/s with 64 sequences running{rate}")
         lines += ["## Round barriers: time spent waiting on each round's longest completion", "",
                   "Each round is one generation call, which ends with its longest completion. With the CPU latency "
-                  f"fit of `benchmarks/cpu_latency.json` (decode step {fit['a'] * 1e3:.1f} ms + "
-                  f"{fit['b'] * 1e3:.2f} ms per running sequence, {fit['c']:.2f} s per call), a call of at most "
+                  "fit of the machine a run was timed on (" + "; ".join(described) + "), a call of at most "
                   "`max_num_seqs` requests (64 here) decodes for as many steps as its longest completion has "
                   "tokens, and exceeds the time of the same tokens in lockstep by the fixed step cost times "
                   "(longest - mean): the wait on the longest completion. Per-step means over the steps that logged "
                   "it (`sara/round_longest_tokens`, `sara/round_tail_tokens`; runs from Dec 1 on), shares of the "
-                  "measured generation seconds. Calls of more than 64 requests (DS's refills) run in waves, which "
-                  "this estimate ignores; `benchmarks/STREAMING_SMALL_BATCH.md` checks it against the queue-aware "
-                  "projection on the replay bank.", "",
-                  md_table(["allocator", "seeds", "steps", "rounds/step", "sum of longest (tokens)",
+                  "measured generation seconds; runs on a machine without a fit are left out. Calls of more than "
+                  "64 requests (DS's refills) run in waves, which this estimate ignores; "
+                  "`benchmarks/STREAMING_SMALL_BATCH.md` checks it against the queue-aware projection on the replay "
+                  "bank.", "",
+                  md_table(["machine", "allocator", "seeds", "steps", "rounds/step", "sum of longest (tokens)",
                             "sum of longest - mean (tokens)", "generation s measured",
                             "waiting on longest, s (share)", "per-call overhead, s (share)"], rows), ""]
     return "\n".join(lines)

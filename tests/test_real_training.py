@@ -55,12 +55,17 @@ def test_mean_curve_bands_and_cost_to_reach():
     assert cost_to_reach(mc, 0.5) is None
 
 
-def test_render_judges_targets_on_seed_intervals(tmp_path):
-    meta = {"settings": {"steps": 4, "groups": 8, "k": 8, "lr": 1e-5, "budget-cap": 8.0, "prompts": 2048,
+def _meta(cpu):
+    """A settings.json document as real_training.py writes it (4 steps, evaluation every 2), first run on ``cpu``."""
+    return {"settings": {"steps": 4, "groups": 8, "k": 8, "lr": 1e-5, "budget-cap": 8.0, "prompts": 2048,
                          "eval-every": 2, "eval-prompts": 64, "eval-samples": 4, "engine": "vllm", "threads": 2},
             "allocators": ALLOCATORS, "command": "python benchmarks/real_training.py",
-            "environment": {"cpu": "cpu", "cores": 2, "torch_threads": 2, "torch": "t", "transformers": "t",
+            "environment": {"cpu": cpu, "cores": 2, "torch_threads": 2, "torch": "t", "transformers": "t",
                             "trl": "t", "vllm": "v", "sara_trl": "s"}}
+
+
+def test_render_judges_targets_on_seed_intervals(tmp_path):
+    meta = _meta("cpu")
     (tmp_path / "settings.json").write_text(json.dumps(meta))
     for seed, scale in ((0, 1.0), (1, 1.1)):
         ds = _run("DS", seed, [(200 * scale, 6000 * scale, 2, 20.0 * scale, 10.0)] * 4, [0.1, 0.2, 0.3])
@@ -78,6 +83,25 @@ def test_render_judges_targets_on_seed_intervals(tmp_path):
     assert "| SARA | 1 | 0.300 (0.300) | 0.700 | 0.700 | 0.750 | 0.828 | 5.0 |" in text  # (16.5 + 10) / (22 + 10)
 
 
+def test_timing_ratios_compare_runs_on_the_same_machine_only(tmp_path):
+    meta = _meta("old cpu")
+    (tmp_path / "settings.json").write_text(json.dumps(meta))
+    for seed, gen in ((0, 20.0), (1, 10.0)):  # seed 1's DS ran on a twice faster machine
+        ds = _run("DS", seed, [(200, 6000, 2, gen, 10.0)] * 4, [0.1, 0.2, 0.3])
+        if seed == 1:
+            ds["machine"] = {"cpu": "new cpu"}
+        sara = _run("SARA", seed, [(140 + 20 * seed, 4200, 5, 16.0, 10.0)] * 4, [0.1, 0.2, 0.3])  # on "old cpu"
+        for rec in (ds, sara):
+            run_path(tmp_path, rec["allocator"], seed).write_text(json.dumps(rec))
+    text = render(*load_runs(tmp_path), "plots/x.png")
+    assert "Runs were timed on 2 kinds of machine (**old cpu**: DS [0], SARA [0, 1]; **new cpu**: DS [1])" in text
+    # rollouts: 0.70 and 0.80 over both seeds; generation seconds: seed 0 only (16 / 20), seed 1 is n/a
+    assert "| SARA | 0 | 0.300 (0.300) | 0.700 | 0.700 | 0.800 | 0.867 | 5.0 | old cpu |" in text
+    assert "| SARA | 1 | 0.300 (0.300) | 0.800 | 0.700 | n/a | n/a | 5.0 | old cpu |" in text
+    assert "rollouts x DS 0.750 [0.115, 1.385] (target <= 0.80: missed)" in text
+    assert "generation seconds x DS 0.800 (target <= 0.85: met)" in text
+
+
 def test_barrier_rows_apply_the_latency_fit_to_logged_round_lengths():
     fit = {"a": 0.1, "b": 0.01, "c": 0.5}
     logged = _run("DS", 1, [(100, 3000, 2, 40.0, 10.0)] * 4, [0.1, 0.2, 0.3])
@@ -87,6 +111,7 @@ def test_barrier_rows_apply_the_latency_fit_to_logged_round_lengths():
     rows = barrier_rows({"DS": {1: logged}, "SARA": {0: older}}, fit)
     # waiting 0.1 x 60 = 6 s of 40 measured; per-call overhead 0.5 x 2 = 1 s
     assert rows == [["DS", "1", 4, "2.0", "120", "60", "40.0", "6.0 (15%)", "1.0 (2%)"]]
+    assert barrier_rows({"DS": {1: logged}}, fit, keep=lambda rec: "machine" in rec) == []
 
 
 def test_report_names_the_seeds_and_allocators_that_ran():
