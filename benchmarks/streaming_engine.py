@@ -52,6 +52,7 @@ CONFIGS = {  # name -> (allocator, collection)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import environment  # noqa: E402
 from benchmarks.real_task import REAL_TASK, make_real_task  # noqa: E402
 
 TEMPERATURE = REAL_TASK.temperature
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     load_before = os.getloadavg()[0]
     runs = [run_config(config, cli, forwarded) for config in configs]
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load average before {load_before:.1f}, "
+              "machine": f"{environment()['cpu']} ({platform.machine()}), {os.cpu_count()} CPUs, load average "
+                         f"before {load_before:.1f}, "
                          f"after {os.getloadavg()[0]:.1f}",
               "command": "python benchmarks/streaming_engine.py " + " ".join(argv),
               "settings": {key: getattr(cli, key) for key in ("steps", "groups", "k", "max_num_seqs", "max_in_flight",
