@@ -308,8 +308,8 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
         described = []
         for name, kind, fit in fits:
             ds = [rec for seed, rec in runs.get(REFERENCE, {}).items() if machine[REFERENCE][seed] == kind]
-            rate = (f"; DS's runs there decoded {sum(totals(r)['tokens'] for r in ds) / sum(totals(r)['generation_seconds'] for r in ds):.0f}"
-                    " tokens/s of generation time") if ds else ""
+            decoded = sum(totals(r)["tokens"] for r in ds) / sum(totals(r)["generation_seconds"] for r in ds) if ds else 0
+            rate = f"; DS's runs there decoded {decoded:.0f} tokens/s of generation time" if ds else ""
             described.append(f"`benchmarks/{name}` for {kind}: decode step {fit['a'] * 1e3:.1f} ms + "
                              f"{fit['b'] * 1e3:.2f} ms per running sequence, {fit['c']:.2f} s per call, so "
                              f"{64 / (fit['a'] + 64 * fit['b']):.0f} tokens/s with 64 sequences running{rate}")

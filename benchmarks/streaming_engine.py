@@ -200,8 +200,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     runs = [run_config(config, cli, forwarded) for config in configs]
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": f"{environment()['cpu']} ({platform.machine()}), {os.cpu_count()} CPUs, load average "
-                         f"before {load_before:.1f}, "
-                         f"after {os.getloadavg()[0]:.1f}",
+                         f"before {load_before:.1f}, after {os.getloadavg()[0]:.1f}",
               "command": "python benchmarks/streaming_engine.py " + " ".join(argv),
               "settings": {key: getattr(cli, key) for key in ("steps", "groups", "k", "max_num_seqs", "max_in_flight",
                                                                "prompts", "seed")},

@@ -352,7 +352,7 @@ class StreamingCollector:
     def _covered(self) -> bool:
         """SARA: the undecided mixed prompts alone complete the batch (each commits once topped up to the commit
         floor, paper Prop. 2), so unmixed prompts are held: not continued, and no fresh prompts drawn. A held prompt
-        stays undecided (its rollouts are surplus) unless requests already in flight mix it."""
+        stays undecided (its rollouts end the step as ``active_left``) unless requests already in flight mix it."""
         if not self._sara:
             return False
         led = self.ledger
