@@ -259,7 +259,8 @@ def main(argv=None) -> int:
         rec["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         rec["load_average_after"] = os.getloadavg()[0]
         # timing ratios are only meaningful between runs on the same kind of machine
-        rec["machine"] = {key: environment(args)[key] for key in ("cpu", "cores", "torch", "vllm")}
+        env = environment(args)
+        rec["machine"] = {key: env[key] for key in ("cpu", "cores", "torch", "vllm")}
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1))
         tmp.replace(out)  # a run's file appears only complete

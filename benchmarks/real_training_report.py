@@ -295,7 +295,8 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                             f"{'n/a with one seed' if inside is None else 'yes' if inside else 'no'})")
             caveat = {1: " (one seed: point estimates, judged without an interval)",
                       2: " (two seeds: a 95% Student-t interval spans 12.7 standard errors either way, so the "
-                         "verdicts below say little; the per-seed table above gives each seed's ratios)"}.get(len(common), "")
+                         "verdicts below say little; the per-seed table above gives each seed's ratios)"}
+            caveat = caveat.get(len(common), "")
             lines += [f"**Targets, {a}** (seeds {common}){caveat}: " + "; ".join(verdicts) + ".", ""]
     # one latency fit per machine: a file's own stamp, else the folder's first machine (files older than the stamp)
     fits = []
@@ -308,8 +309,10 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
         described = []
         for name, kind, fit in fits:
             ds = [rec for seed, rec in runs.get(REFERENCE, {}).items() if machine[REFERENCE][seed] == kind]
-            decoded = sum(totals(r)["tokens"] for r in ds) / sum(totals(r)["generation_seconds"] for r in ds) if ds else 0
-            rate = f"; DS's runs there decoded {decoded:.0f} tokens/s of generation time" if ds else ""
+            rate = ""
+            if ds:
+                decoded = sum(totals(r)["tokens"] for r in ds) / sum(totals(r)["generation_seconds"] for r in ds)
+                rate = f"; DS's runs there decoded {decoded:.0f} tokens/s of generation time"
             described.append(f"`benchmarks/{name}` for {kind}: decode step {fit['a'] * 1e3:.1f} ms + "
                              f"{fit['b'] * 1e3:.2f} ms per running sequence, {fit['c']:.2f} s per call, so "
                              f"{64 / (fit['a'] + 64 * fit['b']):.0f} tokens/s with 64 sequences running{rate}")
