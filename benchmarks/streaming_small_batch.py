@@ -107,13 +107,15 @@ def run_one(success, tokens, rows, label: str, B: int, seed: int, steps: int) ->
         source.start_step()
         if slots is not None:
             engine = DecodeEngine(slots)
-            res = run_streaming_step(alloc.streaming(stream, B, slots), source, engine)
+            coll = alloc.streaming(stream, B, slots)
+            res = run_streaming_step(coll, source, engine)
+            aborted = coll.aborted_rollouts
             tally = replace(engine.tally, calls=1)
             wait, tail = float(tally.steps - tally.sequence_steps / slots), None
         else:
             rec = _Recorder(source)
             res = alloc.collect(rec, stream, B)
-            tally, wait = EngineTally(), 0.0
+            tally, wait, aborted = EngineTally(), 0.0, 0
             for call in rec.calls:
                 one = call_cost(call, MAX_RUNNING)
                 tally.add(one)
@@ -123,7 +125,8 @@ def run_one(success, tokens, rows, label: str, B: int, seed: int, steps: int) ->
             tail = round_barrier_metrics(rounds, np.concatenate(rec.calls or [[]]))["round_tail_tokens"]
         st = res.stats
         out.append({"rollouts": st.rollouts_generated, "tokens": st.tokens_generated,
-                    "surplus": st.rollouts_surplus, "effective_fraction": st.effective_fraction,
+                    "surplus": st.rollouts_surplus, "completed": st.rollouts_generated - aborted,
+                    "effective_fraction": st.effective_fraction,
                     "filled": int(st.stop_reason == "filled"), "calls": tally.calls, "decode_steps": tally.steps,
                     "seconds": COST.seconds(tally), "wait_seconds": COST.a * wait,
                     # the training runs' estimate (no slot queue): a x sum over rounds of (longest - mean)
@@ -151,6 +154,7 @@ def summarize(runs: dict, ref: dict, time_ref: dict) -> dict:
             "rollouts_first_step": mean_ci(_per_seed(runs, "rollouts", True)),
             "rollouts_later_steps": mean_ci(_per_seed(runs, "rollouts", False)) if later else None,
             "rollouts_ratio": mean_ci(_per_seed(runs, "rollouts") / _per_seed(ref, "rollouts")),
+            "completed_ratio": mean_ci(_per_seed(runs, "completed") / _per_seed(ref, "completed")),
             "tokens_ratio": mean_ci(_per_seed(runs, "tokens") / _per_seed(ref, "tokens")),
             "surplus": mean_ci(_per_seed(runs, "surplus")),
             "calls": mean_ci(_per_seed(runs, "calls")),
@@ -195,7 +199,9 @@ def render(doc: dict, command: str) -> str:
              f"`benchmarks/REAL_REPLAY.md`). k = {st['k']}; {len(st['seeds'])} seeds x {st['steps']} consecutive "
              "steps per configuration, the same seeds and prompt streams for all; per-step means with 95% "
              "intervals over seeds. \"step 1\" is the first step alone (the refill model still on the prior's mix "
-             "rate). Rollout and token ratios are to round SARA, time ratios to DS, per seed.", "",
+             "rate). Rollout and token ratios are to round SARA, time ratios to DS, per seed. \"rollouts\" "
+             "count every request generated, including streaming's aborted partial ones (surplus; their tokens are "
+             "in the token ratio); \"completed\" counts only requests that ran to their end.", "",
              f"**Time is projected, not measured**: the decode-step model with the vLLM-CPU calibration "
              f"({cost['a'] * 1e3:.1f} ms + {cost['b'] * 1e3:.2f} ms per running sequence per decode step, "
              f"{cost['c']:.2f} s per call; prefill and the reward pass not modelled), at most {st['max_running']} "
@@ -210,7 +216,8 @@ def render(doc: dict, command: str) -> str:
         for label, s in cell["summary"].items():
             iv = {k: (Interval(*v) if isinstance(v, list) else v) for k, v in s.items()}
             table.append([label, _iv(iv["rollouts"]), _iv(iv["rollouts_first_step"]),
-                          _iv(iv["rollouts_later_steps"]), _iv(iv["rollouts_ratio"], 3), _iv(iv["tokens_ratio"], 3),
+                          _iv(iv["rollouts_later_steps"]), _iv(iv["rollouts_ratio"], 3),
+                          _iv(iv["completed_ratio"], 3), _iv(iv["tokens_ratio"], 3),
                           _iv(iv["surplus"]), _iv(iv["calls"]), _iv(iv["seconds"]), _iv(iv["seconds_vs_ds"], 3),
                           _iv(iv["wait_seconds"]), fmt_ci(iv["wait_share"], 1, pct=True),
                           "-" if iv["tail_estimate_seconds"] is None else _iv(iv["tail_estimate_seconds"]),
@@ -218,7 +225,8 @@ def render(doc: dict, command: str) -> str:
         widths = ", ".join(f"{label.split(', ')[1]} = {w}" for label, w in cell["widths"].items())
         lines += [f"## B = {cell['B']} (streaming widths: {widths})", "",
                   md_table(["configuration", "rollouts/step", "step 1", "later steps", "rollouts x round SARA",
-                            "tokens x round SARA", "surplus rollouts", "calls", "projected s/step",
+                            "completed x round SARA", "tokens x round SARA", "surplus rollouts", "calls",
+                            "projected s/step",
                             "projected s x DS", "waiting on the longest, s", "waiting share",
                             "a x sum(longest - mean), s", "steps filled"],
                            table), ""]

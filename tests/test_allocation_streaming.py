@@ -16,6 +16,7 @@ from sara_trl.allocation import (
 )
 from sara_trl.allocation.latency import DecodeCost, DecodeEngine, call_cost
 from sara_trl.allocation.simulate import run_streaming_step
+from sara_trl.allocation.streaming import StreamActions
 from sara_trl.allocation.types import RoundOutcome
 
 
@@ -249,30 +250,34 @@ def test_collection_config_is_validated():
 
 @pytest.mark.parametrize("B", [1, 2])
 def test_unmixed_prompts_are_held_once_mixed_ones_fill_the_batch(B):
-    """k=4, n0=2, tau_low=0.1: prompt a mixes (1, 0) and is topped up to 4; prompt b goes (1, 1), unmixed and above
-    the abandon threshold. With B=1, a alone completes the batch, so b is held (no continuation, no fresh prompt)
-    and ends undecided; with B=2 the batch still needs b, which gets its next rollout."""
+    """k=4, n0=2, tau_low=0.1: prompts a and b are probed with 2 rollouts each. b's first completes (success), then
+    a mixes (1, 0). With B=1, a alone completes the batch once topped up to 4, so b is held: its request still in
+    flight is aborted (surplus), nothing more is submitted for it and no fresh prompt is drawn, and b ends the step
+    undecided with its one recorded rollout. With B=2 the batch still needs b: nothing is aborted and b's second
+    completion (unmixed, above the abandon threshold) gets its next rollout."""
     cfg = AllocationConfig(k=4, n0=2, tau_low=0.1, collection="streaming", refill_margin=0.0)
     coll = StreamingCollector(cfg, B, PromptStream(100, seed=0).take, max_in_flight=8)
     sub = coll.start().submit
     a, b = sub[0].prompt_id, sub[2].prompt_id
     assert [r.prompt_id for r in sub[:4]] == [a, a, b, b] and len(sub) == 4 * B  # 1 / 0.6 -> 2 probes per group
-    assert coll.complete(sub[0].rid, 1.0, 5).submit == []
-    top_up = coll.complete(sub[1].rid, 0.0, 6).submit
-    assert [r.prompt_id for r in top_up] == [a, a]
     assert coll.complete(sub[2].rid, 1.0, 7).submit == []
-    after_b = coll.complete(sub[3].rid, 1.0, 8).submit
+    assert coll.complete(sub[0].rid, 1.0, 5).submit == []
+    mixes = coll.complete(sub[1].rid, 0.0, 6)
+    assert [r.prompt_id for r in mixes.submit] == [a, a]
     if B == 2:
-        assert [r.prompt_id for r in after_b] == [b]
+        assert mixes.abort == []
+        after_b = coll.complete(sub[3].rid, 1.0, 8)
+        assert [r.prompt_id for r in after_b.submit] == [b] and after_b.abort == []
         return
-    assert after_b == []
-    coll.complete(top_up[0].rid, 1.0, 9)
-    last = coll.complete(top_up[1].rid, 0.0, 10)
-    assert last.submit == [] and last.abort == [] and coll.done and coll.stop_reason == "filled"
+    assert mixes.abort == [sub[3].rid] and coll.in_flight == 2
+    coll.aborted(sub[3].rid, 4)
+    assert coll.complete(mixes.submit[0].rid, 1.0, 9) == StreamActions()
+    last = coll.complete(mixes.submit[1].rid, 0.0, 10)
+    assert last == StreamActions() and coll.done and coll.stop_reason == "filled"
     res = coll.finish()
     fates = {r.prompt_id: (r.fate, r.n) for r in res.records}
-    assert fates == {a: ("trained", 4), b: ("active", 2)}
+    assert fates == {a: ("trained", 4), b: ("active", 1)}
     st = res.stats
-    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_active_left) == (6, 4, 2)
-    assert (st.tokens_generated, st.tokens_trained, st.tokens_active_left) == (45, 30, 15)
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_active_left, st.rollouts_surplus) == (6, 4, 1, 1)
+    assert (st.tokens_generated, st.tokens_trained, st.tokens_active_left, st.tokens_surplus) == (41, 30, 7, 4)
     st.check()

@@ -223,5 +223,8 @@ def test_streaming_small_batch_quick_run(tmp_path):
         assert 0.0 < s["wait_seconds"][0] < s["seconds"][0]
         if "streaming" in label:
             assert s["calls"][0] == 1.0  # one continuous engine per step
+            assert s["completed_ratio"][0] < s["rollouts_ratio"][0]  # aborted partial requests count as generated
+        else:
+            assert s["completed_ratio"] == s["rollouts_ratio"]  # a round call runs every request to its end
     md = (tmp_path / "STREAMING_SMALL_BATCH.md").read_text()
     assert "## B = 8 (streaming widths: Bk in flight = 64, 256 in flight = 256)" in md

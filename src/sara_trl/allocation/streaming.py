@@ -8,9 +8,9 @@ is decided at once with the rule the round allocator uses (SARA: paper Eq. 2 and
 then says which requests to submit (a continuing prompt's next rollouts, top-ups of a mixed prompt to the commit
 floor, fresh probes of ``n0`` for freed budget) within a concurrency cap, and, once B groups are committed, which
 requests still in flight to abort. Once the undecided mixed prompts alone complete the batch (each commits when
-topped up to its floor, paper Prop. 2), SARA holds the unmixed prompts: no continuation and no fresh probes, which
-would only become surplus (beyond the paper; it cut the replayed over-draw at B = 8 from 1.17 to 1.07 x round
-SARA's rollouts, benchmarks/STREAMING_SMALL_BATCH.md). Bookkeeping goes through the same
+topped up to its floor, paper Prop. 2), SARA holds the unmixed prompts: no continuation, no fresh probes, and
+their requests still in flight are aborted, since all of it could only become surplus (beyond the paper;
+benchmarks/STREAMING_SMALL_BATCH.md measures it on replayed outcomes). Bookkeeping goes through the same
 :class:`~sara_trl.allocation.ledger.Ledger`, so the batch, the per-prompt table and the accounting are built exactly
 as for rounds; aborted requests (and requests that finish after the batch is full) are accounted as surplus rollouts
 and tokens; held prompts end the step undecided (``active_left``).
@@ -351,8 +351,9 @@ class StreamingCollector:
 
     def _covered(self) -> bool:
         """SARA: the undecided mixed prompts alone complete the batch (each commits once topped up to the commit
-        floor, paper Prop. 2), so unmixed prompts are held: not continued, and no fresh prompts drawn. A held prompt
-        stays undecided (its rollouts end the step as ``active_left``) unless requests already in flight mix it."""
+        floor, paper Prop. 2; a mixed prompt is never abandoned), so unmixed prompts are held: not continued, their
+        requests in flight aborted (surplus), and no fresh prompts drawn. A held prompt stays undecided: its
+        recorded rollouts end the step as ``active_left``. Once true, it stays true for the step."""
         if not self._sara:
             return False
         led = self.ledger
@@ -395,13 +396,11 @@ class StreamingCollector:
         free = self.max_in_flight - len(self._req)
         left = self.budget - self.submitted
         covered = self._covered()
-        if covered:  # hold the unmixed prompts: drop their queued continuations
+        if covered:  # hold the unmixed prompts: drop their queued continuations, abort their requests in flight
             led = self.ledger
-            held = {s for s in self._queued if not is_mixed(led.s[s], led.nsc[s])}
-            if held:
-                self._queue = deque(s for s in self._queue if s not in held)
-                for s in held:
-                    del self._queued[s]
+            act = led.active()
+            for slot in act[~is_mixed(led.s[act], led.nsc[act])].tolist():
+                self._drop(slot, actions)
         while self._queue and free > 0 and left > 0:
             slot = self._queue.popleft()
             self._queued[slot] -= 1
