@@ -173,8 +173,8 @@ def markdown(result: dict) -> str:
                          f"{row['engine_calls']} | {row['surplus_rollouts']} | {row.get('aborted_rollouts', '-')} | "
                          f"{row['effective_in_batch']} |")
     lines += ["", "| configuration | mean generation s per step | mean rollouts | mean completed rollouts | "
-              "mean tokens | s x ds_rounds [95% bootstrap] | s x sara_rounds [95% bootstrap] | rollouts x sara_rounds | "
-              "completed x sara_rounds | tokens x sara_rounds |",
+              "mean tokens | s x ds_rounds [95% bootstrap] | s x sara_rounds [95% bootstrap] | "
+              "rollouts x sara_rounds | completed x sara_rounds | tokens x sara_rounds |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     mean = {}
     for run in result["runs"]:
@@ -198,7 +198,8 @@ def markdown(result: dict) -> str:
 
     for name, m in mean.items():
         lines.append(f"| {name} | {m['seconds']:.1f} | {m['rollouts']:.0f} | {m['completed']:.0f} | "
-                     f"{m['tokens']:.0f} | {time_ratio(name, 'ds_rounds')} | {time_ratio(name, 'sara_rounds')} | {ratio(name, 'rollouts', 'sara_rounds')} | "
+                     f"{m['tokens']:.0f} | {time_ratio(name, 'ds_rounds')} | {time_ratio(name, 'sara_rounds')} | "
+                     f"{ratio(name, 'rollouts', 'sara_rounds')} | "
                      f"{ratio(name, 'completed', 'sara_rounds')} | {ratio(name, 'tokens', 'sara_rounds')} |")
     s = result["settings"]
     return (f"# Streaming vs round collection on the vLLM-CPU engine\n\nGenerated {result['date']} by "
