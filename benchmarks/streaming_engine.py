@@ -118,7 +118,6 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
     for step in range(cli.steps):
         calls = 0
         t0 = time.perf_counter()
-        aborted = 0
         if collection == "rounds":
             result = alloc.collect(rollout_fn, stream, cli.groups)
         else:
@@ -126,13 +125,12 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
             engine = VLLMStreamingEngine(llm, params, keep_logprobs=True, tag=f"s{step}-")
             calls = drive_streaming_engine(collector, engine, lambda p: prompt_ids[int(p)], Scorer())
             result = collector.finish()
-            aborted = collector.aborted_rollouts
         seconds = time.perf_counter() - t0
         st = result.stats
         st.check()
         steps.append({"seconds": round(seconds, 3), "rollouts": st.rollouts_generated, "tokens": st.tokens_generated,
                       "committed": st.committed, "unfilled": st.unfilled, "effective_in_batch": st.effective_in_batch,
-                      "surplus_rollouts": st.rollouts_surplus, "aborted_rollouts": aborted, "engine_calls": calls,
+                      "surplus_rollouts": st.rollouts_surplus, "aborted_rollouts": st.rollouts_aborted, "engine_calls": calls,
                       "rounds": st.rounds,
                       "stop_reason": st.stop_reason})
     return {"config": config, "allocator": allocator, "collection": collection, "engine_start_s": round(engine_start, 1),

@@ -107,15 +107,13 @@ def run_one(success, tokens, rows, label: str, B: int, seed: int, steps: int) ->
         source.start_step()
         if slots is not None:
             engine = DecodeEngine(slots)
-            coll = alloc.streaming(stream, B, slots)
-            res = run_streaming_step(coll, source, engine)
-            aborted = coll.aborted_rollouts
+            res = run_streaming_step(alloc.streaming(stream, B, slots), source, engine)
             tally = replace(engine.tally, calls=1)
             wait, tail = float(tally.steps - tally.sequence_steps / slots), None
         else:
             rec = _Recorder(source)
             res = alloc.collect(rec, stream, B)
-            tally, wait, aborted = EngineTally(), 0.0, 0
+            tally, wait = EngineTally(), 0.0
             for call in rec.calls:
                 one = call_cost(call, MAX_RUNNING)
                 tally.add(one)
@@ -125,7 +123,7 @@ def run_one(success, tokens, rows, label: str, B: int, seed: int, steps: int) ->
             tail = round_barrier_metrics(rounds, np.concatenate(rec.calls or [[]]))["round_tail_tokens"]
         st = res.stats
         out.append({"rollouts": st.rollouts_generated, "tokens": st.tokens_generated,
-                    "surplus": st.rollouts_surplus, "completed": st.rollouts_generated - aborted,
+                    "surplus": st.rollouts_surplus, "completed": st.rollouts_generated - st.rollouts_aborted,
                     "effective_fraction": st.effective_fraction,
                     "filled": int(st.stop_reason == "filled"), "calls": tally.calls, "decode_steps": tally.steps,
                     "seconds": COST.seconds(tally), "wait_seconds": COST.a * wait,

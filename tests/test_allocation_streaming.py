@@ -138,6 +138,8 @@ def test_streaming_sara_accounting_with_aborts_and_exactly_B_groups():
         assert st.tokens_generated == eng.tally.sequence_steps
         assert st.rollouts_generated == coll.submitted
         assert st.rollouts_surplus >= coll.aborted_rollouts
+        assert (st.rollouts_aborted, st.tokens_aborted) == (coll.aborted_rollouts, coll.aborted_tokens)
+        assert 0 < st.tokens_aborted <= st.tokens_surplus
         st.check()
         ids = np.concatenate([g.rollout_ids for g in res.groups])
         assert len(np.unique(ids)) == len(ids)
@@ -280,4 +282,5 @@ def test_unmixed_prompts_are_held_once_mixed_ones_fill_the_batch(B):
     st = res.stats
     assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_active_left, st.rollouts_surplus) == (6, 4, 1, 1)
     assert (st.tokens_generated, st.tokens_trained, st.tokens_active_left, st.tokens_surplus) == (41, 30, 7, 4)
+    assert (st.rollouts_aborted, st.tokens_aborted) == (1, 4)  # the surplus is b's aborted request
     st.check()

@@ -439,7 +439,8 @@ class StreamingCollector:
         """The batch: exactly B groups (fill groups if the step stopped short) and the accounting.
 
         Aborted requests (and those that finished after the batch was full) are added to the generated and
-        surplus rollouts and tokens, so ``stats.check()`` holds. ``stats.rounds`` is 0 (there are no rounds), and
+        surplus rollouts and tokens, so ``stats.check()`` holds, and reported on their own as
+        ``stats.rollouts_aborted`` / ``stats.tokens_aborted``. ``stats.rounds`` is 0 (there are no rounds), and
         so is the ``round`` column of the prompt table.
 
         Raises
@@ -461,6 +462,7 @@ class StreamingCollector:
         st.rollouts_surplus += self.aborted_rollouts
         st.tokens_generated += self.aborted_tokens
         st.tokens_surplus += self.aborted_tokens
+        st.rollouts_aborted, st.tokens_aborted = self.aborted_rollouts, self.aborted_tokens
         st.check()
         if self._on_finish is not None:
             self._on_finish(result)

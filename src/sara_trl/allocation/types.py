@@ -192,7 +192,9 @@ class StepStats:
     rollouts with a NaN outcome (carried ones included). ``expected_lost`` is the summed p_eff at abandonment, the
     expected number of abandoned groups that would have been effective at size k (paper Thm 1). ``stop_reason``:
     ``"filled"``, ``"budget"``, ``"max_rounds"`` or ``"stream"`` (see
-    :class:`~sara_trl.allocation.strategies.StrategyResult`).
+    :class:`~sara_trl.allocation.strategies.StrategyResult`). ``rollouts_aborted`` / ``tokens_aborted``: streaming
+    collection's requests aborted before they finished (or finished after their abort) and their decoded tokens, a
+    part of ``*_surplus`` (0 with rounds, where every request runs to its end).
     """
 
     rollouts_generated: int = 0
@@ -220,6 +222,8 @@ class StepStats:
     rollouts_carried_in: int = 0
     tokens_carried_in: int = 0
     carried_in: int = 0
+    rollouts_aborted: int = 0
+    tokens_aborted: int = 0
 
     @property
     def effective_fraction(self) -> float:

@@ -46,6 +46,8 @@ STEP_METRICS = (
     "rollouts_carried_in",
     "tokens_carried_in",
     "carried_in",
+    "rollouts_aborted",
+    "tokens_aborted",
 )
 
 # Beyond-paper diagnostics (``Allocator.diagnostics()``) that are running totals since the start of training: logged
