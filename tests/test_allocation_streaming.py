@@ -284,3 +284,21 @@ def test_unmixed_prompts_are_held_once_mixed_ones_fill_the_batch(B):
     assert (st.tokens_generated, st.tokens_trained, st.tokens_active_left, st.tokens_surplus) == (41, 30, 7, 4)
     assert (st.rollouts_aborted, st.tokens_aborted) == (1, 4)  # the surplus is b's aborted request
     st.check()
+
+
+def test_slots_freed_by_holding_go_to_the_top_ups_at_once():
+    """k=8, n0=2, cap 8, B=1, round_increment=6: b goes (1, 1) and gets 6 more rollouts, filling the cap with a's 2
+    probes. When a mixes (1, 0), b is held and its 6 requests are aborted; the 6 freed slots take a's 6 top-ups to
+    the floor (8) in the same event, not one per later completion."""
+    cfg = AllocationConfig(k=8, n0=2, tau_low=0.1, round_increment=6, collection="streaming", refill_margin=0.0)
+    coll = StreamingCollector(cfg, 1, PromptStream(100, seed=0).take, max_in_flight=8)
+    sub = coll.start().submit
+    a, b = sub[0].prompt_id, sub[2].prompt_id
+    assert [r.prompt_id for r in sub] == [a, a, b, b]
+    assert coll.complete(sub[2].rid, 1.0, 3) == StreamActions()
+    cont = coll.complete(sub[3].rid, 1.0, 3)
+    assert [r.prompt_id for r in cont.submit] == [b] * 6 and coll.in_flight == 8
+    assert coll.complete(sub[0].rid, 1.0, 3) == StreamActions()
+    mixes = coll.complete(sub[1].rid, 0.0, 3)
+    assert sorted(mixes.abort) == sorted(r.rid for r in cont.submit)
+    assert [r.prompt_id for r in mixes.submit] == [a] * 6 and coll.in_flight == 6

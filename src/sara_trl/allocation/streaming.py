@@ -393,14 +393,14 @@ class StreamingCollector:
         """Submit queued requests, then fresh prompts sized to the remaining need (as the round allocator sizes a
         refill: expected commits plus ``refill_margin`` standard deviations), within the cap and the budget."""
         cfg = self.config
-        free = self.max_in_flight - len(self._req)
-        left = self.budget - self.submitted
         covered = self._covered()
         if covered:  # hold the unmixed prompts: drop their queued continuations, abort their requests in flight
             led = self.ledger
             act = led.active()
             for slot in act[~is_mixed(led.s[act], led.nsc[act])].tolist():
                 self._drop(slot, actions)
+        free = self.max_in_flight - len(self._req)  # after the aborts: their slots go to the mixed prompts' top-ups
+        left = self.budget - self.submitted
         while self._queue and free > 0 and left > 0:
             slot = self._queue.popleft()
             self._queued[slot] -= 1
