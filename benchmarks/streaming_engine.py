@@ -130,8 +130,8 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
         st.check()
         steps.append({"seconds": round(seconds, 3), "rollouts": st.rollouts_generated, "tokens": st.tokens_generated,
                       "committed": st.committed, "unfilled": st.unfilled, "effective_in_batch": st.effective_in_batch,
-                      "surplus_rollouts": st.rollouts_surplus, "aborted_rollouts": st.rollouts_aborted, "engine_calls": calls,
-                      "rounds": st.rounds,
+                      "surplus_rollouts": st.rollouts_surplus, "aborted_rollouts": st.rollouts_aborted,
+                      "engine_calls": calls, "rounds": st.rounds,
                       "stop_reason": st.stop_reason})
     return {"config": config, "allocator": allocator, "collection": collection, "engine_start_s": round(engine_start, 1),
             "steps": steps}
