@@ -174,14 +174,12 @@ def markdown(result: dict) -> str:
               "mean tokens | s x ds_rounds [95% bootstrap] | s x sara_rounds [95% bootstrap] | "
               "rollouts x sara_rounds | completed x sara_rounds | tokens x sara_rounds |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    mean = {}
+    mean, seconds = {}, {}
     for run in result["runs"]:
         rows = run["steps"]
         m = {key: sum(r[key] for r in rows) / len(rows) for key in ("seconds", "rollouts", "tokens")}
         m["completed"] = m["rollouts"] - sum(r.get("aborted_rollouts", 0) for r in rows) / len(rows)
-        mean[run["config"]] = m
-
-    seconds = {run["config"]: [r["seconds"] for r in run["steps"]] for run in result["runs"]}
+        mean[run["config"]], seconds[run["config"]] = m, [r["seconds"] for r in rows]
 
     def ratio(name: str, key: str, ref: str) -> str:
         return f"{mean[name][key] / mean[ref][key]:.2f}" if ref in mean and mean[ref][key] else "-"
