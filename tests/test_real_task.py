@@ -253,6 +253,30 @@ def test_streaming_engine_summary_from_its_json(tmp_path):
     md = out.with_suffix(".md").read_text()
     lo, hi = se.ratio_interval([30.0, 50.0], [40.0, 60.0])
     # means 40 s, 160 rollouts (155 completed), 1,600 tokens; 40/50 x DS, 40/60 x round SARA, 160/150, 155/150
-    assert (f"| sara_streaming | 40.0 | 160 | 155 | 1600 | 0.80 [{lo:.2f}, {hi:.2f}] | 0.67 [" in md
+    assert (f"| sara_streaming | 2 | 40.0 | 160 | 155 | 1600 | 0.80 [{lo:.2f}, {hi:.2f}] | 0.67 [" in md
             and md.rstrip().endswith("| 1.07 | 1.03 | 1.07 |"))
     assert "| sara_streaming | 1 | 30.0 | 110 | 1100 | 1 | 6 | 6 | 8 |" in md
+
+    # a second seed pools with the first: steps concatenated, per-seed means, ratios over the pooled steps
+    second = json.loads(json.dumps(result))
+    second["settings"]["seed"], result["settings"]["seed"] = 1, 0
+    for run in second["runs"]:
+        for row in run["steps"]:
+            row["seconds"] *= 2
+    out.write_text(json.dumps(result))
+    (tmp_path / "seed1.json").write_text(json.dumps(second))
+    pooled_out = tmp_path / "pooled.json"
+    pooled = se.main(["--pool", str(out), str(tmp_path / "seed1.json"), "--out", str(pooled_out)])
+    assert pooled["settings"]["seed"] == [0, 1] and [row["seed"] for row in pooled["runs"][2]["steps"]] == [0, 0, 1, 1]
+    md = pooled_out.with_suffix(".md").read_text()
+    lo, hi = se.ratio_interval([30.0, 50.0, 60.0, 100.0], [40.0, 60.0, 80.0, 120.0])
+    assert "| sara_streaming | 40.0 (160) | 80.0 (160) |" in md  # per seed: mean s (rollouts)
+    assert f"| sara_streaming | 4 | 60.0 | 160 | 155 | 1600 | 0.80 [{lo:.2f}, {hi:.2f}] |" in md
+    assert se.main(["--render", "--out", str(pooled_out)]) == pooled
+    assert pooled_out.with_suffix(".md").read_text() == md
+    with pytest.raises(SystemExit):  # the same seed twice
+        se.main(["--pool", str(out), str(out), "--out", str(pooled_out)])
+    second["settings"]["k"] = 4
+    (tmp_path / "seed1.json").write_text(json.dumps(second))
+    with pytest.raises(ValueError, match="has settings"):
+        se.pool([str(out), str(tmp_path / "seed1.json")])
