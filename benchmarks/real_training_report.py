@@ -183,6 +183,41 @@ def runs_command(command: str, runs: dict) -> str:
     return " ".join(shlex.quote(a) for a in out[:head] + extra + out[head:])
 
 
+def budget_section(meta: dict, runs: dict, tot: dict) -> list[str]:
+    """What the CPU budget forced on the setting, with the run lengths measured from the run files, and what each
+    choice may hide."""
+    s = meta["settings"]
+    minutes = [rec["wall_seconds"] / 60 for rs in runs.values() for rec in rs.values() if "wall_seconds" in rec]
+    first = [t["first_pass_at_1"] for ts in tot.values() for t in ts.values()]
+    ref = [t["final_pass_at_1"] for t in tot.get(REFERENCE, {}).values()]
+    n = s["eval-prompts"] * s["eval-samples"]
+    moved = ""
+    if first and ref:
+        p0, p1 = float(np.mean(first)), float(np.mean(ref))
+        se = (p1 * (1 - p1) / n) ** 0.5
+        moved = (f" Over them DS's held-out pass@1 moves from {p0:.3f} to {p1:.3f}, {(p1 - p0) / se:.1f} binomial "
+                 f"standard errors of one evaluation ({se:.3f}), so the runs are long enough to ask whether an "
+                 "allocator learns as fast as DS early in training.")
+    span = f"{min(minutes):.0f}-{max(minutes):.0f} minutes" if minutes else "tens of minutes"
+    return [
+        "## What the CPU budget forced, and what it may hide", "",
+        f"- **{s['steps']} optimizer steps per run** (the paper trains 300): a run took {span} here (whole process, "
+        f"evaluations included), and {len(runs)} allocators x several seeds had to fit in 3-hour sessions, one run "
+        f"at a time.{moved} They say nothing about later training, where more prompts saturate at all-correct and "
+        "SARA's abandon rule acts on a different mix of success rates.",
+        f"- **B = {s['groups']}, k = {s['k']}** (the paper: B = 64, k = 8): a step's cost depends on a few prompts, "
+        "so step times and rollout counts vary 2-3x from step to step and the seed intervals are wide; the replay "
+        "of the same task's real outcomes at B = 64 (`benchmarks/REAL_REPLAY.md`) measures the allocation at the "
+        "paper's batch size with tight intervals.",
+        f"- **At most {REAL_TASK.max_completion_length} completion tokens and a 135M model in float32 on {meta['environment']['cores']} "
+        "CPU cores**: the engine is compute-bound at 64 running sequences, so generation time follows tokens and a "
+        "round barrier costs less than on a GPU, where decoding is latency-bound until the batch is large. Time "
+        "ratios here are CPU ratios; `benchmarks/STREAMING_PROJECTION.md` projects a GPU.",
+        f"- **Held-out pass@1 from {s['eval-prompts']} prompts x {s['eval-samples']} samples** ({n} completions per "
+        "evaluation): differences between allocators smaller than about two standard errors are not resolved.",
+        f"- **One learning rate ({s['lr']:g}) and beta 0 for every allocator**, not tuned per allocator.", ""]
+
+
 def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/data/real_training/") -> str:
     s = meta["settings"]
     env = meta["environment"]
@@ -298,6 +333,7 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                          "verdicts below say little; the per-seed table above gives each seed's ratios)"}
             caveat = caveat.get(len(common), "")
             lines += [f"**Targets, {a}** (seeds {common}){caveat}: " + "; ".join(verdicts) + ".", ""]
+    lines += budget_section(meta, runs, tot)
     # one latency fit per machine: a file's own stamp, else the folder's first machine (files older than the stamp)
     fits = []
     for path in sorted(LATENCY_FIT.parent.glob(LATENCY_FIT.stem + "*.json")):

@@ -70,6 +70,7 @@ def test_render_judges_targets_on_seed_intervals(tmp_path):
     for seed, scale in ((0, 1.0), (1, 1.1)):
         ds = _run("DS", seed, [(200 * scale, 6000 * scale, 2, 20.0 * scale, 10.0)] * 4, [0.1, 0.2, 0.3])
         sara = _run("SARA", seed, [(140 * scale, 4200 * scale, 5, 15.0 * scale, 10.0)] * 4, [0.1, 0.2, 0.3])
+        ds["wall_seconds"], sara["wall_seconds"] = 600.0 + 300 * seed, 720.0 + 300 * seed
         for rec in (ds, sara):
             run_path(tmp_path, rec["allocator"], seed).write_text(json.dumps(rec))
     loaded_meta, runs = load_runs(tmp_path)
@@ -81,6 +82,9 @@ def test_render_judges_targets_on_seed_intervals(tmp_path):
     assert "tokens x DS 0.700 (target <= 0.75: met)" in text
     assert "generation seconds x DS 0.750 (target <= 0.85: met)" in text
     assert "| SARA | 1 | 0.300 (0.300) | 0.700 | 0.700 | 0.750 | 0.828 | 5.0 |" in text  # (16.5 + 10) / (22 + 10)
+    # what the budget forced: run lengths 10-17 minutes; DS moved 0.1 -> 0.3 = 0.2 / sqrt(0.3 x 0.7 / 256) = 7.0 SE
+    assert "a run took 10-17 minutes here" in text
+    assert "moves from 0.100 to 0.300, 7.0 binomial standard errors of one evaluation (0.029)" in text
 
 
 def test_timing_ratios_compare_runs_on_the_same_machine_only(tmp_path):
