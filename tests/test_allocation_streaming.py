@@ -119,6 +119,42 @@ def test_streaming_decisions_equal_the_round_rule(round_increment):
         assert s[p] == ((True, k) if mixes_by_4 else (False, 4))
 
 
+def test_streaming_with_auto_threshold_feeds_the_prior_and_decides_on_its_boundary():
+    """tau_low='auto' (stopping_rule='bayes_optimal'): a streaming step feeds every prompt's (n, s) to the prior's
+    outcome table, and with the same fitted prior streaming decides every prompt it shares with the round allocator
+    (round_increment=1: a decision after each rollout) exactly as rounds do, on the Bayes-optimal boundary rather
+    than the paper's threshold."""
+    k, B = 8, 16
+    script = _script(4000, k, seed=3)
+    kw = dict(k=k, tau_low="auto", auto_min_prompts=32, round_increment=1)
+    streaming = Allocator(AllocationConfig(**kw, collection="streaming"))
+    first = run_streaming_step(streaming.streaming(PromptStream(4000, seed=1), B, max_in_flight=64),
+                               Scripted(script), DecodeEngine(64))
+    table = np.zeros((k + 1, k + 1))
+    np.add.at(table, (first.prompt_table["n"], first.prompt_table["s"]), 1.0)  # no unscorable rollouts here
+    assert len(first.prompt_table["n"]) >= 32
+    np.testing.assert_array_equal(streaming.state_dict()["extensions"]["table"]["counts"], table)
+
+    rounds = Allocator(AllocationConfig(**kw))
+    rounds.load_state_dict(streaming.state_dict())
+    r = rounds.collect(Scripted(script), PromptStream(4000, seed=5), B)
+    s = run_streaming_step(streaming.streaming(PromptStream(4000, seed=5), B, max_in_flight=64), Scripted(script),
+                           DecodeEngine(64))
+    fitted = ("prior_w0", "prior_w1", "prior_a", "prior_b", "lam", "abandon_at_fail", "abandon_at_pass")
+    assert [streaming.diagnostics()[key] for key in fitted] == [rounds.diagnostics()[key] for key in fitted]
+    dr, ds = _decisions(r), _decisions(s)
+    both = set(dr) & set(ds)
+    assert len(both) > 30
+    assert {p: dr[p] for p in both} == {p: ds[p] for p in both}
+    # every abandoned prompt stops at the fitted boundary's abandon point for its outcomes (all failed / all
+    # passed), which here is not the paper's: tau_low=0.45 with a Beta(1, 1) prior abandons both after 4
+    at = {0: streaming.diagnostics()["abandon_at_fail"], 1: streaming.diagnostics()["abandon_at_pass"]}
+    assert at != {0: 4.0, 1: 4.0}
+    abandoned = [(int(script[p][0]), n) for p, (kept, n) in ds.items() if not kept]
+    assert {outcome for outcome, _ in abandoned} == {0, 1}
+    assert all(n == at[outcome] for outcome, n in abandoned)
+
+
 def test_streaming_sara_accounting_with_aborts_and_exactly_B_groups():
     k, B = 8, 64
     cfg = AllocationConfig(k=k, collection="streaming")

@@ -260,8 +260,8 @@ def test_streaming_engine_summary_from_its_json(tmp_path):
     # a second seed pools with the first: steps concatenated, per-seed means, ratios over the pooled steps
     second = json.loads(json.dumps(result))
     second["settings"]["seed"], result["settings"]["seed"] = 1, 0
-    for run in second["runs"]:
-        for row in run["steps"]:
+    for config_run in second["runs"]:
+        for row in config_run["steps"]:
             row["seconds"] *= 2
     out.write_text(json.dumps(result))
     (tmp_path / "seed1.json").write_text(json.dumps(second))
@@ -274,8 +274,18 @@ def test_streaming_engine_summary_from_its_json(tmp_path):
     assert f"| sara_streaming | 4 | 60.0 | 160 | 155 | 1600 | 0.80 [{lo:.2f}, {hi:.2f}] |" in md
     assert se.main(["--render", "--out", str(pooled_out)]) == pooled
     assert pooled_out.with_suffix(".md").read_text() == md
-    with pytest.raises(SystemExit):  # the same seed twice
+    with pytest.raises(SystemExit):  # the same configurations at the same seed twice
         se.main(["--pool", str(out), str(out), "--out", str(pooled_out)])
+    # a configuration run at one seed only pools that seed's steps; '-' where it did not run
+    extra = {"date": "d", "machine": "m", "command": "c", "settings": dict(result["settings"], seed=1),
+             "runs": [run("sara_auto_streaming", [20.0, 40.0], [90, 110], [2, 2])]}
+    (tmp_path / "extra.json").write_text(json.dumps(extra))
+    pooled = se.main(["--pool", str(out), str(tmp_path / "seed1.json"), str(tmp_path / "extra.json"),
+                      "--out", str(pooled_out)])
+    md = pooled_out.with_suffix(".md").read_text()
+    assert [r["config"] for r in pooled["runs"]][-1] == "sara_auto_streaming"
+    assert "| sara_auto_streaming | - | 30.0 (100) |" in md
+    assert "| sara_auto_streaming | 2 | 30.0 | 100 | 98 | 1000 | 0.40 [" in md  # 30 / 75: DS pooled over both seeds
     second["settings"]["k"] = 4
     (tmp_path / "seed1.json").write_text(json.dumps(second))
     with pytest.raises(ValueError, match="has settings"):

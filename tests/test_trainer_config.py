@@ -182,3 +182,7 @@ def test_streaming_collection_needs_the_colocated_vllm_engine():
     assert SaraConfig(**BASE, collection="streaming", use_vllm=True, vllm_mode="colocate").collection == "streaming"
     with pytest.raises(ValueError, match="SaraConfig: collection='streaming' decides prompts one completion"):
         SaraConfig(**BASE, allocator="uniform", collection="streaming")
+    colocate = dict(BASE, collection="streaming", use_vllm=True, vllm_mode="colocate")
+    assert SaraConfig(**colocate, stopping_rule="bayes_optimal").to_allocation_config().tau_low == "auto"
+    with pytest.raises(ValueError, match="not implemented together with carry_over, history_decay yet"):
+        SaraConfig(**colocate, carry_over=True, history_decay=0.5)

@@ -222,6 +222,18 @@ def test_streaming_collection_through_the_engine(tmp_path, trainer):
         assert all("sampling/sampling_logp_difference/mean" in entry for entry in result["steps"])
 
 
+def test_streaming_with_the_bayes_optimal_stopping_rule(tmp_path):
+    """stopping_rule='bayes_optimal' with streaming: step 1 runs the burn-in (no fitted prior: no `sara/lam`), its
+    outcomes are fed to the prior fit (auto_min_prompts=1), so step 2 decides on a fitted boundary, logged."""
+    result = run_case(tmp_path, "--collection", "streaming", "--stopping_rule", "bayes_optimal",
+                      "--auto_min_prompts", "1")
+    check_streaming(result, 2)
+    first, second = result["steps"]
+    assert "sara/lam" not in first and "sara/abandon_at_fail" not in first
+    assert second["sara/lam"] > 0 and second["sara/boundary_recomputes"] == 1.0
+    assert 2 <= second["sara/abandon_at_fail"] <= 4 and "sara/prior_a" in second  # between n0 = 2 and k = 4
+
+
 def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
     """Each process collects B / 2 groups on its own engine and shard, with no collective until the step's end:
     the run finishes (no hang), the merged batch has B groups, and both processes log the same accounting."""

@@ -179,8 +179,9 @@ class AllocationConfig:
         ends before any decision) or 'streaming' (beyond the paper: each completion is decided as soon as it
         finishes on a continuously running engine, freed budget is refilled at once, and requests still in flight
         when B groups are committed are aborted and counted as surplus; no round barrier). 'streaming' needs
-        allocator 'sara' or 'dynamic_sampling' and is not yet combined with carry_over, ds_filter='score' or the
-        options from auto_prior on.""", choices=list(COLLECTIONS)))
+        allocator 'sara' or 'dynamic_sampling' and is not yet combined with carry_over, ds_filter='score',
+        history_decay or selection (tau_low='auto' works: the prior is refitted between steps).""",
+        choices=list(COLLECTIONS)))
     auto_prior: str = field(default="mixture", metadata=_help(
         """Family of the prior fitted for tau_low='auto': 'mixture' (point masses at gamma = 0 and 1 plus a Beta)
         or 'beta'.""", choices=list(PRIOR_FAMILIES)))
@@ -226,12 +227,11 @@ class AllocationConfig:
                   f"has nothing to decide (use one of {STREAMING_ALLOCATORS})")
         unsupported = [name for name, on in (
             ("carry_over", self.carry_over), ("ds_filter='score'", self.ds_filter != "success"),
-            ("tau_low='auto'", self.tau_low == "auto"), ("history_decay", self.history_decay is not None),
-            ("selection", self.selection is not None)) if on]
+            ("history_decay", self.history_decay is not None), ("selection", self.selection is not None)) if on]
         if unsupported:
             _fail(f"collection='streaming' is not implemented together with {', '.join(unsupported)} yet: streaming "
-                  "aborts what is in flight at the end of a step and decides from the success labels with the "
-                  "paper's fixed-threshold rule", *(t for t in ("tau_low='auto'",) if t in unsupported))
+                  "aborts what is in flight at the end of a step (nothing is carried over), decides from the "
+                  "success labels, and draws fresh prompts in stream order with one prior for every prompt")
 
     def _check_paper_options(self) -> None:
         if self.allocator not in STRATEGIES:  # the registry, so that a strategy registered later is accepted

@@ -219,12 +219,30 @@ class Allocator:
         if self.config.collection != "streaming":
             raise ValueError(f"streaming() needs collection='streaming', this allocator has "
                              f"collection={self.config.collection!r}")
+        if self._ext is not None:  # tau_low="auto": refit the prior (and boundary) on the outcomes so far
+            self._ext.begin_step(stream)
+
+        def on_finish(result: StepResult) -> None:
+            self._feed_extensions(collector.ledger)
+            self._account(result)
+
         collector = StreamingCollector(self.config, B, stream.take, max_in_flight=max_in_flight,
                                        decide=self._decide, mix_rate=self.mix_rate,
                                        fresh_cost=self.fresh_cost_estimate, resolved=self._resolve,
-                                       on_finish=self._account)
+                                       on_finish=on_finish)
         self._decay_refill_model()
         return collector
+
+    def _feed_extensions(self, ledger: Ledger, fed: np.ndarray | None = None) -> None:
+        """Feed the step's outcomes to the beyond-paper options (prior fit, history, token means): every prompt of
+        ``ledger``, or those where ``fed`` ((size,) bool) is true, and their rollouts. A no-op when all are off."""
+        if self._ext is None:
+            return
+        if fed is None:
+            fed = np.ones(ledger.size, bool)
+        rs, success, tokens = ledger.rollouts()
+        self._ext.end_step(ledger.pid[: ledger.size][fed], ledger.nsc[: ledger.size][fed],
+                           ledger.s[: ledger.size][fed], success[fed[rs]], tokens[fed[rs]])
 
     # ----------------------------------------------------------------------------------------------- collect
     def collect(self, rollout_fn: RolloutFn, stream: PromptStream, B: int) -> StepResult:
@@ -270,14 +288,9 @@ class Allocator:
         outcome = STRATEGIES[self.config.allocator](ctx)
         result, self._carry = ledger.finish(B, outcome.stop_reason, outcome.expected_lost,
                                             carry_over=self.config.carry_over)
-        if self._ext is not None:
-            # Feed every prompt whose step is over; a carried prompt is fed once, in the step that decides it.
-            fate = result.prompt_table["fate"]
-            fed = np.ones(ledger.size, bool)
-            if self.config.carry_over:
-                fed[(fate == Fate.SURPLUS) | (fate == Fate.ACTIVE)] = False
-            rs, success, tokens = ledger.rollouts()
-            self._ext.end_step(ledger.pid[: ledger.size][fed], ledger.nsc[: ledger.size][fed],
-                               ledger.s[: ledger.size][fed], success[fed[rs]], tokens[fed[rs]])
+        # Feed every prompt whose step is over; a carried prompt is fed once, in the step that decides it.
+        fate = result.prompt_table["fate"]
+        self._feed_extensions(ledger, ~((fate == Fate.SURPLUS) | (fate == Fate.ACTIVE)) if self.config.carry_over
+                              else None)
         self._account(result)
         return result
