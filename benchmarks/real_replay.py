@@ -59,11 +59,13 @@ ALLOCATORS: dict[str, dict] = {
     "SARA to_decision + carry_over": {"allocator": "sara", "round_increment": "to_decision", "carry_over": True},
     "auto": _AUTO,
     "auto + carry_over": {**_AUTO, "carry_over": True},
+    "auto + loss cap 0.10": {**_AUTO, "auto_loss_cap": 0.10},
     "auto + loss cap 0.10 + carry_over": {**_AUTO, "auto_loss_cap": 0.10, "carry_over": True},
     "auto + history 0.9 + Thompson": {**_AUTO, "history_decay": 0.9, "selection": "thompson"},
     "auto + history 0.97 + greedy, n0=1 + carry_over": {**_TUNED, "carry_over": True},
     "DS (streaming)": {"allocator": "dynamic_sampling", "budget_cap": DS_BUDGET_CAP, "collection": "streaming"},
     "SARA (streaming)": {"allocator": "sara", "collection": "streaming"},
+    "auto + loss cap 0.10 (streaming)": {**_AUTO, "auto_loss_cap": 0.10, "collection": "streaming"},
 }
 HISTORY = ("auto + history 0.9 + Thompson", "auto + history 0.97 + greedy, n0=1 + carry_over")
 
