@@ -200,7 +200,10 @@ class Allocator:
         """A :class:`~sara_trl.allocation.streaming.StreamingCollector` for one step, bound to this allocator.
 
         It draws fresh prompts from ``stream``, sizes refills with this allocator's refill model (and feeds it),
-        and on :meth:`StreamingCollector.finish` adds the step to the cumulative totals.
+        and on :meth:`StreamingCollector.finish` adds the step to the cumulative totals. With ``tau_low="auto"``
+        the prior and its boundary are refitted here, from the outcomes of the steps before, and
+        :meth:`StreamingCollector.finish` feeds every prompt of the step (held and abandoned ones included: their
+        counts so far) to the fit.
 
         Parameters
         ----------
