@@ -188,7 +188,7 @@ def budget_section(meta: dict, runs: dict, tot: dict) -> list[str]:
     choice may hide."""
     s = meta["settings"]
     minutes = [rec["wall_seconds"] / 60 for rs in runs.values() for rec in rs.values() if "wall_seconds" in rec]
-    first = [t["first_pass_at_1"] for ts in tot.values() for t in ts.values()]
+    first = [t["first_pass_at_1"] for t in tot.get(REFERENCE, {}).values()]
     ref = [t["final_pass_at_1"] for t in tot.get(REFERENCE, {}).values()]
     n = s["eval-prompts"] * s["eval-samples"]
     moved = ""
@@ -201,9 +201,9 @@ def budget_section(meta: dict, runs: dict, tot: dict) -> list[str]:
     span = f"{min(minutes):.0f}-{max(minutes):.0f} minutes" if minutes else "tens of minutes"
     return [
         "## What the CPU budget forced, and what it may hide", "",
-        f"- **{s['steps']} optimizer steps per run** (the paper trains 300): a run took {span} here (whole process, "
-        f"evaluations included), and {len(runs)} allocators x several seeds had to fit in 3-hour sessions, one run "
-        f"at a time.{moved} They say nothing about later training, where more prompts saturate at all-correct and "
+        f"- **{s['steps']} optimizer steps per run** (the paper trains 300): a run took {span} here (wall-clock "
+        f"inside the run process, evaluations included), and {len(runs)} allocators x several seeds had to fit in "
+        f"3-hour sessions, one run at a time.{moved} They say nothing about later training, where more prompts saturate at all-correct and "
         "SARA's abandon rule acts on a different mix of success rates.",
         f"- **B = {s['groups']}, k = {s['k']}** (the paper: B = 64, k = 8): a step's cost depends on a few prompts, "
         "so step times and rollout counts vary 2-3x from step to step and the seed intervals are wide; the replay "

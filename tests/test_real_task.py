@@ -285,7 +285,15 @@ def test_streaming_engine_summary_from_its_json(tmp_path):
     md = pooled_out.with_suffix(".md").read_text()
     assert [r["config"] for r in pooled["runs"]][-1] == "sara_auto_streaming"
     assert "| sara_auto_streaming | - | 30.0 (100) |" in md
-    assert "| sara_auto_streaming | 2 | 30.0 | 100 | 98 | 1000 | 0.40 [" in md  # 30 / 75: DS pooled over both seeds
+    # against DS on the seed both ran (seed 1: 80 and 120 s), not DS pooled over both seeds
+    assert "| sara_auto_streaming | 2 | 30.0 | 100 | 98 | 1000 | 0.30 [" in md
+    with pytest.raises(SystemExit):  # --pool without --out would overwrite the seed-0 file
+        se.main(["--pool", str(out), str(tmp_path / "seed1.json")])
+    with pytest.raises(ValueError, match="is itself pooled"):
+        se.pool([str(out), str(pooled_out)])
+    (tmp_path / "other_cpu.json").write_text(json.dumps(dict(extra, machine="other cpu (x86_64), 2 CPUs")))
+    with pytest.raises(ValueError, match="on another CPU"):
+        se.pool([str(out), str(tmp_path / "other_cpu.json")])
     second["settings"]["k"] = 4
     (tmp_path / "seed1.json").write_text(json.dumps(second))
     with pytest.raises(ValueError, match="has settings"):

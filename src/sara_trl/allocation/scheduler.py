@@ -202,8 +202,9 @@ class Allocator:
         It draws fresh prompts from ``stream``, sizes refills with this allocator's refill model (and feeds it),
         and on :meth:`StreamingCollector.finish` adds the step to the cumulative totals. With ``tau_low="auto"``
         the prior and its boundary are refitted here, from the outcomes of the steps before, and
-        :meth:`StreamingCollector.finish` feeds every prompt of the step (held and abandoned ones included: their
-        counts so far) to the fit.
+        :meth:`StreamingCollector.finish` feeds the step's prompts to the fit, except those with an aborted request
+        (:attr:`StreamingCollector.truncated`: their finished completions are a length-biased sample). Leaving them
+        out errs towards mixed prompts, so towards abandoning less, never more.
 
         Parameters
         ----------
@@ -226,7 +227,9 @@ class Allocator:
             self._ext.begin_step(stream)
 
         def on_finish(result: StepResult) -> None:
-            self._feed_extensions(collector.ledger)
+            # Prompts with an aborted request are left out of the prior fit: their recorded completions are the
+            # first to finish, the short ones, which would tilt the fit towards successes where failures run longer.
+            self._feed_extensions(collector.ledger, ~collector.truncated)
             self._account(result)
 
         collector = StreamingCollector(self.config, B, stream.take, max_in_flight=max_in_flight,

@@ -125,7 +125,8 @@ class StreamingCollector:
     Raises
     ------
     ValueError
-        An allocator other than SARA or dynamic sampling, ``B < 1`` or ``max_in_flight < k``.
+        An allocator other than SARA or dynamic sampling, ``B < 1``, ``max_in_flight < k``, or ``tau_low="auto"``
+        without ``decide``.
     """
 
     def __init__(self, config: AllocationConfig, B: int, draw: Callable[[int, np.ndarray], np.ndarray], *,
@@ -139,6 +140,9 @@ class StreamingCollector:
                 or max_in_flight < cfg.k:
             raise ValueError(f"max_in_flight={max_in_flight!r} must be an integer >= k={cfg.k}, so that one full "
                              "group can be in flight")
+        if decide is None and cfg.tau_low == "auto":
+            raise ValueError("tau_low='auto' decides on a boundary fitted across steps: build the collector with "
+                             "Allocator.streaming(), or pass decide")
         self.config = cfg
         self.B = int(B)
         self.max_in_flight = int(max_in_flight)
@@ -164,6 +168,7 @@ class StreamingCollector:
         self._next_rid = 0
         self._req: dict[int, int] = {}  # request id in flight -> slot
         self._aborting: set[int] = set()  # asked to abort, tokens not yet reported
+        self._cut: set[int] = set()  # slots with an aborted request
         self._out: dict[int, int] = {}  # slot -> requests in flight
         self._queue: deque[int] = deque()  # one entry per wanted request (slot) not yet submitted
         self._queued: dict[int, int] = {}  # slot -> entries in the queue
@@ -181,6 +186,15 @@ class StreamingCollector:
     def committed(self) -> int:
         """Groups committed so far."""
         return len(self.ledger.kept_order)
+
+    @property
+    def truncated(self) -> np.ndarray:
+        """``(prompts in the step,)`` bool: the prompt had a request aborted, so its recorded outcomes are the
+        completions that finished first, i.e. the shorter ones, which lean towards successes where failures run
+        longer. The prior fit of ``tau_low="auto"`` leaves these prompts out (:meth:`Allocator.streaming`)."""
+        mask = np.zeros(self.ledger.size, bool)
+        mask[list(self._cut)] = True
+        return mask
 
     @property
     def recorded(self) -> int:
@@ -331,6 +345,7 @@ class StreamingCollector:
 
     def _abort(self, rid: int, actions: StreamActions) -> None:
         slot = self._req.pop(rid)
+        self._cut.add(slot)
         self._out[slot] -= 1
         self._aborting.add(rid)
         actions.abort.append(rid)
