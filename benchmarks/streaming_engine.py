@@ -237,8 +237,10 @@ def boundary_lines(runs: list[dict]) -> list[str]:
         points = sorted({(int(b["abandon_at_fail"]), int(b["abandon_at_pass"])) for b in fitted})
         lines.append(f"- {run['config']}: {len(fitted)} of {len(run['steps'])} steps on a fitted boundary (the "
                      "others: burn-in, the paper's rule at tau_low 0.45, until the decayed count of observed prompts "
-                     "reaches auto_min_prompts = 64); abandon points (all-fail, all-pass) used: "
-                     + (", ".join(f"({f}, {p})" for f, p in points) or "none") + ".")
+                     "reaches auto_min_prompts); abandon points (all-fail, all-pass) used: "
+                     + (", ".join(f"({f}, {p})" for f, p in points) or "none")
+                     + (f"; fitted point masses at gamma = 0 / 1 (w0 / w1) up to {max(b['prior_w0'] for b in fitted):.2f}"
+                        f" / {max(b['prior_w1'] for b in fitted):.2g}" if fitted else "") + ".")
     return ([""] + lines) if lines else []
 
 
