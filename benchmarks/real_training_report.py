@@ -203,15 +203,15 @@ def budget_section(meta: dict, runs: dict, tot: dict) -> list[str]:
         "## What the CPU budget forced, and what it may hide", "",
         f"- **{s['steps']} optimizer steps per run** (the paper trains 300): a run took {span} here (wall-clock "
         f"inside the run process, evaluations included), and {len(runs)} allocators x several seeds had to fit in "
-        f"3-hour sessions, one run at a time.{moved} They say nothing about later training, where more prompts saturate at all-correct and "
-        "SARA's abandon rule acts on a different mix of success rates.",
+        f"3-hour sessions, one run at a time.{moved} They say nothing about later training, where more prompts "
+        "saturate at all-correct and SARA's abandon rule acts on a different mix of success rates.",
         f"- **B = {s['groups']}, k = {s['k']}** (the paper: B = 64, k = 8): a step's cost depends on a few prompts, "
         "so step times and rollout counts vary 2-3x from step to step and the seed intervals are wide; the replay "
         "of the same task's real outcomes at B = 64 (`benchmarks/REAL_REPLAY.md`) measures the allocation at the "
         "paper's batch size with tight intervals.",
-        f"- **At most {REAL_TASK.max_completion_length} completion tokens and a 135M model in float32 on {meta['environment']['cores']} "
-        "CPU cores**: the engine is compute-bound at 64 running sequences, so generation time follows tokens and a "
-        "round barrier costs less than on a GPU, where decoding is latency-bound until the batch is large. Time "
+        f"- **At most {REAL_TASK.max_completion_length} completion tokens and a 135M model in float32 on "
+        f"{meta['environment']['cores']} CPU cores**: the engine is compute-bound at 64 running sequences, so "
+        "generation time follows tokens and a round barrier costs less than on a GPU, where decoding is latency-bound until the batch is large. Time "
         "ratios here are CPU ratios; `benchmarks/STREAMING_PROJECTION.md` projects a GPU.",
         f"- **Held-out pass@1 from {s['eval-prompts']} prompts x {s['eval-samples']} samples** ({n} completions per "
         "evaluation): differences between allocators smaller than about two standard errors are not resolved.",

@@ -239,8 +239,9 @@ def boundary_lines(runs: list[dict]) -> list[str]:
                      "others: burn-in, the paper's rule at tau_low 0.45, until the decayed count of observed prompts "
                      "reaches auto_min_prompts); abandon points (all-fail, all-pass) used: "
                      + (", ".join(f"({f}, {p})" for f, p in points) or "none")
-                     + (f"; fitted point masses at gamma = 0 / 1 (w0 / w1) up to {max(b['prior_w0'] for b in fitted):.2f}"
-                        f" / {max(b['prior_w1'] for b in fitted):.2g}" if fitted else "") + ".")
+                     + (f"; fitted point masses at gamma = 0 / 1 (w0 / w1) up to "
+                        f"{max(b['prior_w0'] for b in fitted):.2f} / {max(b['prior_w1'] for b in fitted):.2g}"
+                        if fitted else "") + ".")
     return ([""] + lines) if lines else []
 
 

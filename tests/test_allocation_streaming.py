@@ -121,7 +121,8 @@ def test_streaming_decisions_equal_the_round_rule(round_increment):
 
 def test_streaming_with_auto_threshold_feeds_the_prior_and_decides_on_its_boundary():
     """tau_low='auto' (stopping_rule='bayes_optimal'): a streaming step feeds the (n, s) of every prompt without an
-    aborted request to the prior's outcome table, and with the same fitted prior streaming decides every prompt it shares with the round allocator
+    aborted request to the prior's outcome table, and with the same fitted prior streaming decides every prompt it
+    shares with the round allocator
     (round_increment=1: a decision after each rollout) exactly as rounds do, on the Bayes-optimal boundary rather
     than the paper's threshold."""
     k, B = 8, 16
