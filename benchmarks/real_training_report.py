@@ -195,9 +195,11 @@ def budget_section(meta: dict, runs: dict, tot: dict) -> list[str]:
     if first and ref:
         p0, p1 = float(np.mean(first)), float(np.mean(ref))
         se = (p1 * (1 - p1) / n) ** 0.5
-        moved = (f" Over them DS's held-out pass@1 moves from {p0:.3f} to {p1:.3f}, {(p1 - p0) / se:.1f} binomial "
-                 f"standard errors of one evaluation ({se:.3f}), so the runs are long enough to ask whether an "
-                 "allocator learns as fast as DS early in training.")
+        moved = f" Over them DS's held-out pass@1 moves from {p0:.3f} to {p1:.3f}"
+        if se > 0:  # (no standard error at 0 or 1, e.g. in a smoke run)
+            moved += (f", {(p1 - p0) / se:.1f} binomial standard errors of one evaluation ({se:.3f}), so the runs "
+                      "are long enough to ask whether an allocator learns as fast as DS early in training")
+        moved += "."
     span = f"{min(minutes):.0f}-{max(minutes):.0f} minutes" if minutes else "tens of minutes"
     return [
         "## What the CPU budget forced, and what it may hide", "",

@@ -85,6 +85,9 @@ def test_render_judges_targets_on_seed_intervals(tmp_path):
     # what the budget forced: run lengths 10-17 minutes; DS moved 0.1 -> 0.3 = 0.2 / sqrt(0.3 x 0.7 / 256) = 7.0 SE
     assert "a run took 10-17 minutes here" in text
     assert "moves from 0.100 to 0.300, 7.0 binomial standard errors of one evaluation (0.029)" in text
+    for rec in runs["DS"].values():  # a smoke run whose DS ends at pass@1 0: no standard error to count in
+        rec["evals"][-1]["pass_at_1"] = 0.0
+    assert "DS's held-out pass@1 moves from 0.100 to 0.000. They say" in render(loaded_meta, runs, "plots/x.png")
 
 
 def test_timing_ratios_compare_runs_on_the_same_machine_only(tmp_path):
