@@ -246,6 +246,7 @@ def boundary_lines(runs: list[dict]) -> list[str]:
 
 
 def settings_sentence(s: dict) -> str:
+    """The run settings (B, k, engine concurrency, steps, sampling) and how the time intervals are made, as prose."""
     return (f"B = {s['groups']}, k = {s['k']}, max_num_seqs = {s['max_num_seqs']}, streaming in flight = "
             f"{s['max_in_flight'] or s['max_num_seqs']}, {s['steps']} steps per configuration and seed, temperature "
             f"{TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens. CPU figures: do not read them as GPU "
@@ -313,6 +314,7 @@ def pool(paths: list[str]) -> dict:
 
 
 def pooled_markdown(result: dict) -> str:
+    """The markdown of a :func:`pool` result: its source runs, per-seed means, and the pooled summary table."""
     seeds = result["settings"]["seed"]
     per_seed = ["| configuration | " + " | ".join(f"seed {s}: mean s (rollouts)" for s in seeds) + " |",
                 "| --- |" + " ---: |" * len(seeds)]
