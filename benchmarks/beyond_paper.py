@@ -390,7 +390,7 @@ def render(results: BeyondResults, bank_path: Path, command: str) -> str:
         multi_pool=settings.multi_pool, multi_steps=settings.multi_steps, history_decay=HIST, multi_seeds=multi_seeds,
         multi_table=table(multi, with_hits=True, oracle=results.oracle_multi_epoch),
         multi_stamp=environment_lines(command, multi_seeds), best=best,
-        best_ratio=f"{_cost_vs_ds(multi, best).mean:.3f}", oracle=f"{results.oracle_multi_epoch:.3f}",
+        best_ratio=fmt_ci(_cost_vs_ds(multi, best)), oracle=f"{results.oracle_multi_epoch:.3f}",
         drift=f"{settings.drift:.0%}", drift_table=table(results.drift, with_hits=True),
         replay_section=_replay_section(results, bank_path), targets_table=_targets(in_step, multi),
         elapsed=f"{results.elapsed_s:.0f}") + "\n"
@@ -451,6 +451,9 @@ def _json_default(o):
 
 
 def _targets(in_step: Runs, multi: Runs) -> str:
+    """The targets table. A ratio target is met when the upper end of its 95% interval over seeds is within it (the
+    benchmarks' evidence standard, ``benchmarks/README.md``); a point estimate inside the target with an upper end
+    beyond it is "not met"."""
     would_mix_in_step = {n: _would_mix_share(runs) for n, runs in in_step.items()}
     autos = [n for n in in_step if n.startswith("auto") and "token" not in n]
     best_any = min(autos, key=lambda n: _cost_vs_ds(in_step, n).mean)
@@ -465,25 +468,29 @@ def _targets(in_step: Runs, multi: Runs) -> str:
     best_tokens_in_step = min(token_rows, key=lambda n: _cost_vs_ds(in_step, n, "tokens").mean)
     tokens_in_step = _cost_vs_ds(in_step, best_tokens_in_step, "tokens")
 
-    def status(met: bool) -> str:
-        return "met" if met else "**not met**"
+    def status(iv, cap: float, also: bool = True) -> str:
+        if iv.hi <= cap and also:
+            return "met"
+        why = f" (upper end {iv.hi:.3f} > {cap:.2f})" if iv.mean <= cap < iv.hi and also else ""
+        return f"**not met**{why}"
 
     cheapest = _cost_vs_ds(in_step, best_any)
-    reliable_text, reliable_met = "none", False
+    reliable_text, reliable_status = "none", "**not met**"
     if best_reliable is not None:
         r = _cost_vs_ds(in_step, best_reliable)
-        reliable_text = f"{best_reliable}: {r.mean:.3f} (would-mix {would_mix_in_step[best_reliable]:.1%})"
-        reliable_met = r.mean <= 0.72
-    return md_table(["target", "measured (best row)", "status"], [
+        reliable_text = f"{best_reliable}: {fmt_ci(r)} (would-mix {would_mix_in_step[best_reliable]:.1%})"
+        reliable_status = status(r, 0.72)
+    return md_table(["target", "measured (best row, mean [95% interval over seeds])", "status (upper end within the "
+                                                                                     "target)"], [
         ["in-step, k=8, U-shaped: <= 0.72 of DS rollouts with would-mix <= 10% of abandoned",
-         f"cheapest: {best_any} {cheapest.mean:.3f} (would-mix {would_mix_in_step[best_any]:.1%}); cheapest with "
-         f"would-mix <= 10%: {reliable_text}", status(reliable_met)],
+         f"cheapest: {best_any} {fmt_ci(cheapest)} (would-mix {would_mix_in_step[best_any]:.1%}); cheapest with "
+         f"would-mix <= 10%: {reliable_text}", reliable_status],
         ["multi-epoch: <= 0.30 of DS rollouts, effective fraction 1.0",
-         f"{best}: {best_multi.mean:.3f}, min effective fraction {min_fraction:.2f}",
-         status(best_multi.mean <= 0.30 and min_fraction == 1.0)],
-        ["tokens <= 0.65 of DS", f"multi-epoch ({best}) {tokens_multi.mean:.3f}; in-step ({best_tokens_in_step}) "
-                                 f"{tokens_in_step.mean:.3f}",
-         status(tokens_multi.mean <= 0.65) + " (multi-epoch); " + status(tokens_in_step.mean <= 0.65) + " (in-step)"],
+         f"{best}: {fmt_ci(best_multi)}, min effective fraction {min_fraction:.2f}",
+         status(best_multi, 0.30, min_fraction == 1.0)],
+        ["tokens <= 0.65 of DS", f"multi-epoch ({best}) {fmt_ci(tokens_multi)}; in-step ({best_tokens_in_step}) "
+                                 f"{fmt_ci(tokens_in_step)}",
+         status(tokens_multi, 0.65) + " (multi-epoch); " + status(tokens_in_step, 0.65) + " (in-step)"],
     ])
 
 

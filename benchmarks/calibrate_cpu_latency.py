@@ -10,9 +10,10 @@ concurrency ``r``, and calls with ``T = 1`` (prefill and call overhead only). Th
 call of ``r`` sequences of ``T`` tokens costs ``c + T (a + b r)``; per ``r`` the decode-step time is
 ``(t(r, T) - t(r, 1)) / (T - 1)`` and a least-squares line over ``r`` gives ``a`` (intercept) and ``b`` (slope).
 The one-token calls are fitted the same way, ``t(r, 1) ~ c + prefill * r``: ``c`` is the per-call overhead and
-``prefill`` the per-request prefill, which the latency model leaves out (reported so that its size is known). Prompts: the chat-templated real-task questions
-(``benchmarks/real_task.py``), about 40 tokens each. Writes ``benchmarks/cpu_latency.json`` with every timing, the
-fit and its residuals. Meaningful only on an otherwise idle machine.
+``prefill`` the per-request prefill, which the latency model leaves out (reported so that its size is known).
+Prompts: the chat-templated real-task questions (``benchmarks/real_task.py``), about 40 tokens each. Writes
+``benchmarks/cpu_latency.json`` with every timing, the fit and its residuals. Meaningful only on an otherwise idle
+machine.
 """
 
 from __future__ import annotations

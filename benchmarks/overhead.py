@@ -5,7 +5,8 @@ source stamps ``perf_counter`` on entry and exit, so the logic time of a round i
 and the next call's entry (decide, posterior update, refill, priority ordering, ledger updates). The time after the
 last call until ``collect`` returns (last decisions plus building the groups and records) is reported separately as
 the per-step finish time. Each step is timed several times from identical state and each round keeps its fastest
-run, so that time the process spent descheduled on a shared machine is not charged to the allocator. Rounds are binned by the number of prompts the round decided (the previous call's size).
+run, so that time the process spent descheduled on a shared machine is not charged to the allocator. Rounds are
+binned by the number of prompts the round decided (the previous call's size).
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass

@@ -233,8 +233,8 @@ def main(argv=None) -> dict:
     doc = {"task": {"cell": task.cell, "weights": task.weights, "instruction": task.instruction,
                     "temperature": task.temperature, "max_completion_length": task.max_completion_length},
            "chosen": chosen, "histogram": hist.tolist(), "candidates": candidates, "cells": cells,
-           "split_overlap": overlap, "sub_0_20_by_sign": sign, "replay_copies": copies, "bank": str(args.bank.relative_to(HERE.parent))
-           if args.bank.is_relative_to(HERE.parent) else str(args.bank),
+           "split_overlap": overlap, "sub_0_20_by_sign": sign, "replay_copies": copies,
+           "bank": str(args.bank.relative_to(HERE.parent)) if args.bank.is_relative_to(HERE.parent) else str(args.bank),
            "survey": {k: meta[k] for k in ("device", "date", "versions", "dtype", "k", "prompts_per_family")},
            "bank_survey": {"families": b_names, "rows": int(len(b_task)), "prompts_per_family":
                            b_meta["prompts_per_family"], "distinct": sidecar["distinct_expressions"],

@@ -60,7 +60,8 @@ ALLOCATORS = {
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--allocators", default=",".join(ALLOCATORS), help="comma-separated subset of " + ",".join(ALLOCATORS))
+    ap.add_argument("--allocators", default=",".join(ALLOCATORS),
+                    help="comma-separated subset of " + ",".join(ALLOCATORS))
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds")
     ap.add_argument("--steps", type=int, default=12, help="optimizer steps per run (same for every allocator)")
     ap.add_argument("--groups", type=int, default=8, help="B: groups per step")
@@ -75,8 +76,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     ap.add_argument("--quick", action="store_true",
-                    help="smoke run: 2 steps, B=2, k=4, budget cap 2, 4 held-out prompts x 2, DS and SARA, seed 0, transformers "
-                         "engine, into a temporary folder unless --out-dir is given")
+                    help="smoke run: 2 steps, B=2, k=4, budget cap 2, 4 held-out prompts x 2, DS and SARA, seed 0, "
+                         "transformers engine, into a temporary folder unless --out-dir is given")
     ap.add_argument("--worker", nargs=2, metavar=("ALLOCATOR", "SEED"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -170,7 +171,10 @@ def worker(allocator: str, seed: int, args) -> dict:
         temperature=REAL_TASK.temperature, top_p=1.0, learning_rate=args.lr, beta=0.0, logging_steps=1,
         save_strategy="no", gradient_checkpointing=False, disable_tqdm=True, dataloader_num_workers=0, seed=seed,
         budget_cap=args.budget_cap, use_vllm=use_vllm,
-        **({"vllm_mode": "colocate", "vllm_enable_sleep_mode": False, "vllm_max_model_length": 512} if use_vllm else {}),
+        **(
+            {"vllm_mode": "colocate", "vllm_enable_sleep_mode": False, "vllm_max_model_length": 512}
+            if use_vllm else {}
+        ),
         **ALLOCATORS[allocator],
     )
     t_build = time.perf_counter()

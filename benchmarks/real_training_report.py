@@ -6,9 +6,10 @@ Reads the run files ``benchmarks/real_training.py`` wrote (default ``benchmarks/
 cumulative rollouts, completion tokens and wall-clock (three panels, one line per allocator: the mean over seeds at
 each evaluation step, placed at the mean cumulative cost; the band spans the seeds' lowest and highest pass@1), the
 per-allocator totals with ratios to dynamic sampling (per seed, then mean and 95% Student-t interval over seeds), the
-cost to reach DS's final pass@1, and issue 15's training targets judged on those intervals. Allocators with fewer
-finished seeds than the others are reported with the seeds they have; ratios use only seeds DS also finished, and
-timing ratios only seeds whose DS run was timed on the same kind of machine (the CPU model each run records).
+cost to reach DS's final pass@1 (with ratios to DS over seeds), issue 15's training targets judged on those
+intervals, and a leave-one-seed-out check of every target ratio. Allocators with fewer finished seeds than the others
+are reported with the seeds they have; ratios use only seeds DS also finished, and timing ratios only seeds whose DS
+run was timed on the same kind of machine (the CPU model each run records).
 """
 
 from __future__ import annotations
@@ -105,6 +106,96 @@ def cost_to_reach(mc: dict, target: float) -> dict | None:
             "seconds": float(mc["seconds"][i])}
 
 
+def seed_ratios(meta: dict, runs: dict) -> dict:
+    """``{allocator: {key: {seed: ratio}}}``: each run's total ``key`` (rollouts, tokens, generation, training or step
+    seconds) divided by the DS run of the same seed. Only seeds DS finished count; timing keys (:data:`TIMING`) only
+    where both runs were timed on the same kind of machine (:func:`machine_of`)."""
+    tot = {a: {seed: totals(r) for seed, r in rs.items()} for a, rs in runs.items()}
+    ref, ref_runs = tot.get(REFERENCE, {}), runs.get(REFERENCE, {})
+    out: dict = {}
+    for a, rs in runs.items():
+        out[a] = {}
+        for key in ("rollouts", "tokens", "generation_seconds", "training_seconds", "step_seconds"):
+            out[a][key] = {seed: tot[a][seed][key] / ref[seed][key] for seed in tot[a]
+                           if seed in ref and ref[seed][key] > 0
+                           and (key not in TIMING or machine_of(rs[seed], meta) == machine_of(ref_runs[seed], meta))}
+    return out
+
+
+def verdict(iv, cap: float) -> str:
+    """The evidence standard's verdict on a ratio: met when the upper end of its 95% interval is within ``cap``."""
+    return "met" if iv.hi <= cap else "missed"
+
+
+def leave_one_seed_out(ratios: dict, allocators, keys=tuple(TARGETS), min_seeds: int = 3) -> list[list]:
+    """Rows of the leave-one-seed-out table: each ratio over all seeds, then without each seed in turn (left out of
+    both the allocator's runs and DS's), for allocators with at least ``min_seeds`` seeds of that ratio.
+
+    Each row: allocator, ratio, all seeds ``mean [interval] (n)``, the seed whose removal moves the mean most with
+    the ratio without it, the range of the means without one seed, and the verdict against :data:`TARGETS` on all
+    seeds and whether leaving out one seed changes it.
+    """
+    rows = []
+    for a in allocators:
+        for key in keys:
+            by_seed = ratios.get(a, {}).get(key, {})
+            if len(by_seed) < min_seeds:
+                continue
+            full = mean_ci(list(by_seed.values()))
+            drops = {seed: mean_ci([v for s, v in by_seed.items() if s != seed]) for seed in by_seed}
+            worst = max(drops, key=lambda seed: abs(drops[seed].mean - full.mean))
+            means = [iv.mean for iv in drops.values()]
+            cap = TARGETS[key]
+            changed = sorted(seed for seed, iv in drops.items() if verdict(iv, cap) != verdict(full, cap))
+            judged = (f"{verdict(full, cap)} (<= {cap:.2f}); "
+                      + (f"{verdict(drops[changed[0]], cap)} with seed {changed[0]} left out" if len(changed) == 1
+                         else f"{verdict(drops[changed[0]], cap)} with seed {', '.join(map(str, changed[:-1]))} or "
+                              f"{changed[-1]} left out" if changed else "unchanged with any one seed left out"))
+            rows.append([a, f"{key.replace('_', ' ')} x DS", f"{fmt_ci(full)} ({full.n})",
+                         f"seed {worst}: {fmt_ci(drops[worst])}", f"{min(means):.3f}-{max(means):.3f}", judged])
+    return rows
+
+
+def tokens_per_rollout_rows(runs: dict) -> list[list]:
+    """Mean completion tokens per rollout of every run, one row per allocator, one column per seed."""
+    seeds = sorted({seed for rs in runs.values() for seed in rs})
+    rows = []
+    for a, rs in runs.items():
+        t = {seed: totals(rec) for seed, rec in rs.items()}
+        rows.append([a] + [f"{t[seed]['tokens'] / t[seed]['rollouts']:.1f}" if seed in t else "-" for seed in seeds])
+    return [["allocator"] + [f"seed {seed}" for seed in seeds]] + rows
+
+
+def reach_ratios(meta: dict, runs: dict, target: float) -> dict:
+    """``{allocator: {cost: {seed: ratio}}}``: per seed, the allocator's cumulative rollouts, tokens and step seconds
+    at the step where its mean pass@1 over seeds first reaches ``target``, divided by DS's cumulative cost at DS's
+    own such step (seconds only where both runs were timed on the same kind of machine)."""
+    reach = {a: cost_to_reach(mean_curve(rs), target) for a, rs in runs.items()}
+    ref_runs, ref_reach = runs.get(REFERENCE, {}), reach.get(REFERENCE)
+    out: dict = {}
+    if ref_reach is None:
+        return out
+
+    def at(rec, step, key):
+        c = curve(rec)
+        return float(c[key][int(np.flatnonzero(c["step"] == step)[0])])
+
+    for a, rs in runs.items():
+        if reach[a] is None:
+            continue
+        out[a] = {key: {} for key in ("rollouts", "tokens", "seconds")}
+        for seed, rec in rs.items():
+            if seed not in ref_runs:
+                continue
+            for key in out[a]:
+                if key == "seconds" and machine_of(rec, meta) != machine_of(ref_runs[seed], meta):
+                    continue
+                denom = at(ref_runs[seed], ref_reach["step"], key)
+                if denom > 0:
+                    out[a][key][seed] = at(rec, reach[a]["step"], key) / denom
+    return out
+
+
 LATENCY_FIT = ROOT / "benchmarks" / "cpu_latency.json"
 
 
@@ -132,9 +223,23 @@ def barrier_rows(runs: dict, fit: dict, keep=None) -> list[list]:
                 ("rounds", "round_longest_tokens", "round_tail_tokens", "generation_seconds")}
         wait, overhead, gen = a * mean["round_tail_tokens"], c * mean["rounds"], mean["generation_seconds"]
         seeds = sorted(seed for seed, rec in recs.items() if any("round_tail_tokens" in st for st in rec["steps"]))
+        # the shares' interval is over seeds (each seed's own share of its own generation seconds), never over steps
+        shares = {"wait": [], "overhead": []}
+        for seed in seeds:
+            own = [st for st in recs[seed]["steps"] if "round_tail_tokens" in st]
+            own_gen = float(np.sum([st["generation_seconds"] for st in own]))
+            shares["wait"].append(a * float(np.sum([st["round_tail_tokens"] for st in own])) / own_gen)
+            shares["overhead"].append(c * float(np.sum([st["rounds"] for st in own])) / own_gen)
+
+        def share(seconds, values):
+            if len(values) < 2:
+                return f"{seconds:.1f} ({seconds / gen:.0%})"
+            iv = mean_ci(values)
+            return f"{seconds:.1f} ({iv.mean:.0%} [{iv.lo:.0%}, {iv.hi:.0%}])"
+
         rows.append([name, ",".join(map(str, seeds)), len(steps), f"{mean['rounds']:.1f}",
                      f"{mean['round_longest_tokens']:.0f}", f"{mean['round_tail_tokens']:.0f}", f"{gen:.1f}",
-                     f"{wait:.1f} ({wait / gen:.0%})", f"{overhead:.1f} ({overhead / gen:.0%})"])
+                     share(wait, shares["wait"]), share(overhead, shares["overhead"])])
     return rows
 
 
@@ -213,7 +318,8 @@ def budget_section(meta: dict, runs: dict, tot: dict) -> list[str]:
         "paper's batch size with tight intervals.",
         f"- **At most {REAL_TASK.max_completion_length} completion tokens and a 135M model in float32 on "
         f"{meta['environment']['cores']} CPU cores**: the engine is compute-bound at 64 running sequences, so "
-        "generation time follows tokens and a round barrier costs less than on a GPU, where decoding is latency-bound until the batch is large. Time "
+        "generation time follows tokens and a round barrier costs less than on a GPU, where decoding is latency-bound "
+        "until the batch is large. Time "
         "ratios here are CPU ratios; `benchmarks/STREAMING_PROJECTION.md` projects a GPU.",
         f"- **Held-out pass@1 from {s['eval-prompts']} prompts x {s['eval-samples']} samples** ({n} completions per "
         "evaluation): differences between allocators smaller than about two standard errors are not resolved.",
@@ -266,9 +372,10 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
     def same_machine(a, seed):
         return machine[a][seed] == machine[REFERENCE][seed]
 
+    by_seed = seed_ratios(meta, runs)
+
     def ratio(a, key):
-        common = [seed for seed in tot[a] if seed in ref and (key not in TIMING or same_machine(a, seed))]
-        return [tot[a][seed][key] / ref[seed][key] for seed in common if ref[seed][key] > 0]
+        return list(by_seed[a][key].values())
 
     rows = []
     for a in runs:
@@ -299,20 +406,29 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
     if REFERENCE in curves:
         target = float(curves[REFERENCE]["mean"][-1])
         rows = []
+        reached = reach_ratios(meta, runs, target)
         for a, mc in curves.items():
             c = cost_to_reach(mc, target)
-            rows.append([a] + (["not reached"] * 4 if c is None else
-                               [c["step"], f"{c['rollouts']:.0f}", f"{c['tokens']:.0f}", f"{c['seconds']:.0f}"]))
+            if c is None:
+                rows.append([a] + ["not reached"] * 7)
+                continue
+            r = reached.get(a, {})
+            rows.append([a, c["step"], f"{c['rollouts']:.0f}", f"{c['tokens']:.0f}", f"{c['seconds']:.0f}",
+                         *(iv(list(r.get(key, {}).values())) if a != REFERENCE else "1.000"
+                           for key in ("rollouts", "tokens", "seconds"))])
         n_eval = s["eval-prompts"] * s["eval-samples"]
         se = float(np.sqrt(target * (1 - target) / n_eval))
         lines += [f"## Cost to reach DS's final held-out pass@1 ({target:.3f}, mean over its seeds)", "",
                   "First evaluation step at which the allocator's mean pass@1 over seeds reaches it, with the mean "
-                  "cumulative costs there (step seconds = generation + training). One evaluation scores "
+                  "cumulative costs there (step seconds = generation + training), and the ratios to DS's cumulative "
+                  "cost at its own such step: per seed, then mean [95% interval] over seeds (seconds only for seeds "
+                  "whose DS run was timed on the same kind of machine). One evaluation scores "
                   f"{n_eval} completions ({s['eval-prompts']} prompts x {s['eval-samples']}): its binomial "
                   f"standard error at {target:.3f} is {se:.3f}, and more than that, since the samples of one prompt "
                   "are correlated. A run that falls short of the target by less than that is not resolved from it "
                   "by one seed.", "",
-                  md_table(["allocator", "step", "rollouts", "tokens", "step seconds"], rows), ""]
+                  md_table(["allocator", "step", "rollouts", "tokens", "step seconds", "rollouts x DS",
+                            "tokens x DS", "step s x DS"], rows), ""]
         for a in [x for x in runs if x.startswith("SARA")]:
             common = [seed for seed in tot[a] if seed in ref]
             if not common:
@@ -323,8 +439,16 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                     verdicts.append(f"{key.replace('_', ' ')} x DS n/a (no seed timed on DS's machine)")
                     continue
                 r = mean_ci(ratio(a, key))
+                loso = ""
+                if r.n >= 3:  # beside the figure: what leaving out the seed that moves it most does
+                    left = {seed: mean_ci([v for sd, v in by_seed[a][key].items() if sd != seed])
+                            for seed in by_seed[a][key]}
+                    worst = max(left, key=lambda seed: abs(left[seed].mean - r.mean))
+                    flips = verdict(left[worst], cap) != verdict(r, cap)
+                    loso = (f"; {left[worst].mean:.3f} without seed {worst}"
+                            + (f", {verdict(left[worst], cap)}" if flips else ""))
                 verdicts.append(f"{key.replace('_', ' ')} x DS {fmt_ci(r)} (target <= {cap:.2f}: "
-                                f"{'met' if r.hi <= cap else 'missed'})")
+                                f"{verdict(r, cap)}{loso})")
             ds_final = mean_ci([ref[seed]["final_pass_at_1"] for seed in common])
             mine = mean_ci([tot[a][seed]["final_pass_at_1"] for seed in common])
             inside = ds_final.lo <= mine.mean <= ds_final.hi if ds_final.n > 1 else None
@@ -335,6 +459,21 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/da
                          "verdicts below say little; the per-seed table above gives each seed's ratios)"}
             caveat = caveat.get(len(common), "")
             lines += [f"**Targets, {a}** (seeds {common}){caveat}: " + "; ".join(verdicts) + ".", ""]
+    loso = leave_one_seed_out(by_seed, [a for a in runs if a.startswith("SARA")])
+    if loso:
+        per_rollout = tokens_per_rollout_rows(runs)
+        lines += ["## Leave-one-seed-out: does one seed carry a figure?", "",
+                  "Each target ratio recomputed with one seed left out at a time (left out of both the allocator's "
+                  "runs and DS's): the seed whose removal moves the mean most, the range of the means without one "
+                  "seed, and whether the verdict (upper end of the 95% interval within the target) changes. One seed "
+                  "fewer also widens the interval (the Student-t factor grows, e.g. 2.78 -> 3.18 from 5 to 4 seeds), "
+                  "so a target met by a small margin can be missed without the left-out seed being unusual: read the "
+                  "means beside the verdict. Ratios with fewer than 3 seeds are not shown.", "",
+                  md_table(["allocator", "ratio", "all seeds (n)", "largest change: without", "means without one "
+                            "seed", "verdict"], loso), "",
+                  "Completion tokens per rollout of each run (a run whose completions stay long moves every token "
+                  "and time ratio of its seed):", "",
+                  md_table(per_rollout[0], per_rollout[1:]), ""]
     lines += budget_section(meta, runs, tot)
     # one latency fit per machine: a file's own stamp, else the folder's first machine (files older than the stamp)
     fits = []

@@ -20,7 +20,8 @@ configuration, and each worker starts its prompt stream at the same seed.
   engine calls = rounds.
 - streaming (sara, dynamic_sampling): :func:`sara_trl.trainer.streaming.drive_streaming_engine` on
   :class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`, ``--max_in_flight`` requests kept in flight (default:
-  ``--max_num_seqs``); engine calls = engine steps.
+  ``--max_num_seqs``); engine calls = engine steps. Reward passes overlap ``--reward_lag`` engine steps (0:
+  blocking); each step records the seconds spent scoring and the seconds the engine waited for a score.
 
 Per step: generation wall-clock (the whole collection: generation, reward passes and the allocator), rollouts and
 tokens generated, groups committed, engine calls. Regime: the engine's concurrency is ``--max_num_seqs``; on a CPU a
@@ -52,6 +53,14 @@ CONFIGS = {  # name -> AllocationConfig fields (besides k)
     # beyond the paper: the Bayes-optimal boundary (stopping_rule="bayes_optimal") under a 10% loss cap, as the
     # real-training runs' SARA-auto but without carry_over, which streaming does not combine with yet
     "sara_auto_streaming": {"allocator": "sara", "collection": "streaming", "tau_low": "auto", "auto_loss_cap": 0.10},
+    # the best beyond-paper setting measured on the real-outcome bank (benchmarks/REAL_REPLAY.md), in streaming:
+    # the Bayes-optimal boundary under a 10% loss cap with carry_over
+    "sara_auto_carry_streaming": {"allocator": "sara", "collection": "streaming", "tau_low": "auto",
+                                  "auto_loss_cap": 0.10, "carry_over": True},
+    # the same with the prior fitted after 16 observed prompts instead of 64, so that a run of a few steps at B = 8
+    # (about 20-25 fresh prompts a step) decides on a fitted boundary from its second step rather than its fourth
+    "sara_auto_carry_streaming_fit16": {"allocator": "sara", "collection": "streaming", "tau_low": "auto",
+                                        "auto_loss_cap": 0.10, "carry_over": True, "auto_min_prompts": 16},
 }
 DEFAULT_CONFIGS = ("uniform", "ds_rounds", "sara_rounds", "sara_streaming", "ds_streaming")
 if str(ROOT) not in sys.path:
@@ -124,12 +133,16 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
     for step in range(cli.steps):
         calls = 0
         t0 = time.perf_counter()
+        reward_seconds = reward_wait = None
         if collection == "rounds":
             result = alloc.collect(rollout_fn, stream, cli.groups)
         else:
             collector = alloc.streaming(stream, cli.groups, cli.max_in_flight or cli.max_num_seqs)
             engine = VLLMStreamingEngine(llm, params, keep_logprobs=True, tag=f"s{step}-")
-            calls = drive_streaming_engine(collector, engine, lambda p: prompt_ids[int(p)], Scorer())
+            loop = drive_streaming_engine(collector, engine, lambda p: prompt_ids[int(p)], Scorer(),
+                                          reward_lag=cli.reward_lag)
+            calls = loop.engine_steps
+            reward_seconds, reward_wait = loop.reward_seconds, loop.reward_wait_seconds
             result = collector.finish()
         seconds = time.perf_counter() - t0
         st = result.stats
@@ -138,6 +151,8 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
                       "committed": st.committed, "unfilled": st.unfilled, "effective_in_batch": st.effective_in_batch,
                       "surplus_rollouts": st.rollouts_surplus, "aborted_rollouts": st.rollouts_aborted,
                       "engine_calls": calls, "rounds": st.rounds,
+                      **({} if reward_seconds is None else {"reward_seconds": round(reward_seconds, 3),
+                                                            "reward_wait_seconds": round(reward_wait, 3)}),
                       "stop_reason": st.stop_reason,
                       "boundary": fitted_boundary(alloc.diagnostics())})
     return {"config": config, "allocator": allocator, "collection": collection, "fields": fields,
@@ -226,6 +241,49 @@ def summary_table(runs: list[dict]) -> list[str]:
     return lines
 
 
+SEED_RATIO_KEYS = ("seconds", "rollouts", "tokens")
+
+
+def seed_ratio_table(runs: list[dict], ref: str = "ds_rounds") -> list[str]:
+    """Markdown rows: per configuration, the ratio of its mean step figures (generation seconds, rollouts, tokens)
+    to ``ref``'s at each seed both ran, and their mean with a 95% Student-t interval over those seeds
+    (:func:`benchmarks.common.mean_ci`); the seed whose removal moves the time ratio most is named with the ratio
+    without it (leave-one-seed-out). Plus, for streaming, the mean seconds per step spent in reward passes (on the
+    scoring thread) and the seconds the engine waited for them (what scoring cost in generation time)."""
+    from benchmarks.common import fmt_ci, mean_ci
+
+    by_seed = {run["config"]: {} for run in runs}
+    for run in runs:
+        for row in run["steps"]:
+            by_seed[run["config"]].setdefault(row.get("seed"), []).append(row)
+    if ref not in by_seed:
+        return []
+    lines = [f"| configuration | seeds | s x {ref} [95% t over seeds] | rollouts x {ref} | tokens x {ref} | "
+             "leave one seed out (s) | reward s per step | of it, engine waiting s |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for name, seeds in by_seed.items():
+        shared = sorted(set(seeds) & set(by_seed[ref]), key=str)
+        if not shared:
+            continue
+        ratios = {key: [step_means(seeds[s])[key] / step_means(by_seed[ref][s])[key] for s in shared]
+                  for key in SEED_RATIO_KEYS}
+        cells = [fmt_ci(mean_ci(ratios[key]), 2) for key in SEED_RATIO_KEYS]
+        loo = "-"
+        if len(shared) >= 3 and name != ref:
+            outs = [(float(sum(r for j, r in enumerate(ratios["seconds"]) if j != i) / (len(shared) - 1)), seed)
+                    for i, seed in enumerate(shared)]
+            full = sum(ratios["seconds"]) / len(shared)
+            moved, seed = max(outs, key=lambda item: abs(item[0] - full))
+            loo = f"without seed {seed}: {moved:.2f}"
+        scoring = []
+        for key in ("reward_seconds", "reward_wait_seconds"):
+            values = [row[key] for rows in seeds.values() for row in rows if key in row]
+            scoring.append(f"{sum(values) / len(values):.2f}" if values else "-")
+        lines.append(f"| {name} | {len(shared)} | {cells[0]} | {cells[1]} | {cells[2]} | {loo} | {scoring[0]} | "
+                     f"{scoring[1]} |")
+    return lines
+
+
 def boundary_lines(runs: list[dict]) -> list[str]:
     """For each tau_low="auto" configuration: how many steps decided on a fitted boundary (the others ran the
     burn-in, i.e. the paper's rule) and the abandon points they used."""
@@ -249,7 +307,10 @@ def settings_sentence(s: dict) -> str:
     """The run settings (B, k, engine concurrency, steps, sampling) and how the time intervals are made, as prose."""
     return (f"B = {s['groups']}, k = {s['k']}, max_num_seqs = {s['max_num_seqs']}, streaming in flight = "
             f"{s['max_in_flight'] or s['max_num_seqs']}, {s['steps']} steps per configuration and seed, temperature "
-            f"{TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens. CPU figures: do not read them as GPU "
+            f"{TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens, streaming reward passes "
+            + (f"overlapping {s['reward_lag']} engine steps" if s.get("reward_lag") else "blocking (before every next "
+               "engine step)")
+            + ". CPU figures: do not read them as GPU "
             "ratios. Time intervals: percentile bootstrap of the ratio of mean step times, resampling each "
             "configuration's steps on their own (its steps draw different prompts, so they are not paired; "
             f"scipy.stats.bootstrap, {BOOTSTRAP_RESAMPLES:,} resamples, fixed seed).")
@@ -335,7 +396,12 @@ def pooled_markdown(result: dict) -> str:
             "configuration's prompt stream (and the engine) at that seed, so step 1 draws the same prompts in every "
             "configuration of a seed and the seeds draw different prompts. A configuration pools the seeds that ran "
             "it (per seed below; '-': not run at that seed).\n\n## Per seed\n\n"
-            + "\n".join(per_seed) + "\n\n## Pooled over seeds\n\n"
+            + "\n".join(per_seed) + "\n\n## Ratios over seeds\n\nEach seed's ratio of mean step figures to "
+            "the reference (ds_rounds, then sara_rounds) at that seed, then the mean of the per-seed ratios with a 95% "
+            "Student-t interval over the seeds (the independent runs); the interval is the evidence, the step-level "
+            "bootstrap below is not.\n\n"
+            + "\n".join(seed_ratio_table(result["runs"])) + "\n\n"
+            + "\n".join(seed_ratio_table(result["runs"], ref="sara_rounds")) + "\n\n## Pooled over seeds\n\n"
             + "\n".join(summary_table(result["runs"]) + boundary_lines(result["runs"])) + "\n")
 
 
@@ -347,6 +413,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--max_num_seqs", type=int, default=64, help="engine concurrency (vLLM max_num_seqs)")
     parser.add_argument("--max_in_flight", type=int, default=None,
                         help="requests the streaming collector keeps in flight (default: max_num_seqs)")
+    parser.add_argument("--reward_lag", type=int, default=2,
+                        help="streaming: engine steps a reward pass overlaps (0: blocking, as before this option)")
     parser.add_argument("--prompts", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
@@ -384,7 +452,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     unknown = set(configs) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configurations {sorted(unknown)}; choose from {list(CONFIGS)}")
-    forwarded = [arg for flag in ("steps", "groups", "k", "max_num_seqs", "prompts", "seed")
+    forwarded = [arg for flag in ("steps", "groups", "k", "max_num_seqs", "prompts", "seed", "reward_lag")
                  for arg in (f"--{flag}", str(getattr(cli, flag)))]
     if cli.max_in_flight:
         forwarded += ["--max_in_flight", str(cli.max_in_flight)]
@@ -395,7 +463,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                          f"before {load_before:.1f}, after {os.getloadavg()[0]:.1f}",
               "command": "python benchmarks/streaming_engine.py " + " ".join(argv),
               "settings": {key: getattr(cli, key) for key in ("steps", "groups", "k", "max_num_seqs", "max_in_flight",
-                                                               "prompts", "seed")},
+                                                               "prompts", "seed", "reward_lag")},
               "task": {"families": REAL_TASK.weights, "style": REAL_TASK.style, "temperature": TEMPERATURE,
                        "max_completion_length": MAX_COMPLETION_LENGTH},
               "runs": runs}

@@ -206,7 +206,8 @@ def render(doc: dict, command: str) -> str:
              "sequences running in a round call (the real-training engine's `max_num_seqs`). \"waiting on the "
              "longest\": the fixed step cost times the decode steps a call runs beyond its tokens spread evenly "
              f"over its slots (min(requests, {st['max_running']}) for a round call; the engine width for "
-             "streaming, over the whole step). \"a x sum(longest - mean)\" is the estimate the training runs can make from "
+             "streaming, over the whole step). \"a x sum(longest - mean)\" is the estimate the training runs can "
+             "make from "
              "their logged `sara/round_tail_tokens` (it ignores the slot queue), shown to check it against the "
              "queue-aware figure.", ""]
     for cell in doc["cells"].values():

@@ -37,16 +37,16 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.common import md_table  # noqa: E402
+from benchmarks.common import md_table, mean_ci  # noqa: E402
 from benchmarks.real_task import FAMILIES, REAL_TASK, load_survey_cell  # noqa: E402
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> dict:
     """Mean of ``a - b`` over prompts, its Student-t 95% interval and the paired t-test p-value."""
     d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-    half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    iv = mean_ci(d) if len(d) > 1 else None  # the benchmarks' one interval helper
     p = float(stats.ttest_rel(a, b).pvalue) if len(d) > 1 and d.std() > 0 else 1.0
-    return {"mean": float(d.mean()), "lo": float(d.mean() - half), "hi": float(d.mean() + half), "p": p}
+    return {"mean": float(d.mean()), "lo": iv.lo if iv else float("nan"), "hi": iv.hi if iv else float("nan"), "p": p}
 
 
 def two_proportion(x1: int, n1: int, x2: int, n2: int) -> float:

@@ -18,8 +18,11 @@ steps x 1 GPU; on W GPUs pass `--gradient_accumulation_steps $((64 / W))`. For Z
 `accelerate launch --config_file examples/accelerate_configs/deepspeed_zero3.yaml --num_processes 8
 examples/countdown_3b.py --gradient_accumulation_steps 8`.
 
-Data: the Countdown train split; offline, the first 11,024 rows of it from `../shared/data` (or `$SARA_SHARED_DATA`),
-otherwise TinyZero's 327,680-row train split from the Hub; `--dataset_path` reads a local file with `nums`/`target`.
+Data: TinyZero's 327,680-row Countdown train split from the Hugging Face Hub, unless you pass `--data_dir DIR` (a
+folder of your own holding `countdown_3to4_train_head.jsonl`, e.g. a prefix of that split; the standard names are
+`sara_trl.data.LOCAL_FILES`) or `--dataset_path FILE` (a local JSONL/Parquet file with `nums`/`target`). Offline
+(`HF_HUB_OFFLINE=1`, or the Hub unreachable) without either, the script stops in seconds, before loading the model,
+with one line naming these flags.
 Evaluate on the 1,024-task test split with `python -m sara_trl.evaluate --benchmarks countdown`.
 """
 
@@ -29,20 +32,27 @@ import sys
 from dataclasses import dataclass, field
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, cli
-from sara_trl.data import find_shared_data_dir, load_countdown
+from sara_trl.data import DataUnavailableError, load_countdown
 from sara_trl.rewards import countdown_reward
+
+PROG = "examples/countdown_3b.py"
 
 
 @dataclass
 class ScriptArguments:
     """What to train on (the training settings themselves are SaraConfig fields)."""
 
-    model_name_or_path: str = field(default="Qwen/Qwen2.5-3B", metadata={"help": "Model id on the Hub or local folder."})
+    model_name_or_path: str = field(
+        default="Qwen/Qwen2.5-3B", metadata={"help": "Model id on the Hub or local folder."}
+    )
     dataset_path: str | None = field(
-        default=None, metadata={"help": "Local JSONL/Parquet file with nums/target columns (overrides the lookup)."}
+        default=None, metadata={"help": "Local JSONL/Parquet file with nums/target columns (overrides --data_dir and "
+                                        "the Hub)."}
     )
     data_dir: str | None = field(
-        default=None, metadata={"help": "Folder of the offline data files; default ../shared/data or $SARA_SHARED_DATA."}
+        default=None, metadata={"help": "Folder holding the data files under their standard names (the train tasks "
+                                        "in countdown_3to4_train_head.jsonl, see sara_trl.data.LOCAL_FILES); default: "
+                                        "the Hugging Face Hub."}
     )
     num_train_prompts: int | None = field(
         default=None, metadata={"help": "Keep only the first N training tasks (None: all)."}
@@ -82,15 +92,18 @@ PAPER_DEFAULTS = dict(
 
 
 def build_dataset(script_args: ScriptArguments):
-    """Countdown training tasks: conversational prompts plus the ``nums`` and ``target`` columns the reward reads."""
-    kwargs = {}
-    if script_args.dataset_path is None:
-        data_dir = script_args.data_dir or find_shared_data_dir(required=False)
-        if data_dir is not None:
-            kwargs["data_dir"] = str(data_dir)
-    return load_countdown(
-        split="train", path=script_args.dataset_path, num_tasks=script_args.num_train_prompts, **kwargs
-    )
+    """Countdown training tasks: conversational prompts plus the ``nums`` and ``target`` columns the reward reads.
+
+    Raises ``SystemExit`` with one line naming ``--data_dir`` / ``--dataset_path`` when the data is given by neither
+    and the Hub cannot serve it (offline or unreachable).
+    """
+    kwargs = {"data_dir": script_args.data_dir} if script_args.data_dir is not None else {}
+    try:
+        return load_countdown(
+            split="train", path=script_args.dataset_path, num_tasks=script_args.num_train_prompts, **kwargs
+        )
+    except DataUnavailableError as err:
+        raise SystemExit(f"{PROG}: error: {err.hint('--dataset_path FILE', '--data_dir DIR')}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SaraConfig]:
@@ -100,12 +113,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SaraConf
 
 def main(argv: list[str] | None = None) -> SaraGRPOTrainer:
     script_args, training_args = parse_args(argv)
+    train_dataset = build_dataset(script_args)  # before the model: missing data fails in seconds
 
     trainer = SaraGRPOTrainer(
         model=script_args.model_name_or_path,
         reward_funcs=countdown_reward,
         args=training_args,
-        train_dataset=build_dataset(script_args),
+        train_dataset=train_dataset,
     )
     trainer.train()
     trainer.save_model(training_args.output_dir)

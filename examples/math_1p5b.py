@@ -18,9 +18,11 @@ Batch layout: one optimizer step = B*k = 512 completions = per_device_train_batc
 --gradient_accumulation_steps 8`.
 
 Data: the MATH training split (7,500 problems), prompt "{problem} Reason step by step, and put your final answer within
-\boxed{}.", scored by `sara_trl.rewards.math_reward` (math-verify). The offline copy in `../shared/data` (or
-`$SARA_SHARED_DATA`) is used when present, otherwise the Hugging Face Hub; `--dataset_path` reads any local
-JSONL/Parquet file with `problem` and `answer` columns.
+\boxed{}.", scored by `sara_trl.rewards.math_reward` (math-verify). Downloaded from the Hugging Face Hub unless you pass
+`--data_dir DIR` (a folder of your own holding `math_train.jsonl`; the standard names are
+`sara_trl.data.LOCAL_FILES`) or `--dataset_path FILE` (any local JSONL/Parquet file with `problem` and `answer`
+columns). Offline (`HF_HUB_OFFLINE=1`, or the Hub unreachable) without either, the script stops in seconds, before
+loading the model, with one line naming these flags.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ import sys
 from dataclasses import dataclass, field
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, cli
-from sara_trl.data import find_shared_data_dir, load_dataset_by_name
+from sara_trl.data import DataUnavailableError, load_dataset_by_name
 from sara_trl.rewards import math_reward
+
+PROG = "examples/math_1p5b.py"
 
 
 @dataclass
@@ -41,13 +45,17 @@ class ScriptArguments:
         default="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", metadata={"help": "Model id on the Hub or local folder."}
     )
     dataset_name: str = field(
-        default="math", metadata={"help": "Dataset short name (sara_trl.data.DATASET_NAMES), default the MATH train split."}
+        default="math",
+        metadata={"help": "Dataset short name (sara_trl.data.DATASET_NAMES), default the MATH train split."},
     )
     dataset_path: str | None = field(
-        default=None, metadata={"help": "Local JSONL/Parquet file with problem/answer columns (overrides the lookup)."}
+        default=None, metadata={"help": "Local JSONL/Parquet file with problem/answer columns (overrides --data_dir "
+                                        "and the Hub)."}
     )
     data_dir: str | None = field(
-        default=None, metadata={"help": "Folder of the offline data files; default ../shared/data or $SARA_SHARED_DATA."}
+        default=None, metadata={"help": "Folder holding the data files under their standard names (e.g. "
+                                        "math_train.jsonl, see sara_trl.data.LOCAL_FILES); default: the Hugging Face "
+                                        "Hub."}
     )
     num_train_prompts: int | None = field(
         default=None, metadata={"help": "Keep only the first N training prompts (None: all)."}
@@ -91,13 +99,16 @@ PAPER_DEFAULTS = dict(
 
 
 def build_dataset(script_args: ScriptArguments):
-    """The training prompts: a conversational dataset with an ``answer`` column (read by ``math_reward``)."""
-    data_dir = script_args.data_dir
-    if data_dir is None and script_args.dataset_path is None:
-        found = find_shared_data_dir(required=False)
-        data_dir = str(found) if found is not None else None
-    kwargs = {"data_dir": data_dir} if data_dir is not None else {}
-    dataset = load_dataset_by_name(script_args.dataset_name, path=script_args.dataset_path, **kwargs)
+    """The training prompts: a conversational dataset with an ``answer`` column (read by ``math_reward``).
+
+    Raises ``SystemExit`` with one line naming ``--data_dir`` / ``--dataset_path`` when the data is given by neither
+    and the Hub cannot serve it (offline or unreachable).
+    """
+    kwargs = {"data_dir": script_args.data_dir} if script_args.data_dir is not None else {}
+    try:
+        dataset = load_dataset_by_name(script_args.dataset_name, path=script_args.dataset_path, **kwargs)
+    except DataUnavailableError as err:
+        raise SystemExit(f"{PROG}: error: {err.hint('--dataset_path FILE', '--data_dir DIR')}") from None
     if script_args.num_train_prompts is not None:
         dataset = dataset.select(range(min(script_args.num_train_prompts, len(dataset))))
     return dataset
@@ -110,12 +121,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SaraConf
 
 def main(argv: list[str] | None = None) -> SaraGRPOTrainer:
     script_args, training_args = parse_args(argv)
+    train_dataset = build_dataset(script_args)  # before the model: missing data fails in seconds
 
     trainer = SaraGRPOTrainer(
         model=script_args.model_name_or_path,
         reward_funcs=math_reward,
         args=training_args,
-        train_dataset=build_dataset(script_args),
+        train_dataset=train_dataset,
     )
     trainer.train()
     trainer.save_model(training_args.output_dir)

@@ -1,4 +1,4 @@
-"""Test helpers for the reward and data tests: data location, wrong-answer construction, a Countdown solver."""
+"""Test helpers for the reward and data tests: the data fixtures, wrong-answer construction, a Countdown solver."""
 
 from __future__ import annotations
 
@@ -11,17 +11,14 @@ from pathlib import Path
 # below, and a heavy import would count against their time limits.
 
 
-def shared_data_dir() -> Path | None:
-    """The shared data directory, or None when it is not available (tests then skip)."""
-    from sara_trl.data.paths import find_shared_data_dir
-
-    return find_shared_data_dir(required=False)
+#: The test data: a few real rows of each benchmark file under its standard name (``sara_trl.data.LOCAL_FILES``),
+#: inside the repository (provenance and licences: ``tests/fixtures/data/README.md``).
+FIXTURE_DATA_DIR = Path(__file__).resolve().parent / "fixtures" / "data"
 
 
 def read_jsonl(name: str) -> list[dict]:
-    d = shared_data_dir()
-    assert d is not None
-    with open(d / name, encoding="utf-8") as f:
+    """The rows of one fixture file, e.g. ``read_jsonl("math500.jsonl")``."""
+    with open(FIXTURE_DATA_DIR / name, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 

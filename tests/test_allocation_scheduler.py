@@ -124,7 +124,8 @@ def test_effective_fraction_is_one_when_data_allow(allocator):
 def test_determinism(allocator):
     def run():
         g = u_shaped_gammas(300, seed=5)
-        alloc, stream, task = Allocator(AllocationConfig(allocator=allocator)), PromptStream(300, seed=7), SimulatedTask(g, seed=9)
+        alloc, stream, task = (Allocator(AllocationConfig(allocator=allocator)), PromptStream(300, seed=7),
+                               SimulatedTask(g, seed=9))
         out = []
         for _ in range(3):
             res = alloc.collect(task, stream, B=8)
@@ -142,7 +143,8 @@ def test_thm1_abandonment_reliability_on_matching_prior():
     for a, b in [(1.0, 1.0), (2.0, 3.0)]:
         gammas = rng.beta(a, b, size=40000)
         cfg = AllocationConfig(allocator="sara", prior_alpha=a, prior_beta=b)
-        alloc, stream, task = Allocator(cfg), PromptStream(len(gammas), seed=1, wrap=False), SimulatedTask(gammas, seed=2)
+        alloc, stream, task = (Allocator(cfg), PromptStream(len(gammas), seed=1, wrap=False),
+                               SimulatedTask(gammas, seed=2))
         lost, expected, abandoned = 0, 0.0, 0
         for _ in range(150):
             res = alloc.collect(task, stream, B=32)
@@ -176,7 +178,8 @@ def test_dynamic_sampling_cost_matches_bk_over_phi():
 def test_uniform_yield_matches_phi_b():
     g = u_shaped_gammas(20000, seed=12)
     B = 64
-    alloc, stream, task = Allocator(AllocationConfig(allocator="uniform")), PromptStream(len(g), seed=5), SimulatedTask(g, seed=6)
+    alloc, stream, task = (Allocator(AllocationConfig(allocator="uniform")), PromptStream(len(g), seed=5),
+                           SimulatedTask(g, seed=6))
     eff = [alloc.collect(task, stream, B).stats.effective_in_batch for _ in range(150)]
     ph = phi(g, 8)
     se = np.sqrt(B * ph * (1 - ph) / len(eff))
@@ -221,7 +224,8 @@ def test_max_rounds_stops_and_fills():
     res = Allocator(AllocationConfig(max_rounds=1)).collect(SimulatedTask(g, seed=1), PromptStream(1000), B=16)
     assert res.stats.rounds == 1 and res.stats.stop_reason == "max_rounds"
     # commit_min = k = 8 needs at least 2 rounds from a probe of 2: nothing can be committed in one round.
-    assert res.stats.unfilled == 16 and res.stats.rollouts_active_left + res.stats.rollouts_abandoned == res.stats.rollouts_generated
+    assert res.stats.unfilled == 16
+    assert res.stats.rollouts_active_left + res.stats.rollouts_abandoned == res.stats.rollouts_generated
 
 
 def test_commit_min_gives_variable_group_sizes():
@@ -246,7 +250,8 @@ def test_round_increment_reduces_rounds():
     g = u_shaped_gammas(5000, seed=1)
 
     def rounds(inc):
-        alloc, stream, task = Allocator(AllocationConfig(round_increment=inc)), PromptStream(5000, seed=1), SimulatedTask(g, seed=1)
+        alloc, stream, task = (Allocator(AllocationConfig(round_increment=inc)), PromptStream(5000, seed=1),
+                               SimulatedTask(g, seed=1))
         return np.mean([alloc.collect(task, stream, 64).stats.rounds for _ in range(10)])
 
     assert rounds(2) < rounds(1)
@@ -329,14 +334,16 @@ def test_allocator_state_round_trip():
 
 
 def test_core_imports_no_torch():
-    code = "import sys, sara_trl.allocation; bad=[m for m in ('torch','trl','transformers') if m in sys.modules]; print(bad)"
+    code = ("import sys, sara_trl.allocation; "
+            "bad=[m for m in ('torch','trl','transformers') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_refill_model_learns_phi_for_dynamic_sampling():
     g = u_shaped_gammas(20000, seed=21)
-    alloc, stream, task = Allocator(AllocationConfig(allocator="dynamic_sampling")), PromptStream(len(g), seed=2), SimulatedTask(g, seed=3)
+    alloc, stream, task = (Allocator(AllocationConfig(allocator="dynamic_sampling")), PromptStream(len(g), seed=2),
+                           SimulatedTask(g, seed=3))
     for _ in range(10):
         alloc.collect(task, stream, 64)
     # decayed counts hold ~2 steps x ~240 prompts: standard error ~0.02

@@ -279,8 +279,12 @@ def test_collection_config_is_validated():
         AllocationConfig(collection="bogus")
     with pytest.raises(AllocationConfigError, match="allocator='uniform' has nothing to decide"):
         AllocationConfig(allocator="uniform", collection="streaming")
-    with pytest.raises(AllocationConfigError, match="not implemented together with carry_over"):
-        AllocationConfig(collection="streaming", carry_over=True)
+    with pytest.raises(AllocationConfigError, match="not implemented together with ds_filter='score'"):
+        AllocationConfig(collection="streaming", allocator="dynamic_sampling", ds_filter="score")
+    assert AllocationConfig(collection="streaming", carry_over=True).carry_over
+    with pytest.raises(ValueError, match="carry_over=False"):
+        StreamingCollector(AllocationConfig(collection="streaming"), 1, PromptStream(10).take, max_in_flight=8,
+                           carry={})
     with pytest.raises(ValueError, match="collect\\(\\) runs rounds"):
         Allocator(AllocationConfig(collection="streaming")).collect(lambda p, c: None, PromptStream(10), 1)
     with pytest.raises(ValueError, match="needs collection='streaming'"):

@@ -133,3 +133,112 @@ def test_real_evaluate_mistakes_and_help():
     assert result.returncode == 2 and result.stderr.splitlines()[-1].startswith(
         "python -m sara_trl.evaluate: error: invalid configuration: --benchmarks 'aime24,gsm9k': unknown "
         "benchmark(s) gsm9k")
+
+
+# -- answers before torch: the preview of SaraConfig's flags (sara_trl._cli_preview) ----------------------------------
+
+_HEAVY = ("torch", "trl", "transformers.training_args", "transformers.trainer")
+
+
+def _run_code(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter; it prints ``HEAVY [...]`` (heavy modules imported) at the end."""
+    epilogue = f"\nimport sys\nprint('HEAVY', sorted(m for m in {_HEAVY!r} if m in sys.modules))\n"
+    wrapped = "try:\n" + "".join(f"    {line}\n" for line in code.splitlines()) + \
+        "except SystemExit as exit_info:\n    print('EXIT', exit_info.code)\n" + epilogue
+    return _run("-c", wrapped)
+
+
+def test_help_lists_sara_flags_first_without_importing_torch():
+    result = _run_code("from sara_trl.quickstart import parse_args\nparse_args(['--help'])")
+    out = result.stdout
+    assert result.returncode == 0 and "EXIT 0" in out
+    assert "HEAVY []" in out  # neither torch nor TRL was imported to answer --help
+    lines = out.splitlines()
+    assert lines[0] == "usage: sara-quickstart [--flag VALUE ...]"  # one line, not every flag twice
+    headers = [line for line in lines if line.endswith("):") and " options (" in line]
+    assert headers == ["SARA options (SaraConfig):", "TRL options (GRPOConfig):",
+                       "transformers options (TrainingArguments):"]
+    position = {flag: next(i for i, line in enumerate(lines) if line.strip().startswith(flag))
+                for flag in ("--dataset", "--allocator", "--n0", "--tau_low", "--num_generations", "--learning_rate",
+                             "--output_dir", "--max_steps")}
+    # the script's flags, then SARA's, then TRL's (num_generations, learning_rate), then transformers' (output_dir)
+    assert position["--dataset"] < position["--allocator"] < position["--n0"] < position["--tau_low"]
+    assert position["--tau_low"] < position["--num_generations"] < position["--output_dir"]
+    assert position["--tau_low"] < position["--learning_rate"] < position["--output_dir"] < position["--max_steps"]
+    sara_block = out[out.index("SARA options (SaraConfig):"):out.index("TRL options (GRPOConfig):")]
+    assert "--n0 N0" in sara_block and "(default: 2)" in sara_block and "--num_generations" not in sara_block
+    # TRL's and transformers' help texts and choices are the real ones, read from their source without importing
+    assert "{no,steps,epoch,best}" in out and "(default: 1e-06)" in out  # save_strategy; GRPOConfig's learning_rate
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--alocator", "x"], "unknown flag --alocator (did you mean --allocator?)"),
+    (["--allocator", "foo"], "argument --allocator: invalid choice: 'foo'"),
+    (["--n0", "9"], "invalid configuration: SaraConfig: n0=9 must satisfy 1 <= n0 <= k=8"),
+    (["--num_generations", "0"], "invalid configuration: SaraConfig: k=0: a group needs at least 2 rollouts"),
+    (["--max_steps", "x"], "argument --max_steps/--max-steps: invalid int value: 'x'"),
+    (["--save_strategy", "sometimes"], "argument --save_strategy/--save-strategy: invalid choice: 'sometimes'"),
+    (["--dataset", "/nonexistent/rows.jsonl"], "--dataset /nonexistent/rows.jsonl: no such file"),
+    (["--model_name_or_path", "nobody/no-such-model"], "--model_name_or_path nobody/no-such-model: no such folder"),
+])
+def test_mistakes_are_answered_before_torch_in_one_line(flags, message):
+    result = _run_code(f"from sara_trl.quickstart import parse_args\nparse_args({flags!r}, check=True)")
+    assert "EXIT 2" in result.stdout and "HEAVY []" in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith("sara-quickstart: error: ") and message in lines[0]
+    assert lines[0].endswith("(--help lists every flag)")
+
+
+def test_preview_rejects_what_the_real_config_rejects_with_the_same_message(capsys):
+    """The same command line through the preview (config named by a string) and through the real class."""
+    for flags in (["--n0", "9"], ["--num_generations", "1"], ["--tau_low", "1.5"], ["--allocator", "foo"]):
+        errors = []
+        for config in ("sara_trl:SaraConfig", SaraConfig):
+            errors.append(_fail(capsys, config, [*CPU, *flags], prog="x"))
+        assert errors[0] == errors[1] and errors[0].count("\n") == 1, flags
+
+
+@pytest.mark.parametrize("name", ["SaraConfig", "SaraRLOOConfig"])
+def test_preview_has_exactly_the_real_flags(name):
+    """Every flag of the real config, in the same order and help groups, with the same defaults and arity."""
+    import sara_trl
+    from sara_trl._cli_preview import preview_for
+    from sara_trl.cli import ArgumentParser
+
+    preview = ArgumentParser(None, prog="x")
+    preview_for(f"sara_trl:{name}").add_arguments(preview)
+    real = ArgumentParser(getattr(sara_trl, name), prog="x")
+    assert preview.long_flags() == real.long_flags() and len(real.long_flags()) > 350
+    assert [g.title for g in preview._action_groups] == [g.title for g in real._action_groups]
+    differ = set()
+    assert len(preview._actions) == len(real._actions)
+    for other, action in zip(preview._actions, real._actions):  # same order (a --no_x flag shares x's dest)
+        assert other.option_strings == action.option_strings
+        for attr in ("nargs", "const", "default", "choices", "help", "required"):
+            mine, theirs = getattr(other, attr), getattr(action, attr)
+            if mine != theirs and not (attr == "choices" and list(mine or ()) == list(theirs or ())):
+                differ.add((action.dest, attr))
+    # choices the source gives as an expression (`trainer_log_levels.keys()`): only the real parser lists them
+    assert differ <= {("log_level", "choices"), ("log_level_replica", "choices")}, differ
+
+
+def test_preview_values_equal_the_real_parse():
+    """The flags the preview parsed (what preflight sees) are the values the real config ends up with."""
+    from sara_trl.cli import parse_args
+
+    seen = {}
+    flags = [*CPU, "--max_steps", "3", "--n0", "3", "--carry_over", "--save_strategy", "no", "--report_to", "none"]
+    (config,) = parse_args("sara_trl:SaraConfig", flags, preflight=lambda ns: seen.update(vars(ns)))
+    for name in ("max_steps", "n0", "carry_over", "num_generations", "tau_low", "learning_rate", "use_vllm"):
+        assert seen[name] == getattr(config, name), name
+    assert (config.max_steps, config.n0, config.carry_over) == (3, 3, True)
+
+
+def test_preflight_error_is_one_line_and_runs_without_a_preview_too(capsys):
+    def refuse(flags):
+        raise FileNotFoundError(f"--max_steps {flags.max_steps}: refused")
+
+    for config in ("sara_trl:SaraConfig", SaraConfig):
+        err = _fail(capsys, config, [*CPU, "--max_steps", "5"], prog="x", preflight=refuse)
+        assert err == "x: error: --max_steps 5: refused (--help lists every flag)\n"

@@ -1,20 +1,24 @@
-"""Loaders: row counts and columns on the shared files, Hub-schema mapping, filters, errors, rewards end to end."""
+"""Loaders: row counts and columns on the data fixtures (tests/fixtures/data), Hub-schema mapping, filters, errors,
+rewards end to end, and the one-line failure when the Hub cannot serve the data."""
 
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections import Counter
 
 import datasets
 import pytest
-from _helpers_rewards import correct_completion, read_jsonl, shared_data_dir, solve_countdown
+from _helpers_rewards import correct_completion, read_jsonl, solve_countdown
 
 from sara_trl.data import (
     DATASET_NAMES,
     HUB_SOURCES,
+    LOCAL_FILES,
     MATH_SUBJECTS,
     MATH_TEMPLATE,
-    find_shared_data_dir,
+    DataUnavailableError,
     load_aime24,
     load_amc23,
     load_countdown,
@@ -23,30 +27,34 @@ from sara_trl.data import (
     load_math,
     load_minerva,
     load_olympiadbench,
-    shared_data_file,
+    local_data_file,
 )
 from sara_trl.rewards import countdown_reward, math_reward
 
-pytestmark = pytest.mark.skipif(shared_data_dir() is None, reason="shared data directory not found")
-
 MATH_COLS = {"prompt", "problem", "answer", "id", "source"}
 
-# (name, file, expected rows, extra columns) -- row counts are those of shared/data/README.md
+# (name, file, expected rows, extra columns) -- row counts are those of the fixtures (tests/fixtures/data/README.md)
 CASES = [
-    ("math", "math_train.jsonl", 7500, {"level", "type"}),
-    ("math_train_12k", "math_train_12k.jsonl", 12000, {"level", "type"}),
-    ("math500", "math500.jsonl", 500, {"level", "type"}),
-    ("gsm8k", "gsm8k_test.jsonl", 1319, set()),
-    ("aime24", "aime24.jsonl", 30, set()),
-    ("amc23", "amc23.jsonl", 40, set()),
-    ("minerva", "minerva_math.jsonl", 272, set()),
-    ("olympiadbench", "olympiadbench.jsonl", 675, {"is_multiple_answer", "unit"}),
+    ("math", "math_train.jsonl", 20, {"level", "type"}),
+    ("math_train_12k", "math_train_12k.jsonl", 10, {"level", "type"}),
+    ("math500", "math500.jsonl", 20, {"level", "type"}),
+    ("gsm8k", "gsm8k_test.jsonl", 20, set()),
+    ("aime24", "aime24.jsonl", 6, set()),
+    ("amc23", "amc23.jsonl", 12, set()),
+    ("minerva", "minerva_math.jsonl", 12, set()),
+    ("olympiadbench", "olympiadbench.jsonl", 10, {"is_multiple_answer", "unit"}),
 ]
 
 
 @pytest.fixture(scope="module")
-def data_dir():
-    return find_shared_data_dir()
+def data_dir(fixture_data_dir):
+    return fixture_data_dir
+
+
+def test_fixtures_cover_every_local_file(data_dir):
+    assert sorted(p.name for p in data_dir.glob("*.jsonl")) == sorted(LOCAL_FILES.values())
+    assert {c[1] for c in CASES} | {"countdown_3to4_train_head.jsonl", "countdown_tinyzero_test.jsonl"} == set(
+        LOCAL_FILES.values())
 
 
 @pytest.mark.parametrize("name,fname,rows,extra", CASES, ids=[c[0] for c in CASES])
@@ -65,8 +73,8 @@ def test_math_loaders_rows_columns_and_answers(data_dir, name, fname, rows, extr
 @pytest.mark.parametrize(
     "name,fname,rows",
     [
-        ("countdown", "countdown_3to4_train_head.jsonl", 11024),
-        ("countdown_test", "countdown_tinyzero_test.jsonl", 1024),
+        ("countdown", "countdown_3to4_train_head.jsonl", 32),
+        ("countdown_test", "countdown_tinyzero_test.jsonl", 64),
     ],
 )
 def test_countdown_loader(data_dir, name, fname, rows):
@@ -90,13 +98,13 @@ def test_minerva_alternatives_opt_in(data_dir):
 def test_math_level_and_subject_filters(data_dir):
     raw = read_jsonl("math_train.jsonl")
     ds = load_math("train", levels=[4, 5], data_dir=data_dir)
-    assert len(ds) == sum(r["level"] in (4, 5) for r in raw)
+    assert 0 < len(ds) == sum(r["level"] in (4, 5) for r in raw) < len(raw)
     assert set(ds["level"]) == {4, 5}
     ds = load_math("train", subjects=["number_theory", "Counting & Probability"], data_dir=data_dir)
     want = Counter(r["type"] for r in raw if r["type"] in ("Number Theory", "Counting & Probability"))
-    assert Counter(ds["type"]) == want
-    ds = load_math("math500", levels=[1], subjects=["algebra"], data_dir=data_dir)
-    assert len(ds) == sum(r["level"] == 1 and r["type"] == "Algebra" for r in read_jsonl("math500.jsonl"))
+    assert Counter(ds["type"]) == want and set(want) == {"Number Theory", "Counting & Probability"}
+    ds = load_math("math500", levels=[3], subjects=["algebra"], data_dir=data_dir)
+    assert 0 < len(ds) == sum(r["level"] == 3 and r["type"] == "Algebra" for r in read_jsonl("math500.jsonl"))
     assert len(MATH_SUBJECTS) == 7
 
 
@@ -200,30 +208,31 @@ def test_upstream_hub_schemas_are_mapped(tmp_path):
 def test_parquet_path(tmp_path, data_dir):
     import datasets
 
-    src = datasets.load_dataset("json", data_files=str(shared_data_file("amc23")), split="train")
+    src = datasets.load_dataset("json", data_files=str(local_data_file(data_dir, "amc23")), split="train")
     pq = tmp_path / "amc23.parquet"
     src.to_parquet(str(pq))
     ds = load_amc23(path=pq)
-    assert len(ds) == 40 and ds["answer"] == src["answer"]
+    assert len(ds) == 12 and ds["answer"] == src["answer"]
 
 
-def test_shared_data_dir_env_override(tmp_path, monkeypatch):
-    monkeypatch.setenv("SARA_SHARED_DATA", str(tmp_path))
-    assert find_shared_data_dir() == tmp_path.resolve()
-    with pytest.raises(FileNotFoundError):
-        shared_data_file("math500")
-    monkeypatch.setenv("SARA_SHARED_DATA", str(tmp_path / "nope"))
-    with pytest.raises(FileNotFoundError, match="SARA_SHARED_DATA"):
-        find_shared_data_dir()
+def test_local_data_file_takes_a_key_or_a_name_in_the_given_folder(data_dir, tmp_path):
+    assert local_data_file(data_dir, "minerva") == (data_dir / "minerva_math.jsonl").resolve()
+    assert local_data_file(str(data_dir), "amc23.jsonl").is_file()
+    with pytest.raises(FileNotFoundError, match=r"math500.jsonl does not exist"):
+        local_data_file(tmp_path, "math500")
+    with pytest.raises(FileNotFoundError, match=r"data_dir='.*nope' is not a directory"):
+        local_data_file(tmp_path / "nope", "math500")
 
 
 @pytest.mark.parametrize("name", ["math500", "gsm8k", "aime24", "amc23", "minerva", "olympiadbench"])
 def test_rewards_read_loader_columns_as_trl_passes_them(data_dir, name):
     """TRL passes every non-prompt column as a keyword argument; the rewards must find what they need there."""
-    ds = load_dataset_by_name(name, data_dir=data_dir).select(range(12))
+    ds = load_dataset_by_name(name, data_dir=data_dir)
+    n = len(ds)
+    assert n >= 6
     columns = {k: ds[k] for k in ds.column_names if k != "prompt"}
     comps = [[{"role": "assistant", "content": correct_completion(a)}] for a in ds["answer"]]
-    assert math_reward(completions=comps, prompts=ds["prompt"], completion_ids=[[0]] * 12, **columns) == [1.0] * 12
+    assert math_reward(completions=comps, prompts=ds["prompt"], completion_ids=[[0]] * n, **columns) == [1.0] * n
 
 
 def test_countdown_reward_reads_loader_columns(data_dir):
@@ -234,24 +243,84 @@ def test_countdown_reward_reads_loader_columns(data_dir):
     assert countdown_reward(completions=comps, prompts=ds["prompt"], **columns) == [1.0] * 20
 
 
-def test_unreachable_hub_falls_back_to_the_offline_copy_or_says_what_to_pass(tmp_path, monkeypatch):
-    real_load = datasets.load_dataset
+class _FakeHub:
+    """Stands in for ``datasets.load_dataset``: local files load for real, a Hub id raises ``error`` (and is
+    counted)."""
 
-    def offline(name, *args, **kwargs):
+    def __init__(self, error: BaseException):
+        self.error, self.hub_calls, self.real = error, [], datasets.load_dataset
+
+    def __call__(self, name, *args, **kwargs):
         if name in ("json", "parquet"):
-            return real_load(name, *args, **kwargs)
-        raise ConnectionError(f"offline: cannot reach {name}")
+            return self.real(name, *args, **kwargs)
+        self.hub_calls.append(name)
+        raise self.error
 
-    monkeypatch.setattr(datasets, "load_dataset", offline)
-    shared = find_shared_data_dir(required=False)
-    if shared is not None:
-        monkeypatch.setenv("SARA_SHARED_DATA", str(shared))
-        with pytest.warns(UserWarning, match=r"loading the offline copy .*amc23"):
-            ds = load_dataset_by_name("amc23")
-        assert len(ds) == 40
-    monkeypatch.setenv("SARA_SHARED_DATA", str(tmp_path))  # no offline copy there
-    with pytest.raises(ConnectionError, match=r"could not load amc23 \(test\) from the Hub .*pass path="):
+
+def _refused_endpoint() -> str:
+    """An http URL on this machine where nothing listens (connections are refused at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def _online(monkeypatch):
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_offline_without_data_fails_at_once_with_one_line_naming_what_to_pass(monkeypatch):
+    """Offline mode (conftest sets HF_HUB_OFFLINE=1) and no path/data_dir: the cache is tried (datasets does that
+    without the network), then one line, no fallback to any other folder."""
+    fake = _FakeHub(ConnectionError("Couldn't reach 'math-ai/amc23' on the Hub (OfflineModeIsEnabled)"))
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataUnavailableError) as info:
         load_dataset_by_name("amc23")
+    err = info.value
+    assert isinstance(err, ConnectionError) and fake.hub_calls == ["math-ai/amc23"]
+    msg = str(err)
+    assert "\n" not in msg and msg.startswith("amc23 (test) is not available: offline mode is on (HF_HUB_OFFLINE=1")
+    assert msg.endswith("pass data_dir= (a folder holding amc23.jsonl) or path= (a local JSONL/Parquet file)")
+    assert (err.dataset, err.split, err.repo_id, err.local_file) == ("amc23", "test", "math-ai/amc23", "amc23.jsonl")
+    assert err.hint().endswith("pass --data_dir DIR (a folder holding amc23.jsonl) or --dataset_path FILE")
+    assert err.hint(path_flag=None, dir_flag="--data_dir DIR").endswith("; pass --data_dir DIR (a folder holding "
+                                                                        "amc23.jsonl)")
+    with pytest.raises(DataUnavailableError) as info:  # gsm8k train has no standard file name: only a path helps
+        load_gsm8k("train")
+    assert str(info.value).endswith("; pass path= (a local JSONL/Parquet file)")
+
+
+def test_unreachable_hub_fails_in_a_moment_without_retrying(monkeypatch, data_dir):
+    _online(monkeypatch)
+    monkeypatch.setenv("HF_ENDPOINT", _refused_endpoint())
+    fake = _FakeHub(AssertionError("the Hub must not be tried when the connection probe failed"))
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    started = time.perf_counter()
+    with pytest.raises(DataUnavailableError, match=r"^countdown \(train\) is not available: cannot connect to "
+                                                   r"http://127\.0\.0\.1:\d+ \(.*\) to download "
+                                                   r"Jiayi-Pan/Countdown-Tasks-3to4; pass data_dir= \(a folder "
+                                                   r"holding countdown_3to4_train_head.jsonl\)"):
+        load_countdown("train")
+    assert time.perf_counter() - started < 5 and fake.hub_calls == []
+    assert len(load_countdown("train", data_dir=data_dir)) == 32  # a data_dir needs no network
+
+
+def test_failed_hub_download_becomes_one_line_but_bugs_pass_through(monkeypatch):
+    _online(monkeypatch)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # with a proxy, no direct-connection probe
+    fake = _FakeHub(ConnectionError("Couldn't reach 'math-ai/amc23' on the Hub (LocalEntryNotFoundError)\nmore"))
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    with pytest.raises(DataUnavailableError, match=r"could not load math-ai/amc23 from the Hub \(ConnectionError: "
+                                                   r"Couldn't reach .* more\); pass data_dir="):
+        load_amc23()
+    assert fake.hub_calls == ["math-ai/amc23"]
+    monkeypatch.setattr(datasets, "load_dataset", _FakeHub(TypeError("a bug, not a download failure")))
+    with pytest.raises(TypeError, match="a bug"):
+        load_amc23()
 
 
 def test_missing_local_paths_say_what_is_missing(tmp_path):

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -88,7 +91,8 @@ def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys):
     summary = quickstart.main([
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "out"), "--max_steps", "1",
         "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
-        "--max_completion_length", "4", "--num_prompts", "24", "--torch_threads", "1", "--summary_file", str(summary_file),
+        "--max_completion_length", "4", "--num_prompts", "24", "--torch_threads", "1",
+        "--summary_file", str(summary_file),
     ])
     out = capsys.readouterr().out
     assert "SARA step  1 |" in out and "1 step," in out and "SARA / DS" in out and "For 1 step x 2" in out
@@ -116,15 +120,14 @@ def test_quickstart_comparison_lines():
     assert lines[3].split() == ["SARA", "/", "DS", "0.75", "rollouts", "0.75", "tokens", "0.75", "of", "the", "time"]
 
 
-def test_quickstart_dataset_file_picks_the_reward():
-    from sara_trl.data import shared_data_file
+def test_quickstart_dataset_file_picks_the_reward(fixture_data_dir):
     from sara_trl.rewards import countdown_reward, math_reward
 
     quickstart = load_example("quickstart_cpu")
-    data, reward = quickstart.load_task_file(str(shared_data_file("countdown_test")))
-    assert reward is countdown_reward and len(data) == 1024 and data[0]["target"] == 36
-    data, reward = quickstart.load_task_file(str(shared_data_file("amc23")))
-    assert reward is math_reward and len(data) == 40 and "answer" in data.column_names
+    data, reward = quickstart.load_task_file(str(fixture_data_dir / "countdown_tinyzero_test.jsonl"))
+    assert reward is countdown_reward and len(data) == 64 and data[0]["target"] == 36
+    data, reward = quickstart.load_task_file(str(fixture_data_dir / "amc23.jsonl"))
+    assert reward is math_reward and len(data) == 12 and "answer" in data.column_names
     with pytest.raises(FileNotFoundError, match=r"--dataset /nonexistent/data.jsonl: no such file"):
         quickstart.load_task_file("/nonexistent/data.jsonl")
 
@@ -161,14 +164,17 @@ def test_math_1p5b_paper_defaults():
     assert (args.learning_rate, args.beta, args.epsilon) == (1e-6, 1e-3, 0.2)
     assert (args.max_completion_length, args.temperature, args.max_steps) == (4096, 1.0, 300)
     assert args.use_vllm and args.vllm_mode == "colocate"
+    assert args.collection == "streaming" and args.collection_auto  # the default 'auto' with the colocated engine
     _, args = example.parse_args(["--bf16", "false", "--use_cpu", "true", "--allocator", "uniform"])
-    assert args.allocator == "uniform" and args.num_groups == 64
+    assert args.allocator == "uniform" and args.num_groups == 64 and args.collection == "rounds"
+    _, args = example.parse_args(["--bf16", "false", "--use_cpu", "true", "--collection", "rounds"])
+    assert args.collection == "rounds" and not args.collection_auto
 
 
-def test_math_1p5b_smoke(tmp_path, tiny_model_dir):
+def test_math_1p5b_smoke(tmp_path, tiny_model_dir, fixture_data_dir):
     example = load_example("math_1p5b")
     trainer = example.main(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path),
-                            "--num_train_prompts", "16", *CPU_SMOKE])
+                            "--data_dir", str(fixture_data_dir), "--num_train_prompts", "16", *CPU_SMOKE])
     assert trainer.state.global_step == 1
     log = next(e for e in trainer.state.log_history if "sara/rollouts_generated" in e)
     assert log["sara/rollouts_generated"] > 0
@@ -182,13 +188,54 @@ def test_countdown_3b_paper_defaults():
     assert (args.max_steps, args.num_groups, args.num_generations, args.n0, args.tau_low) == (120, 64, 8, 2, 0.45)
 
 
-def test_countdown_3b_smoke(tmp_path, tiny_model_dir):
+def test_countdown_3b_smoke(tmp_path, tiny_model_dir, fixture_data_dir):
     example = load_example("countdown_3b")
     trainer = example.main(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path),
+                            "--dataset_path", str(fixture_data_dir / "countdown_3to4_train_head.jsonl"),
                             "--num_train_prompts", "16", "--allocator", "dynamic_sampling", *CPU_SMOKE])
     assert trainer.state.global_step == 1
     log = next(e for e in trainer.state.log_history if "sara/rollouts_generated" in e)
     assert log["sara/rollouts_generated"] % 4 == 0  # dynamic sampling draws full groups of k = 4
+
+
+@pytest.mark.parametrize("name,data,flags", [
+    ("math_1p5b", "math (train)", ["--dataset_path FILE", "--data_dir DIR (a folder holding math_train.jsonl)"]),
+    ("countdown_3b", "countdown (train)",
+     ["--dataset_path FILE", "--data_dir DIR (a folder holding countdown_3to4_train_head.jsonl)"]),
+])
+def test_gpu_example_offline_without_data_stops_at_once_before_the_model(tmp_path, monkeypatch, name, data, flags):
+    """Offline (conftest sets HF_HUB_OFFLINE=1) with neither --data_dir nor --dataset_path: one line naming both,
+    before the model (which does not exist here) is loaded, in seconds."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    example = load_example(name)
+    started = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_info:
+        example.main(["--model_name_or_path", str(tmp_path / "no-such-model"), "--output_dir", str(tmp_path / "out"),
+                      *CPU_SMOKE])
+    assert time.perf_counter() - started < 10
+    message = str(exit_info.value.code)
+    assert "\n" not in message and message.startswith(f"examples/{name}.py: error: {data} is not available: offline "
+                                                       "mode is on (HF_HUB_OFFLINE=1")
+    assert all(flag in message for flag in flags), message
+    assert not (tmp_path / "out").exists()
+
+
+def test_gpu_example_offline_command_line_fails_in_seconds_with_one_line(tmp_path):
+    """``python examples/math_1p5b.py`` in a fresh process with HF_HUB_OFFLINE=1, an empty HF cache and no data
+    flags: exit status 1 with one stderr line naming --data_dir and --dataset_path, no traceback, no Hub retries."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"),
+               PYTHONPATH=os.pathsep.join([str(EXAMPLES.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "math_1p5b.py"), "--use_cpu", "true", "--bf16", "false",
+                           "--output_dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=tmp_path, check=False)
+    seconds = time.perf_counter() - started
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Retry" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("examples/math_1p5b.py: error: math (train) is not available: offline mode is on"), last
+    assert last.endswith("; pass --data_dir DIR (a folder holding math_train.jsonl) or --dataset_path FILE"), last
+    assert seconds < 120, f"took {seconds:.0f} s (imports included)"
 
 
 def test_accelerate_configs_parse():

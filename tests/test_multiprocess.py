@@ -10,8 +10,9 @@ Two layers:
   than processes, errors on one or several ranks.
 - Launched (``@pytest.mark.multiprocess``): ``accelerate launch`` with ``examples/accelerate_configs/multi_cpu.yaml``
   starts 2 CPU processes (gloo) running ``tests/_mp_train.py``: SaraGRPOTrainer on the tiny random Llama, 2 steps
-  per allocator (plus SaraRLOOTrainer with SARA); each process writes what it decided, generated, trained and logged, and the test compares them.
-  A time limit kills the launch (whole process group) and fails the test rather than waiting.
+  per allocator (plus SaraRLOOTrainer with SARA); each process writes what it decided, generated, trained and logged,
+  and the test compares them. A time limit kills the launch (whole process group) and fails the test rather than
+  waiting.
 """
 
 from __future__ import annotations
@@ -282,7 +283,9 @@ def test_generation_errors_on_several_ranks(fake_world):
         make_rollout_fn(trainer, RolloutCache())(np.array([4, 7]), np.array([2, 1]))
 
     results = fake.run(rank_main)
-    assert [(s, type(e)) for s, e in results] == [("error", MemoryError), ("error", RuntimeError), ("error", MemoryError)]
+    assert [(s, type(e)) for s, e in results] == [
+        ("error", MemoryError), ("error", RuntimeError), ("error", MemoryError)
+    ]
     assert str(results[0][1]) == "generation failed on rank 0" and str(results[2][1]) == "generation failed on rank 2"
     assert str(results[1][1]) == (
         "SARA round 1 (generation and rewards) failed on process 0 (and on processes [2]): "
@@ -409,3 +412,27 @@ def test_two_processes_reward_error_fails_both(tiny_model_dir, tmp_path):
     assert errors[0] == {"type": "RuntimeError",
                          "message": f"SARA round 1 (generation and rewards) failed on process 1: ValueError: {message}"}
     assert not any((tmp_path / f"rank{r}.json").exists() for r in range(2))
+
+
+@pytest.mark.multiprocess
+def test_two_processes_iterable_dataset_lockstep_like_map_style(tiny_model_dir, tmp_path):
+    """Both processes read the same iterable dataset (``to_iterable_dataset()``, source order): the same rounds and
+    decisions on both, and the same run, row for row, as the map-style dataset in source order."""
+    rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(tmp_path), "--runs", "sara_ordered,sara_iterable"],
+                        timeout_s=300)
+    assert rc == 0, output[-6000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    (ordered0, iterable0), (ordered1, iterable1) = ((r["runs"]["sara_ordered"], r["runs"]["sara_iterable"])
+                                                    for r in ranks)
+    assert [(r["prompt_ids"], r["counts"]) for r in iterable0["rounds"]] == [
+        (r["prompt_ids"], r["counts"]) for r in iterable1["rounds"]]
+    assert iterable0["rounds"][0]["prompt_ids"][:2] == [0, 1]  # source order: rows 0, 1, ... (n0 = 2 probes each)
+    assert len(iterable0["batches"]) == 2 and iterable0["logs"] == iterable1["logs"]
+    for b0, b1 in zip(iterable0["batches"], iterable1["batches"]):
+        assert group_view(b0) == group_view(b1) and b0["records"] == b1["records"]
+    for iterable, ordered in ((iterable0, ordered0), (iterable1, ordered1)):
+        assert iterable["rounds"] == ordered["rounds"] and iterable["logs"] == ordered["logs"]
+        for b_it, b_map in zip(iterable["batches"], ordered["batches"]):
+            assert group_view(b_it) == group_view(b_map) and b_it["records"] == b_map["records"]
+            assert b_it["rows"] == b_map["rows"]
+            np.testing.assert_allclose(b_it["advantages"], b_map["advantages"], rtol=0, atol=1e-6)

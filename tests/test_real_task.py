@@ -230,6 +230,32 @@ def test_streaming_small_batch_quick_run(tmp_path):
     assert "## B = 8 (streaming widths: Bk in flight = 64, 256 in flight = 256)" in md
 
 
+def test_streaming_engine_ratios_over_seeds():
+    """The evidence table of a pooled real-engine run: per-seed ratios to ds_rounds, their mean with a Student-t
+    interval over the seeds, and the leave-one-seed-out time ratio that moves most."""
+    from scipy import stats
+
+    from benchmarks import streaming_engine as se
+
+    def rows(seed, seconds, rollouts, wait=None):
+        return [{"seed": seed, "seconds": s, "rollouts": r, "tokens": 10 * r, **({} if wait is None else
+                 {"reward_seconds": 2 * wait, "reward_wait_seconds": wait})} for s, r in zip(seconds, rollouts)]
+
+    ds = rows(0, [100.0], [200]) + rows(1, [100.0], [200]) + rows(2, [200.0], [400])
+    sara = rows(0, [60.0], [100], 1.0) + rows(1, [80.0], [120], 3.0) + rows(2, [140.0], [200], 2.0)
+    lines = se.seed_ratio_table([{"config": "ds_rounds", "steps": ds}, {"config": "sara_streaming", "steps": sara}])
+    def cell(per_seed):  # mean [95% t-interval over the 3 seeds]
+        m, half = np.mean(per_seed), stats.t.ppf(0.975, 2) * float(np.std(per_seed, ddof=1)) / np.sqrt(3)
+        return f"{m:.2f} [{m - half:.2f}, {m + half:.2f}]"
+
+    assert lines[2] == "| ds_rounds | 3 | 1.00 | 1.00 | 1.00 | - | - | - |"
+    # seconds per seed 60/100, 80/100, 140/200; rollouts (and tokens) 100/200, 120/200, 200/400; dropping seed 0
+    # (ratio 0.6) moves the time ratio from 0.70 to 0.75, as far as dropping seed 1, and comes first
+    assert lines[3] == (f"| sara_streaming | 3 | {cell([0.6, 0.8, 0.7])} | {cell([0.5, 0.6, 0.5])} | "
+                        f"{cell([0.5, 0.6, 0.5])} | without seed 0: 0.75 | 4.00 | 2.00 |")
+    assert se.seed_ratio_table([{"config": "sara_streaming", "steps": sara}]) == []  # no reference, no table
+
+
 def test_streaming_engine_summary_from_its_json(tmp_path):
     """The real-engine table is rebuilt from its JSON (``--render``): means, completed = rollouts - aborted, ratios,
     and a bootstrap interval of the time ratio that brackets the point estimate and stays within the ratio's bounds."""

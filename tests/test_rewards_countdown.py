@@ -1,17 +1,14 @@
-"""Countdown verifier: every TinyZero test task solved by brute force, wrong answers, hostile inputs."""
+"""Countdown verifier: TinyZero test tasks (the fixture rows) solved by brute force, wrong answers, hostile inputs."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from _helpers_rewards import read_jsonl, shared_data_dir, solve_countdown
+from _helpers_rewards import read_jsonl, solve_countdown
 
 from sara_trl.rewards import Status, countdown_reward, countdown_success, evaluate_expression
 from sara_trl.rewards.countdown import ExpressionError
-
-needs_data = pytest.mark.skipif(shared_data_dir() is None, reason="shared data directory not found")
-
 
 def wrap(expr: str) -> str:
     # chat-role markers, a think block, newlines and spaces around the answer must not matter
@@ -20,17 +17,14 @@ def wrap(expr: str) -> str:
 
 @pytest.fixture(scope="module")
 def test_tasks():
-    if shared_data_dir() is None:
-        pytest.skip("shared data directory not found")
     tasks = read_jsonl("countdown_tinyzero_test.jsonl")
     sols = [solve_countdown(t["nums"], t["target"]) for t in tasks]
     return tasks, sols
 
 
-@needs_data
 def test_every_test_task_is_solved_and_scores_one(test_tasks):
     tasks, sols = test_tasks
-    assert len(tasks) == 1024
+    assert len(tasks) == 64  # the first 64 of the 1,024 test tasks
     unsolved = [t for t, s in zip(tasks, sols) if s is None]
     assert not unsolved, f"brute force found no solution for {len(unsolved)} tasks, e.g. {unsolved[:3]}"
     out = countdown_reward(
@@ -45,7 +39,6 @@ def test_every_test_task_is_solved_and_scores_one(test_tasks):
     )
 
 
-@needs_data
 def test_wrong_answers_on_test_tasks_score_zero(test_tasks):
     tasks, sols = test_tasks
     targets = [t["target"] for t in tasks]

@@ -14,7 +14,6 @@ from _helpers_rewards import (
     pool_sleep,
     pool_sleep_uninterruptible,
     read_jsonl,
-    shared_data_dir,
     wrong_answer,
 )
 
@@ -30,11 +29,8 @@ from sara_trl.rewards import (
     stats,
 )
 
-needs_data = pytest.mark.skipif(shared_data_dir() is None, reason="shared data directory not found")
 
-
-# --- every record of the evaluation sets -------------------------------------------------------------------------
-@needs_data
+# --- every record of the evaluation sets (the fixture rows of tests/fixtures/data) --------------------------------
 @pytest.mark.parametrize("fname", ["math500.jsonl", "aime24.jsonl", "amc23.jsonl", "gsm8k_test.jsonl"])
 def test_gold_as_completion_scores_one_and_wrong_answer_scores_zero(fname):
     records = read_jsonl(fname)
@@ -51,7 +47,6 @@ def test_gold_as_completion_scores_one_and_wrong_answer_scores_zero(fname):
     assert len(good) == len(bad) == len(records)
 
 
-@needs_data
 def test_conversational_completions_on_real_data():
     records = read_jsonl("math500.jsonl")[:20]
     golds = [r["answer"] for r in records]
@@ -160,8 +155,6 @@ def test_no_answer_is_wrong_not_none():
 
 
 def test_normalization_is_idempotent_on_real_golds():
-    if shared_data_dir() is None:
-        pytest.skip("shared data directory not found")
     for fname in ("math500.jsonl", "olympiadbench.jsonl", "minerva_math.jsonl"):
         for r in read_jsonl(fname):
             once = normalize_math_answer(r["answer"])

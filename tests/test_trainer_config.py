@@ -101,6 +101,9 @@ def test_allocation_fields_are_derived_from_the_core():
             assert name not in ours
             continue
         assert ours[name].metadata["help"].startswith(f.metadata["help"])  # one text, plus a note where it differs
+        if name == "collection":  # the trainer adds 'auto' (its default): the core has no engine to choose for
+            assert ours[name].metadata["choices"] == ["auto", *f.metadata["choices"]] and ours[name].default == "auto"
+            continue
         assert ours[name].metadata.get("choices") == f.metadata.get("choices")
         assert ours[name].default == (None if name == "selection_seed" else f.default)
         assert f"--{name}" in help_text and "".join(f.metadata["help"].split()) in squeezed
@@ -159,7 +162,9 @@ def test_dataset_and_args_errors(prompts, tiny_model_dir, tokenizer):
         SaraGRPOTrainer(args=GRPOConfig(**BASE), train_dataset=prompts, **make)
     with pytest.raises(ValueError, match="needs a `train_dataset`"):
         SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=None, **make)
-    with pytest.raises(ValueError, match="map-style `datasets.Dataset`"):
+    with pytest.raises(ValueError, match="needs a `datasets.Dataset` or `datasets.IterableDataset`"):
+        SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=[{"prompt": "a"}], **make)
+    with pytest.raises(ValueError, match="with an IterableDataset needs `max_steps` > 0"):  # as TRL
         SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=IterableDataset.from_generator(lambda: iter([])),
                         **make)
     with pytest.raises(ValueError, match="does not support multimodal input"):
@@ -173,6 +178,35 @@ def test_dataset_and_args_errors(prompts, tiny_model_dir, tokenizer):
         SaraRLOOTrainer(args=SaraConfig(**BASE), train_dataset=prompts, **make)
 
 
+def test_collection_auto_picks_streaming_wherever_it_runs(monkeypatch):
+    """The default collection='auto': streaming for SARA with the colocated vLLM engine (one tensor-parallel rank,
+    options streaming implements), rounds in every other case (dynamic sampling included); an explicit value is
+    kept."""
+    colocate = dict(BASE, use_vllm=True, vllm_mode="colocate")
+    assert SaraConfig(**BASE).collection == "rounds" and SaraConfig(**BASE).collection_auto
+    args = SaraConfig(**colocate)
+    assert (args.collection, args.collection_auto, args.to_allocation_config().collection) == ("streaming", True,
+                                                                                               "streaming")
+    assert SaraRLOOConfig(**colocate).collection == "streaming"
+    assert SaraConfig(**colocate, allocator="dynamic_sampling", collection="streaming").collection == "streaming"
+    for other in (dict(allocator="uniform"), dict(allocator="dynamic_sampling"), dict(vllm_mode="server"),
+                  dict(vllm_tensor_parallel_size=2), dict(history_decay=0.5),
+                  dict(history_decay=0.5, selection="greedy")):
+        assert SaraConfig(**{**colocate, **other}).collection == "rounds", other
+    carry = SaraConfig(**colocate, carry_over=True)
+    assert carry.collection == "streaming"
+    # carry_over in streaming runs on one process only (the rule alone: building a config under WORLD_SIZE=2 would
+    # set up a distributed state for the rest of the session)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert not type(carry)._auto_streams(carry)
+    monkeypatch.delenv("WORLD_SIZE")
+    assert type(carry)._auto_streams(carry)
+    explicit = SaraConfig(**colocate, collection="rounds")
+    assert explicit.collection == "rounds" and not explicit.collection_auto
+    with pytest.raises(ValueError, match="collection='bogus' must be one of \\['auto', 'rounds', 'streaming'\\]"):
+        SaraConfig(**BASE, collection="bogus")
+
+
 def test_streaming_collection_needs_the_colocated_vllm_engine():
     assert SaraConfig(**BASE).collection == "rounds"
     with pytest.raises(ValueError, match="SaraConfig: collection='streaming' needs use_vllm=True with vllm_mode="):
@@ -184,5 +218,58 @@ def test_streaming_collection_needs_the_colocated_vllm_engine():
         SaraConfig(**BASE, allocator="uniform", collection="streaming")
     colocate = dict(BASE, collection="streaming", use_vllm=True, vllm_mode="colocate")
     assert SaraConfig(**colocate, stopping_rule="bayes_optimal").to_allocation_config().tau_low == "auto"
-    with pytest.raises(ValueError, match="not implemented together with carry_over, history_decay yet"):
+    with pytest.raises(ValueError, match="not implemented together with history_decay yet"):
         SaraConfig(**colocate, carry_over=True, history_decay=0.5)
+    assert SaraConfig(**colocate, carry_over=True).to_allocation_config().carry_over
+
+
+def _warnings_of(make) -> list[str]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make()
+    return [str(w.message) for w in caught if "no effect with allocator" in str(w.message)]
+
+
+@pytest.mark.parametrize("config_class", [SaraConfig, SaraRLOOConfig])
+def test_options_an_allocator_ignores_warn_once_at_construction(config_class):
+    seen = _warnings_of(lambda: config_class(**BASE, allocator="dynamic_sampling", n0=3, tau_low=0.2,
+                                             continue_to_decision=True, budget_cap=4.0, prior_alpha=2.0))
+    assert seen == [f"{config_class.__name__}: n0=3, tau_low=0.2, continue_to_decision=True have no effect with "
+                    "allocator='dynamic_sampling' and collection='rounds', which never reads them (options of the "
+                    "other allocators). Leave them at the default or choose an allocator that uses them."]
+    # budget_cap and the prior size dynamic sampling's draws: not named. Uniform reads neither.
+    seen = _warnings_of(lambda: config_class(**BASE, allocator="uniform", budget_cap=4.0, commit_min=3))
+    assert seen == [f"{config_class.__name__}: commit_min=3, budget_cap=4.0 have no effect with allocator='uniform', "
+                    "which never reads them (options of the other allocators). Leave them at the default or choose "
+                    "an allocator that uses them."]
+    assert "refill_margin=1.0 has no effect" in _warnings_of(
+        lambda: config_class(**BASE, allocator="dynamic_sampling", refill_margin=1.0))[0]
+
+
+@pytest.mark.parametrize("overrides", [
+    {"allocator": "dynamic_sampling"}, {"allocator": "uniform"}, {"allocator": "sara", "n0": 3, "tau_low": 0.2},
+    {"allocator": "uniform", "num_generations": 2, "commit_min": 2},  # commit_min = k is the default's value
+    {"allocator": "dynamic_sampling", "n0": 2, "tau_low": 0.45, "budget_cap": 3.0, "prior_beta": 2.0},
+    {"allocator": "dynamic_sampling", "ds_filter": "score", "max_rounds": 8},
+])
+def test_defaults_and_used_options_do_not_warn(overrides):
+    assert _warnings_of(lambda: SaraConfig(**{**BASE, **overrides})) == []
+
+
+def test_inert_options_of_the_core_config():
+    from sara_trl.allocation.config import inert_options
+
+    assert inert_options(AllocationConfig(allocator="sara", n0=3, budget_cap=2.0)) == ()
+    assert inert_options(AllocationConfig(allocator="dynamic_sampling", k=4, n0=3, commit_min=4, round_increment=2,
+                                          auto_min_prompts=8)) == ("n0", "round_increment", "auto_min_prompts")
+    assert inert_options(AllocationConfig(allocator="dynamic_sampling", k=4, commit_min=3)) == ("commit_min",)
+    # streaming dynamic sampling prices a fresh prompt from n0 and commit_min until it has learned the price
+    assert inert_options(AllocationConfig(allocator="dynamic_sampling", collection="streaming", n0=3,
+                                          refill_margin=1.0, tau_low=0.3)) == ("tau_low",)
+    assert inert_options(AllocationConfig(allocator="uniform", prior_alpha=2.0, yield_decay=0.1,
+                                          max_rollouts_per_round=16)) == ("prior_alpha", "yield_decay")
+    # with selection the prior ranks the fresh prompts, also for uniform sampling
+    assert inert_options(AllocationConfig(allocator="uniform", prior_alpha=2.0, history_decay=0.5,
+                                          selection="greedy")) == ()

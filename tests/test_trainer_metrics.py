@@ -1,8 +1,8 @@
 """TRL's metrics never average over SARA's padding rows (short-group padding and fill groups).
 
 Each value is checked against a hand computation from the per-token values (log-probs recomputed with a plain
-forward pass of the policy and the reference model, masked to the real rows), or is None in the log when the step
-had no real row at all (every group a fill group: loss 0, gradient 0, and no ``kl`` to report).
+forward pass of the policy and the reference model, masked to the real rows), or is NaN in the log (never None) when
+the step had no real row at all (every group a fill group: loss 0, gradient 0, and no ``kl`` to report).
 """
 
 from __future__ import annotations
@@ -142,7 +142,9 @@ def test_step_of_fill_groups_logs_no_kl_entropy_or_clip(kind, tiny_model_dir, to
     assert log["sara/unfilled"] == 2 and log["loss"] == 0.0 and log["grad_norm"] == 0.0
     for name in ("kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
                  "clip_ratio/low_min", "clip_ratio/high_max", "completions/mean_length"):
-        assert name in log and log[name] is None, name  # TRL logs None for a window of NaN values
+        assert name in log and math.isnan(log[name]), name  # NaN (TRL logs None) for a window of NaN values
+    assert math.isnan(log["reward"]) and math.isnan(log["reward_std"])  # no committed group: still numbers
+    assert not any(value is None for value in log.values())
 
 
 @pytest.mark.parametrize("width", [6, 1])

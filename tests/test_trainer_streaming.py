@@ -8,6 +8,9 @@ simulated driver (``sara_trl.allocation.simulate.run_streaming_step``), which mu
 
 from __future__ import annotations
 
+import time
+from collections import deque
+
 import numpy as np
 import pytest
 import torch
@@ -77,18 +80,22 @@ class ScriptedEngine:
 class RecordingScorer:
     """Label = first completion token; keeps the recorded completions in order and counts every scoring."""
 
-    def __init__(self):
+    def __init__(self, sleep=None):
         self.scored: list[int] = []
         self.kept: list[Finished] = []
-        self._batch = None
+        self._batches = deque()  # passes scored and not yet kept (the next may be scored before the last is kept)
+        self._sleep = sleep
 
     def score(self, prompt_ids, batch):
+        if self._sleep is not None:
+            time.sleep(self._sleep())
         self.scored.extend(f.rid for f in batch)
-        self._batch = batch
+        self._batches.append(batch)
         return np.array([float(f.completion_ids[0]) for f in batch])
 
     def keep(self, positions):
-        self.kept.extend(self._batch[i] for i in positions)
+        batch = self._batches.popleft()
+        self.kept.extend(batch[i] for i in positions)
 
 
 def prompt_tokens(pid):
@@ -104,10 +111,13 @@ def ds_collector(B, k=2, mix=1.0, max_in_flight=4):
                               mix_rate=lambda: np.full(k + 1, mix), fresh_cost=lambda: float(k))
 
 
-def run(collector, outcomes):
-    engine, scorer = ScriptedEngine(outcomes), RecordingScorer()
-    steps = drive_streaming_engine(collector, engine, prompt_tokens, scorer)
-    return collector.finish(), engine, scorer, steps
+def run(collector, outcomes, reward_lag=0, scorer=None):
+    engine, scorer = ScriptedEngine(outcomes), scorer or RecordingScorer()
+    stream = drive_streaming_engine(collector, engine, prompt_tokens, scorer, reward_lag=reward_lag)
+    assert stream.scored == len(scorer.scored) and stream.reward_passes >= 1
+    if reward_lag == 0:  # blocking: the engine waits for every pass
+        assert stream.reward_wait_seconds == stream.reward_seconds
+    return collector.finish(), engine, scorer, stream.engine_steps
 
 
 # ------------------------------------------------------------------------------------------------ scripted scenarios
@@ -164,6 +174,78 @@ def test_requests_asked_for_and_aborted_in_one_step_never_reach_the_engine():
     st = result.stats
     assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_surplus, st.tokens_surplus) == (6, 4, 2, 0)
     assert st.prompts_drawn == 3
+
+
+# ------------------------------------------------------------------------------------------------ overlapped scoring
+def test_overlapped_scoring_applies_labels_a_fixed_number_of_engine_steps_later():
+    # The commit-and-abort scenario above with reward_lag=1: rid 0's label (step 1) is applied after step 2, rid 1's
+    # (step 2) after step 3, so the commit comes one engine step later and rids 2 and 3 are aborted after 3 decoded
+    # tokens each instead of 2: the surplus grows by 2 tokens, the decisions are the same.
+    outcomes = {0: (1, 1), 1: (0, 2), 2: (1, 6), 3: (0, 5)}
+    result, engine, scorer, steps = run(ds_collector(B=1, mix=0.5), outcomes, reward_lag=1)
+    assert steps == 3
+    assert engine.aborted == [(2, 3), (3, 3)] and engine.pending == 0
+    assert scorer.scored == [0, 1] and [f.rid for f in scorer.kept] == [0, 1]
+    st = result.stats
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_surplus) == (4, 2, 2)
+    assert (st.tokens_generated, st.tokens_trained, st.tokens_surplus) == (9, 3, 6)
+    assert [g.prompt_id for g in result.groups] == [0]
+    st.check()
+
+
+def test_completion_finishing_while_its_abort_is_on_the_way_is_surplus_and_not_aborted():
+    # reward_lag=1: rid 2 finishes at step 3, the step after which rid 1's label commits prompt 0 and asks to abort
+    # rids 2 and 3. rid 2 is already done: it is not aborted in the engine, and counts as surplus with its 3 tokens
+    # (whether or not its own reward pass had started); rid 3 is aborted with 3 tokens.
+    outcomes = {0: (1, 1), 1: (0, 2), 2: (1, 3), 3: (0, 5)}
+    result, engine, scorer, steps = run(ds_collector(B=1, mix=0.5), outcomes, reward_lag=1)
+    assert engine.aborted == [(3, 3)] and engine.pending == 0
+    assert scorer.scored[:2] == [0, 1] and set(scorer.scored) <= {0, 1, 2}
+    assert [f.rid for f in scorer.kept] == [0, 1]
+    st = result.stats
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_surplus, st.tokens_surplus) == (4, 2, 2, 6)
+    st.check()
+
+
+@pytest.mark.parametrize("allocator", ["sara", "dynamic_sampling"])
+@pytest.mark.parametrize("reward_lag", [1, 3])
+def test_overlapped_decisions_do_not_depend_on_reward_speed(allocator, reward_lag):
+    """The same scenario scored by a fast scorer and by one that sleeps a random time per pass (so passes finish
+    before or after their labels are due) gives the same step, request for request; every request is added once,
+    then kept, aborted or surplus, and scored at most once."""
+    rng = np.random.default_rng(7)
+    outcomes = {rid: (int(rng.random() < 0.4), int(rng.integers(1, 12))) for rid in range(2000)}
+    cfg = AllocationConfig(allocator=allocator, k=4, collection="streaming")
+    runs = []
+    for sleep in (None, np.random.default_rng(3).uniform):
+        collector = Allocator(cfg).streaming(PromptStream(500, seed=1), 6, 12)
+        scorer = RecordingScorer(None if sleep is None else (lambda draw=sleep: draw(0.0, 0.004)))
+        runs.append((run(collector, outcomes, reward_lag=reward_lag, scorer=scorer), collector))
+    (result_a, engine_a, scorer_a, steps_a), collector_a = runs[0]
+    (result_b, engine_b, scorer_b, steps_b), _ = runs[1]
+    assert result_a.stats == result_b.stats and steps_a == steps_b
+    assert engine_a.added == engine_b.added and engine_a.aborted == engine_b.aborted
+    assert [f.rid for f in scorer_a.kept] == [f.rid for f in scorer_b.kept]
+    for key in result_a.prompt_table:
+        np.testing.assert_array_equal(result_a.prompt_table[key], result_b.prompt_table[key])
+    scored, aborted = set(scorer_a.scored), {rid for rid, _ in engine_a.aborted}
+    assert len(scorer_a.scored) == len(scored) and not scored & aborted
+    assert len(engine_a.added) == len(set(engine_a.added)) and aborted <= set(engine_a.added)
+    assert len(scorer_a.kept) == collector_a.recorded == int(result_a.prompt_table["n"].sum())
+    result_a.stats.check()
+
+
+def test_overlapped_scorer_error_reaches_the_caller_and_empties_the_engine():
+    class Broken(RecordingScorer):
+        def score(self, prompt_ids, batch):
+            raise ValueError("reward exploded")
+
+    engine = ScriptedEngine({0: (1, 1), 1: (0, 3)})
+    with pytest.raises(ValueError, match="reward exploded"):
+        drive_streaming_engine(ds_collector(B=1), engine, prompt_tokens, Broken(), reward_lag=2)
+    assert engine.pending == 0
+    with pytest.raises(ValueError, match="reward_lag must be an integer"):
+        drive_streaming_engine(ds_collector(B=1), ScriptedEngine({}), prompt_tokens, RecordingScorer(), reward_lag=-1)
 
 
 def test_engine_that_loses_requests_fails_loudly_and_is_left_empty():

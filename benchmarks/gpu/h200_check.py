@@ -36,7 +36,9 @@ def decode_latency(tiny: bool) -> list[dict]:
         config = Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                              num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
                              max_position_embeddings=32768)
-        device, dtype, grid_n, grid_l, steps = "cuda", torch.bfloat16, [1, 8, 32, 64, 128, 256, 512], [512, 2048, 4096], 6
+        device, dtype, grid_n, grid_l, steps = (
+            "cuda", torch.bfloat16, [1, 8, 32, 64, 128, 256, 512], [512, 2048, 4096], 6
+        )
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     with torch.device(device):
@@ -71,7 +73,8 @@ def decode_latency(tiny: bool) -> list[dict]:
                 # pays per step, without transformers' per-kernel launch overhead). Cache-append copies
                 # (DynamicCache concatenates the whole cache each step; vLLM's paged cache does not) are split out.
                 from torch.profiler import ProfilerActivity, profile
-                with profile(activities=[ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]) as prof:
+                activities = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
+                with profile(activities=activities) as prof:
                     pos = pos + 1
                     model(input_ids=ids, past_key_values=cache, position_ids=pos, use_cache=True, logits_to_keep=1)
                     if device == "cuda":

@@ -2,9 +2,11 @@ r"""Evaluation: pass@1 as the mean success over ``num_samples`` completions per 
 
     python -m sara_trl.evaluate --model outputs/r1-distill-qwen-1.5b-math-sara
     python -m sara_trl.evaluate --model Qwen/Qwen2.5-3B --benchmarks countdown --output countdown.json
-    python -m sara_trl.evaluate --model PATH --benchmarks math500,aime24 --limit 20 --num_samples 4 --backend transformers
+    python -m sara_trl.evaluate --model PATH --benchmarks math500,aime24 --limit 20 --num_samples 4 \
+        --backend transformers
 
-Benchmarks (offline copies in ``../shared/data`` or ``$SARA_SHARED_DATA`` when present, else the Hugging Face Hub):
+Benchmarks (from the Hugging Face Hub, or from ``--data_dir DIR``, a folder of your own holding the files under the
+names of :data:`sara_trl.data.LOCAL_FILES`, e.g. ``math500.jsonl``):
 
 =================  ==========================  =========  ==========================================================
 name               data                        problems   verifier
@@ -24,6 +26,9 @@ pass@1 of a benchmark = mean over problems of (successful samples / ``num_sample
 judge (``None``: unparseable gold answer, verifier timeout) counts as a failure and is reported in ``unjudged``.
 Sampling follows the paper: temperature 1.0, top-p 1.0, 16 samples per problem. Generation uses vLLM when it is
 installed and a GPU is visible (``--backend auto``), otherwise transformers' batched ``generate``.
+
+Offline (``HF_HUB_OFFLINE=1``, or the Hub unreachable) without ``--data_dir``, the command stops before loading the
+model, in seconds, with one line saying which flag to pass.
 
 Prints a table and writes a JSON file (default ``eval_results.json``) with the settings, per-benchmark pass@1 and the
 per-problem success counts.
@@ -83,22 +88,21 @@ def load_benchmark(name: str, data_dir: str | Path | None = None, limit: int | N
 
     Args:
         name: a key of :data:`BENCHMARKS`.
-        data_dir: folder of the offline files; ``None`` looks for ``../shared/data`` / ``$SARA_SHARED_DATA`` and
-            falls back to the Hub.
+        data_dir: folder holding the benchmark files under their standard names
+            (:data:`sara_trl.data.LOCAL_FILES`); ``None`` reads the Hugging Face Hub.
         limit: keep the first ``limit`` problems (``>= 1``).
 
     Raises:
         ValueError: unknown name or ``limit < 1``.
+        sara_trl.data.DataUnavailableError: no ``data_dir`` and the Hub cannot serve the data (offline mode without
+            a cached copy, or the Hub unreachable); raised at once.
     """
-    from sara_trl.data import find_shared_data_dir, load_dataset_by_name
+    from sara_trl.data import load_dataset_by_name
 
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; known: {list(BENCHMARKS)}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    if data_dir is None:
-        found = find_shared_data_dir(required=False)
-        data_dir = str(found) if found is not None else None
     kwargs = {"data_dir": str(data_dir)} if data_dir is not None else {}
     dataset = load_dataset_by_name(BENCHMARKS[name].dataset, **kwargs)
     if limit is not None:
@@ -248,6 +252,8 @@ def evaluate(
     Raises:
         ValueError: unknown benchmark or backend, ``num_samples < 1``, or a generator that returns the wrong number
             of completions.
+        sara_trl.data.DataUnavailableError: a benchmark's data cannot be read (see :func:`load_benchmark`); raised
+            before the model is loaded.
     """
     from sara_trl.rewards import get_reward_func
 
@@ -258,10 +264,13 @@ def evaluate(
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     if backend not in ("auto", "vllm", "transformers"):
         raise ValueError(f"backend must be 'auto', 'vllm' or 'transformers', got {backend!r}")
+    if generate_fn is None and model is None:
+        raise ValueError("pass a model (or a generate_fn)")
+    # Load every benchmark first, before the model: missing data fails in seconds, before any (slow) model loading
+    # or generation, and the total sets the time estimate.
+    datasets = {name: load_benchmark(name, data_dir=data_dir, limit=limit) for name in benchmarks}
     used_backend = "custom"
     if generate_fn is None:
-        if model is None:
-            raise ValueError("pass a model (or a generate_fn)")
         use_vllm = backend == "vllm" or (backend == "auto" and _vllm_usable())
         if use_vllm:
             generate_fn, used_backend = vllm_generator(model, max_new_tokens, temperature, top_p, seed), "vllm"
@@ -269,8 +278,6 @@ def evaluate(
             generate_fn = transformers_generator(model, max_new_tokens, temperature, top_p, seed, batch_size)
             used_backend = "transformers"
 
-    # Load every benchmark first: a missing file fails before any generation, and the total sets the time estimate.
-    datasets = {name: load_benchmark(name, data_dir=data_dir, limit=limit) for name in benchmarks}
     # Prompts per generate_fn call: vLLM schedules a whole benchmark at once (and shows its own progress);
     # other generators get batch_size prompts at a time, so the bar advances (and estimates time left) per batch.
     chunk = None if used_backend == "vllm" else batch_size
@@ -355,8 +362,9 @@ class EvalArguments:
     )
     data_dir: str | None = field(
         default=None,
-        metadata={"help": "Folder of the offline benchmark files (default: ../shared/data or $SARA_SHARED_DATA if "
-                          "present, else the Hugging Face Hub)."},
+        metadata={"help": "Folder holding the benchmark files under their standard names (math500.jsonl, "
+                          "aime24.jsonl, amc23.jsonl, minerva_math.jsonl, olympiadbench.jsonl, "
+                          "countdown_tinyzero_test.jsonl); default: download from the Hugging Face Hub."},
     )
     backend: Literal["auto", "vllm", "transformers"] = field(
         default="auto",
@@ -397,18 +405,23 @@ class EvalArguments:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Command-line entry point (``python -m sara_trl.evaluate --help``); a flag mistake exits with status 2."""
     from sara_trl.cli import parse_args, plural
+    from sara_trl.data import DataUnavailableError
 
-    (args,) = parse_args(EvalArguments, argv, prog="python -m sara_trl.evaluate",
-                         description=__doc__.split("\n\n")[0])
+    prog = "python -m sara_trl.evaluate"
+    (args,) = parse_args(EvalArguments, argv, prog=prog, description=__doc__.split("\n\n")[0])
     names = args.benchmark_names()
     if args.progress:
         print(f"evaluating {args.model} on {', '.join(names)} ({plural(args.num_samples, 'sample')} per problem)",
               file=sys.stderr, flush=True)
-    report = evaluate(
-        args.model, names, num_samples=args.num_samples, temperature=args.temperature, top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens, limit=args.limit, data_dir=args.data_dir, backend=args.backend,
-        seed=args.seed, batch_size=args.batch_size, keep_completions=args.keep_completions, progress=args.progress,
-    )
+    try:
+        report = evaluate(
+            args.model, names, num_samples=args.num_samples, temperature=args.temperature, top_p=args.top_p,
+            max_new_tokens=args.max_new_tokens, limit=args.limit, data_dir=args.data_dir, backend=args.backend,
+            seed=args.seed, batch_size=args.batch_size, keep_completions=args.keep_completions,
+            progress=args.progress,
+        )
+    except DataUnavailableError as err:  # raised before the model is loaded: one line, exit status 1
+        raise SystemExit(f"{prog}: error: {err.hint(path_flag=None, dir_flag='--data_dir DIR')}") from None
     print(format_table(report))
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.output}")

@@ -6,9 +6,12 @@ Modules, each with one job: :mod:`~sara_trl.allocation.config` (every option, it
 and :mod:`~sara_trl.allocation.rules` (Eq. 2 and 3), :mod:`~sara_trl.allocation.ledger` (one step's bookkeeping),
 :mod:`~sara_trl.allocation.strategies` (uniform, dynamic sampling, SARA, registered by name),
 :mod:`~sara_trl.allocation.scheduler` (the :class:`Allocator` and its cross-step state),
-:mod:`~sara_trl.allocation.stream` (the seeded prompt stream), :mod:`~sara_trl.allocation.simulate`.
+:mod:`~sara_trl.allocation.stream` (the seeded prompt stream, over a map-style or an iterable dataset),
+:mod:`~sara_trl.allocation.simulate`.
 Beyond the paper: :mod:`~sara_trl.allocation.streaming` (decide per completion on a running engine,
-``collection="streaming"``) and :mod:`~sara_trl.allocation.latency` (a decode-step latency model of an engine).
+``collection="streaming"``), :mod:`~sara_trl.allocation.event_loop` (the one loop that drives it on an engine, with
+reward passes overlapping generation) and :mod:`~sara_trl.allocation.latency` (a decode-step latency model of an
+engine).
 
 Beyond the paper (off by default, see :class:`AllocationConfig`): Bayes-optimal stopping (``tau_low="auto"``,
 :mod:`~sara_trl.allocation.optimal_stopping`), its empirical-Bayes prior fit
@@ -46,8 +49,15 @@ from sara_trl.allocation.scheduler import Allocator
 from sara_trl.allocation.latency import DecodeCost, DecodeEngine, EngineTally, call_cost
 from sara_trl.allocation.simulate import SimulatedTask, phi, psi, u_shaped_gammas
 from sara_trl.allocation.strategies import STRATEGIES, StepContext, StrategyResult
-from sara_trl.allocation.stream import PromptStream, ShardStream
+from sara_trl.allocation.stream import (
+    DEFAULT_SHUFFLE_BUFFER,
+    IterablePromptStream,
+    PromptStream,
+    RowSource,
+    ShardStream,
+)
 from sara_trl.allocation.streaming import Request, StreamActions, StreamingCollector, merge_step_results
+from sara_trl.allocation.event_loop import Finished, StreamRun, drive_streaming_engine
 from sara_trl.allocation.types import (
     ABANDON,
     COMMIT,
@@ -63,12 +73,14 @@ from sara_trl.allocation.types import (
 
 __all__ = [
     "ALLOCATORS", "AllocationConfig", "AllocationConfigError", "Allocator", "PromptStream", "RoundOutcome",
+    "IterablePromptStream", "RowSource", "DEFAULT_SHUFFLE_BUFFER",
     "RolloutFn", "StepResult", "StepStats", "Group", "PromptRecord", "Fate", "p_eff", "decide",
     "abandon_point_uniform", "SimulatedTask", "u_shaped_gammas", "phi", "psi", "COMMIT", "ABANDON", "CONTINUE",
     "is_mixed", "success_labels", "score_spread_labels", "allocator_labels", "DS_FILTERS",
     "STRATEGIES", "StepContext", "StrategyResult",
     # beyond the paper
-    "COLLECTIONS", "StreamingCollector", "StreamActions", "Request", "ShardStream", "merge_step_results", "DecodeCost", "DecodeEngine", "EngineTally",
+    "COLLECTIONS", "StreamingCollector", "StreamActions", "Request", "drive_streaming_engine", "Finished", "StreamRun",
+    "ShardStream", "merge_step_results", "DecodeCost", "DecodeEngine", "EngineTally",
     "call_cost",
     "SELECTIONS", "COST_UNITS", "PRIOR_FAMILIES", "MixturePrior", "StoppingSolution", "solve_values", "solve_rate",
     "evaluate_policy", "p_eff_mixture", "fit_prior_counts", "PromptHistory",

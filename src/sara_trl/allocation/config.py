@@ -31,6 +31,7 @@ __all__ = [
     "AllocationConfigError",
     "COLLECTIONS",
     "check_group_size",
+    "inert_options",
     "options_doc",
 ]
 
@@ -150,9 +151,8 @@ class AllocationConfig:
         extra rollouts for fewer rounds. 'to_decision': in one round, an unmixed prompt gets all the rollouts up to
         the point where the rule would abandon it if its run stayed unanimous (n_a = k - floor(tau_low (k + 1))
         in all for the paper's rule). With commit_min = k every prompt then costs exactly what it costs one at a
-        time, and a step needs fewer rounds (simulation, k=8: median 3 instead of 5); per step it costs more (0.79
-        instead of 0.76 of dynamic sampling's rollouts at k=8) because larger rounds leave more prompts drawn beyond
-        the need when the batch fills, unless carry_over keeps them (0.75; benchmarks/RESULTS.md)."""))
+        time and a step needs fewer rounds, but a step costs more rollouts, because larger rounds leave more prompts
+        drawn beyond the need when the batch fills, unless carry_over keeps them (measured: docs/allocation.md)."""))
     max_rollouts_per_round: Optional[int] = field(default=None, metadata=_help(
         """Capacity of one batched generation call, in rollouts (>= k); when it binds, continuing prompts are
         served in decreasing p_eff order and fresh prompts only with what is left. None means no cap."""))
@@ -161,14 +161,13 @@ class AllocationConfig:
         refills: 0 keeps only the current step, values near 1 keep a long memory."""))
     refill_margin: float = field(default=0.5, metadata=_help(
         """Extra fresh prompts drawn per round, in standard deviations of the number of commits the round can
-        expect (>= 0): 0 draws for the expected need only (fewest rollouts, most rounds); 0.5 trades about 1 percent
-        more rollouts for fewer rounds in simulation (benchmarks/BEYOND_PAPER.md)."""))
+        expect (>= 0): 0 draws for the expected need only (fewest rollouts, most rounds); larger values trade a few
+        more rollouts for fewer rounds (measured: docs/allocation.md)."""))
     carry_over: bool = field(default=False, metadata=_help(
         """SARA only. Prompts still undecided when a step's B-th group commits, and groups committed beyond B, keep
         their rollouts and continue in the next step (first in line) instead of being dropped, so a finite batch
-        wastes nothing at its end (simulation, k=8, B=64: 0.74 instead of 0.76 of dynamic sampling's rollouts).
-        Their earlier rollouts were sampled by the previous policy: one step off-policy. Off by default (the paper
-        drops them)."""))
+        wastes nothing at its end (measured: docs/allocation.md). Their earlier rollouts were sampled by the
+        previous policy: one step off-policy. Off by default (the paper drops them)."""))
     ds_filter: str = field(default="success", metadata=_help(
         """What dynamic sampling keeps a group on: 'success' (its binary success labels are mixed, the labels SARA
         decides from, so the two are compared like for like) or 'score' (its scores differ beyond float32 noise,
@@ -179,8 +178,9 @@ class AllocationConfig:
         ends before any decision) or 'streaming' (beyond the paper: each completion is decided as soon as it
         finishes on a continuously running engine, freed budget is refilled at once, and requests still in flight
         when B groups are committed are aborted and counted as surplus; no round barrier). 'streaming' needs
-        allocator 'sara' or 'dynamic_sampling' and is not yet combined with carry_over, ds_filter='score',
-        history_decay or selection (tau_low='auto' works: the prior is refitted between steps).""",
+        allocator 'sara' or 'dynamic_sampling' and is not yet combined with ds_filter='score', history_decay or
+        selection (tau_low='auto' works: the prior is refitted between steps; so does carry_over: the prompts
+        undecided when the batch fills keep their finished rollouts, their requests in flight are aborted).""",
         choices=list(COLLECTIONS)))
     auto_prior: str = field(default="mixture", metadata=_help(
         """Family of the prior fitted for tau_low='auto': 'mixture' (point masses at gamma = 0 and 1 plus a Beta)
@@ -226,12 +226,12 @@ class AllocationConfig:
             _fail(f"collection='streaming' decides prompts one completion at a time; allocator={self.allocator!r} "
                   f"has nothing to decide (use one of {STREAMING_ALLOCATORS})")
         unsupported = [name for name, on in (
-            ("carry_over", self.carry_over), ("ds_filter='score'", self.ds_filter != "success"),
+            ("ds_filter='score'", self.ds_filter != "success"),
             ("history_decay", self.history_decay is not None), ("selection", self.selection is not None)) if on]
         if unsupported:
             _fail(f"collection='streaming' is not implemented together with {', '.join(unsupported)} yet: streaming "
-                  "aborts what is in flight at the end of a step (nothing is carried over), decides from the "
-                  "success labels, and draws fresh prompts in stream order with one prior for every prompt")
+                  "decides each prompt from the success labels of its completions one at a time (not from a group's "
+                  "scores), and draws fresh prompts in stream order with one prior for every prompt")
 
     def _check_paper_options(self) -> None:
         if self.allocator not in STRATEGIES:  # the registry, so that a strategy registered later is accepted
@@ -336,6 +336,53 @@ class AllocationConfig:
     def commit_floor(self) -> int:
         """``commit_min`` with None resolved to k."""
         return self.k if self.commit_min is None else self.commit_min
+
+
+# Options each allocator never reads (beyond the ones whose non-default values it rejects). SARA reads them all.
+_SARA_RULE_OPTIONS = ("n0", "tau_low", "commit_min", "round_increment", "auto_prior", "auto_prior_decay",
+                      "auto_min_prompts", "auto_loss_cap")
+
+
+def inert_options(config: AllocationConfig) -> tuple[str, ...]:
+    """The options ``config`` sets away from their defaults although its allocator never reads them.
+
+    ``allocator="sara"`` reads every option. ``"dynamic_sampling"`` generates whole groups of k and keeps the mixed
+    ones: the probe size, the stopping rule, the commit floor and the round increment are SARA's (its streaming
+    collector still prices a fresh prompt from ``n0`` and ``commit_min`` until it has learned the price, so those
+    two count there), and with rounds it sizes each draw without ``refill_margin``. ``"uniform"`` draws B prompts
+    once and keeps every group: none of the options above, nor the budget, the round cap, the refill model
+    (``yield_decay``, ``refill_margin``) or, without ``selection``, the Beta prior applies. Options whose non-default
+    values the config rejects for an allocator (``carry_over``, ``ds_filter``, ``tau_low="auto"``) are not listed.
+
+    Parameters
+    ----------
+    config : AllocationConfig
+        A validated config.
+
+    Returns
+    -------
+    tuple of str
+        Field names, in field order; empty for SARA, for allocators registered beyond the three, and whenever the
+        ignored options keep their defaults (``commit_min`` counts as default when it resolves to k).
+    """
+    if config.allocator == "dynamic_sampling":
+        names = set(_SARA_RULE_OPTIONS) | ({"refill_margin"} if config.collection == "rounds" else set())
+        if config.collection == "streaming":
+            names -= {"n0", "commit_min"}
+    elif config.allocator == "uniform":
+        names = set(_SARA_RULE_OPTIONS) | {"budget_cap", "max_rounds", "yield_decay", "refill_margin"}
+        if config.selection is None:
+            names |= {"prior_alpha", "prior_beta"}
+    else:
+        return ()
+    out = []
+    for f in fields(config):
+        if f.name not in names:
+            continue
+        changed = config.commit_floor != config.k if f.name == "commit_min" else getattr(config, f.name) != f.default
+        if changed:
+            out.append(f.name)
+    return tuple(out)
 
 
 def _type_name(tp) -> str:

@@ -121,7 +121,10 @@ class MixturePrior:
     def take(self, idx) -> "MixturePrior":
         """The priors of the prompts ``idx`` (fields must be arrays or scalars)."""
         w0, w1, _, a, b = self.arrays()
-        pick = (lambda x: x if x.ndim == 0 else x[idx])
+
+        def pick(x):
+            return x if x.ndim == 0 else x[idx]
+
         return MixturePrior(w0=pick(w0), w1=pick(w1), a=pick(a), b=pick(b))
 
     def as_tuple(self) -> tuple:

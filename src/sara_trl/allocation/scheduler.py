@@ -161,6 +161,11 @@ class Allocator:
         return 0 if self._carry is None else len(self._carry["pid"])
 
     @property
+    def carried_prompt_ids(self) -> np.ndarray:
+        """Their prompt ids, ``(carried_prompts,)`` int64 (empty without ``carry_over``)."""
+        return np.zeros(0, np.int64) if self._carry is None else np.asarray(self._carry["pid"], np.int64)
+
+    @property
     def carried_rollouts(self) -> int:
         """Their rollouts, which take ids ``0 .. carried_rollouts - 1`` in the next step."""
         return 0 if self._carry is None else len(self._carry["r_slot"])
@@ -229,13 +234,20 @@ class Allocator:
         def on_finish(result: StepResult) -> None:
             # Prompts with an aborted request are left out of the prior fit: their recorded completions are the
             # first to finish, the short ones, which would tilt the fit towards successes where failures run longer.
-            self._feed_extensions(collector.ledger, ~collector.truncated)
+            # With carry_over, a carried prompt is fed once, in the step that decides it (as with rounds).
+            fed = ~collector.truncated
+            if self.config.carry_over:
+                fate = result.prompt_table["fate"]
+                fed &= ~((fate == Fate.SURPLUS) | (fate == Fate.ACTIVE))
+                self._carry = collector.carry
+            self._feed_extensions(collector.ledger, fed)
             self._account(result)
 
+        carry, self._carry = self._carry, None
         collector = StreamingCollector(self.config, B, stream.take, max_in_flight=max_in_flight,
                                        decide=self._decide, mix_rate=self.mix_rate,
                                        fresh_cost=self.fresh_cost_estimate, resolved=self._resolve,
-                                       on_finish=on_finish)
+                                       on_finish=on_finish, carry=carry)
         self._decay_refill_model()
         return collector
 

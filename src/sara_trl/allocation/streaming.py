@@ -110,6 +110,11 @@ class StreamingCollector:
         :class:`~sara_trl.allocation.Allocator`).
     on_finish : callable, optional
         ``on_finish(result)`` called by :meth:`finish`.
+    carry : dict, optional
+        ``carry_over``: the prompts the previous step left undecided, with their counts and rollouts (what
+        :meth:`~sara_trl.allocation.ledger.Ledger.finish` returned, fields
+        :data:`~sara_trl.allocation.ledger.CARRY_DTYPES`). They take the step's first slots and rollout ids, are
+        decided again by the rule at :meth:`start`, and their continuations are submitted before any fresh probe.
 
     Attributes
     ----------
@@ -121,6 +126,10 @@ class StreamingCollector:
         Requests submitted (the budget cap, paper App. D, bounds it by ``floor(budget_cap * B * k)``).
     aborted_rollouts, aborted_tokens : int
         Requests aborted (or finished after the batch was full) and their tokens: surplus.
+    carry : dict or None
+        After :meth:`finish` with ``carry_over``: the prompts this step leaves undecided (their requests still in
+        flight were aborted, as surplus; their recorded rollouts are ``active_left`` and go to the next step), in the
+        form ``carry`` takes; None otherwise.
 
     Raises
     ------
@@ -130,7 +139,8 @@ class StreamingCollector:
     """
 
     def __init__(self, config: AllocationConfig, B: int, draw: Callable[[int, np.ndarray], np.ndarray], *,
-                 max_in_flight: int, decide=None, mix_rate=None, fresh_cost=None, resolved=None, on_finish=None):
+                 max_in_flight: int, decide=None, mix_rate=None, fresh_cost=None, resolved=None, on_finish=None,
+                 carry: dict | None = None):
         cfg = config
         if cfg.allocator not in STREAMING_ALLOCATORS:
             raise ValueError(f"streaming collection runs {STREAMING_ALLOCATORS}, not allocator={cfg.allocator!r}")
@@ -143,8 +153,12 @@ class StreamingCollector:
         if decide is None and cfg.tau_low == "auto":
             raise ValueError("tau_low='auto' decides on a boundary fitted across steps: build the collector with "
                              "Allocator.streaming(), or pass decide")
+        if carry is not None and not cfg.carry_over:
+            raise ValueError("a carry was passed to a collector whose config has carry_over=False")
         self.config = cfg
         self.B = int(B)
+        self._carry_in = carry
+        self.carry: dict | None = None
         self.max_in_flight = int(max_in_flight)
         self._sara = cfg.allocator == "sara"
         self._draw = draw
@@ -197,9 +211,17 @@ class StreamingCollector:
         return mask
 
     @property
+    def aborting(self) -> frozenset[int]:
+        """Requests named in :attr:`StreamActions.abort` and not yet reported (by :meth:`aborted`, or by
+        :meth:`complete` when one finished first): a completion of one of these is surplus whatever its outcome, so a
+        driver need not score it."""
+        return frozenset(self._aborting)
+
+    @property
     def recorded(self) -> int:
-        """Completions recorded so far: they take rollout ids ``0 .. recorded - 1`` in the order :meth:`complete`
-        recorded them. A completion of a request being aborted is not recorded (it is surplus)."""
+        """Completions recorded so far: they take rollout ids ``C .. C + recorded - 1`` in the order :meth:`complete`
+        recorded them, after the ``C`` rollouts carried in (``carry_over``; 0 otherwise). A completion of a request
+        being aborted is not recorded (it is surplus)."""
         return int(self.ledger.generated)
 
     def start(self) -> StreamActions:
@@ -214,8 +236,28 @@ class StreamingCollector:
             raise RuntimeError("StreamingCollector.start() was already called")
         self._started = True
         actions = StreamActions()
-        self._refill(actions)
+        if self._carry_in is not None:
+            self._seed(self._carry_in, actions)
+            self._carry_in = None
+        if not self.done:
+            self._refill(actions)
         return actions
+
+    def _seed(self, carry: dict, actions: StreamActions) -> None:
+        """Start from the carried prompts: committed ones count towards B, undecided ones are decided again (the
+        rule may have changed between steps, e.g. a refitted boundary) and their continuations queued first."""
+        led = self.ledger
+        first = led.size
+        led.seed(carry)
+        slots = range(first, led.size)
+        for slot in slots:
+            self._out[slot] = 0
+        if self.committed >= self.B:
+            self.done, self.stop_reason = True, "filled"
+            return
+        for slot in slots:
+            if led.status[slot] == Fate.ACTIVE and not self.done:
+                self._decide_sara(slot, bool(is_mixed(led.s[slot], led.nsc[slot])), actions)
 
     def complete(self, rid: int, success: float, tokens: int) -> StreamActions:
         """A request finished: record it, decide its prompt at once, and say what to submit and abort.
@@ -471,7 +513,8 @@ class StreamingCollector:
         if self._finished:
             raise RuntimeError("finish() was already called")
         self._finished = True
-        result, _ = self.ledger.finish(self.B, self.stop_reason, self.expected_lost)
+        result, self.carry = self.ledger.finish(self.B, self.stop_reason, self.expected_lost,
+                                                carry_over=self.config.carry_over)
         st = result.stats
         st.rollouts_generated += self.aborted_rollouts
         st.rollouts_surplus += self.aborted_rollouts

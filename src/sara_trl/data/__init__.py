@@ -2,8 +2,10 @@
 
 * Loaders (:mod:`.loaders`) return TRL-ready conversational :class:`datasets.Dataset` objects (column ``prompt`` is a
   list of chat messages) with the columns the rewards in :mod:`sara_trl.rewards` read (``answer``,
-  ``answer_alternatives``, ``target``, ``nums``). They read a local JSONL/Parquet file (``path=``), the shared
-  offline copies (``data_dir=``, see :func:`find_shared_data_dir`) or the Hugging Face Hub.
+  ``answer_alternatives``, ``target``, ``nums``). They read a local JSONL/Parquet file (``path=``), a folder of
+  your own holding the files under their standard names (``data_dir=``, see :data:`LOCAL_FILES`) or the Hugging
+  Face Hub; nothing else. Offline (or with the Hub unreachable) and given neither, they raise
+  :class:`DataUnavailableError` at once (:mod:`.hub`).
 * Templates (:mod:`.templates`): the paper's math (``\\boxed{}``) and Countdown (``<answer>``) instructions.
 * Generators (:mod:`.generators`): seeded, solvable Countdown tasks and tiny arithmetic prompts, no download needed.
 """
@@ -23,7 +25,8 @@ from .loaders import (
     load_minerva,
     load_olympiadbench,
 )
-from .paths import LOCAL_FILES, SHARED_DATA_ENV, find_shared_data_dir, shared_data_file
+from .hub import DataUnavailableError, hub_unreachable, offline_env_vars
+from .paths import LOCAL_FILES, local_data_file
 from .templates import ARITHMETIC_INSTRUCTION, COUNTDOWN_TEMPLATE, MATH_TEMPLATE, chat_prompt, fill_template
 
 __all__ = [
@@ -47,8 +50,9 @@ __all__ = [
     "ARITHMETIC_INSTRUCTION",
     "chat_prompt",
     "fill_template",
-    "find_shared_data_dir",
-    "shared_data_file",
     "LOCAL_FILES",
-    "SHARED_DATA_ENV",
+    "local_data_file",
+    "DataUnavailableError",
+    "hub_unreachable",
+    "offline_env_vars",
 ]

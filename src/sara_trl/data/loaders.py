@@ -3,9 +3,13 @@ r"""Loaders for the paper's datasets, returning TRL-ready conversational :class:
 Every loader reads, in this order of preference,
 
 1. ``path=``: a local JSONL (``.jsonl``/``.json``) or Parquet (``.parquet``) file;
-2. ``data_dir=``: a directory holding the shared offline files under their standard names
-   (:data:`sara_trl.data.paths.LOCAL_FILES`, e.g. ``find_shared_data_dir()``);
+2. ``data_dir=``: a directory of your own holding the files under their standard names
+   (:data:`sara_trl.data.paths.LOCAL_FILES`, e.g. ``math500.jsonl``);
 3. otherwise the Hugging Face Hub (``datasets.load_dataset(<repo id>, <config>, split=...)``, see :data:`HUB_SOURCES`).
+
+Nothing else is searched. When none of them can serve the data (offline, or the Hub unreachable, and no
+``path=``/``data_dir=``) the loaders raise :class:`~sara_trl.data.hub.DataUnavailableError` at once, with a one-line
+message (see :mod:`sara_trl.data.hub`).
 
 Rows from any of these are mapped to one schema, so the upstream column names (``question``/``problem``,
 GSM8K's ``#### 72`` answers, OlympiadBench's ``final_answer`` lists, MATH's ``"Level 3"`` strings, answers that only
@@ -28,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +41,8 @@ import datasets
 
 from sara_trl.rewards.extract import last_boxed
 
-from .paths import LOCAL_FILES, find_shared_data_dir
+from .hub import DataUnavailableError, hub_unreachable, offline_env_vars
+from .paths import LOCAL_FILES
 from .templates import COUNTDOWN_TEMPLATE, MATH_TEMPLATE, chat_prompt, fill_template
 
 logger = logging.getLogger(__name__)
@@ -112,6 +116,9 @@ _LOCAL_KEYS = {
     ("countdown", "test"): "countdown_test",
 }
 
+# (dataset, split) -> the name of load_dataset_by_name for it, where that is not "<dataset> (<split>)" (messages)
+_DISPLAY_NAMES = {("math", "math500"): "math500", ("math", "train_12k"): "math_train_12k"}
+
 #: The seven MATH subjects (column ``type``).
 MATH_SUBJECTS = (
     "Algebra",
@@ -139,6 +146,13 @@ def _load_file(path: str | os.PathLike) -> datasets.Dataset:
     return datasets.load_dataset(builder, data_files=str(p), split="train")
 
 
+def _is_unavailable(err: BaseException) -> bool:
+    """A download failure (network, missing repository or file, offline mode), not a bug to let through."""
+    if isinstance(err, OSError):  # ConnectionError, TimeoutError, FileNotFoundError (DatasetNotFoundError), ...
+        return True
+    return type(err).__module__.split(".")[0] in {"httpx", "httpcore", "requests", "urllib3", "huggingface_hub"}
+
+
 def _load_raw(
     dataset: str, split: str, path: str | os.PathLike | None, data_dir: str | os.PathLike | None
 ) -> datasets.Dataset:
@@ -155,21 +169,29 @@ def _load_raw(
             raise FileNotFoundError(f"data_dir={str(data_dir)!r} is not a directory (it should hold the offline files, "
                                     f"e.g. {LOCAL_FILES[key]})")
         return _load_file(Path(data_dir) / LOCAL_FILES[key])
-    src = HUB_SOURCES[(dataset, split)]
+    src = HUB_SOURCES.get((dataset, split))
+    key = _LOCAL_KEYS.get((dataset, split))
+    local_file = LOCAL_FILES[key] if key is not None else None
+    if src is None:  # pragma: no cover - every split with a local file also has a Hub source
+        raise ValueError(f"{dataset} split {split!r} has no Hub source; pass path= or data_dir=")
+    offline = offline_env_vars()
+    if not offline:  # fail in a fraction of a second, not after datasets' ~25 s of retries
+        unreachable = hub_unreachable()
+        if unreachable is not None:
+            raise DataUnavailableError(dataset, split, src.repo_id, f"{unreachable} to download {src.repo_id}",
+                                       local_file, _DISPLAY_NAMES.get((dataset, split)))
     try:
         ds = datasets.load_dataset(src.repo_id, src.config, split=src.split)
-    except Exception as err:  # offline or unreachable Hub: use the shared offline copy of the same data if present
-        key = _LOCAL_KEYS.get((dataset, split))
-        local = find_shared_data_dir(required=False)
-        if key is None or local is None or not (Path(local) / LOCAL_FILES[key]).is_file():
-            raise ConnectionError(
-                f"could not load {dataset} ({split}) from the Hub ({src.repo_id}): {type(err).__name__}: {err}. "
-                "Offline, pass path= (a local JSONL/Parquet file) or data_dir= (a directory of the shared files)."
-            ) from err
-        warnings.warn(f"Hub load of {src.repo_id} failed ({type(err).__name__}); loading the offline copy "
-                      f"{Path(local) / LOCAL_FILES[key]} instead (pass data_dir= to choose it explicitly)",
-                      stacklevel=3)
-        return _load_file(Path(local) / LOCAL_FILES[key])
+    except Exception as err:
+        if not _is_unavailable(err):
+            raise
+        if offline:
+            reason = (f"offline mode is on ({', '.join(offline)}) and {src.repo_id} is not in the Hugging Face "
+                      "cache")
+        else:
+            reason = f"could not load {src.repo_id} from the Hub ({type(err).__name__}: {err})"
+        raise DataUnavailableError(dataset, split, src.repo_id, reason, local_file,
+                                   _DISPLAY_NAMES.get((dataset, split))) from err
     if src.rows is not None:
         start, stop = src.rows
         ds = ds.select(range(start, min(stop, len(ds))))
@@ -343,7 +365,7 @@ def load_math(
     path : str or os.PathLike, optional
         Local JSONL (``.jsonl``/``.json``, optionally ``.gz``) or Parquet file; read first when given.
     data_dir : str or os.PathLike, optional
-        Directory with the shared offline files under their standard names (:data:`~sara_trl.data.paths.LOCAL_FILES`).
+        Directory with the data files under their standard names (:data:`~sara_trl.data.paths.LOCAL_FILES`).
     template : str, optional
         User-message template with a ``{problem}`` placeholder (default :data:`~sara_trl.data.templates.MATH_TEMPLATE`).
     system_prompt : str, optional
@@ -360,8 +382,9 @@ def load_math(
         Unknown split, level outside 1-5, unknown subject or unsupported file type.
     FileNotFoundError
         Missing local file or ``data_dir``.
-    ConnectionError
-        The Hub cannot be reached and no shared offline copy exists.
+    DataUnavailableError
+        No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
+        the Hugging Face cache); a :class:`ConnectionError`.
     """
     ds = _load_raw("math", split, path, data_dir)
     src = {"train": "math/train", "train_12k": "math/train_12k", "math500": "math500", "test": "math/test"}[split]
@@ -410,8 +433,9 @@ def load_gsm8k(
         Unknown split, no offline file for the split (with ``data_dir``) or unsupported file type.
     FileNotFoundError
         Missing local file or ``data_dir``.
-    ConnectionError
-        The Hub cannot be reached and no shared offline copy exists.
+    DataUnavailableError
+        No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
+        the Hugging Face cache); a :class:`ConnectionError`.
     """
     ds = _load_raw("gsm8k", split, path, data_dir)
     return _finish_math(ds, template, system_prompt, f"gsm8k/{split}")
@@ -441,8 +465,9 @@ def load_aime24(
         Unsupported file type.
     FileNotFoundError
         Missing local file or ``data_dir``.
-    ConnectionError
-        The Hub cannot be reached and no shared offline copy exists.
+    DataUnavailableError
+        No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
+        the Hugging Face cache); a :class:`ConnectionError`.
     """
     ds = _load_raw("aime24", "test", path, data_dir)
     return _finish_math(ds, template, system_prompt, "aime24")
@@ -472,8 +497,9 @@ def load_amc23(
         Unsupported file type.
     FileNotFoundError
         Missing local file or ``data_dir``.
-    ConnectionError
-        The Hub cannot be reached and no shared offline copy exists.
+    DataUnavailableError
+        No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
+        the Hugging Face cache); a :class:`ConnectionError`.
     """
     ds = _load_raw("amc23", "test", path, data_dir)
     return _finish_math(ds, template, system_prompt, "amc23")
@@ -510,8 +536,9 @@ def load_minerva(
         Unsupported file type.
     FileNotFoundError
         Missing local file or ``data_dir``.
-    ConnectionError
-        The Hub cannot be reached and no shared offline copy exists.
+    DataUnavailableError
+        No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
+        the Hugging Face cache); a :class:`ConnectionError`.
     """
     ds = _load_raw("minerva", "test", path, data_dir)
     extra = ("answer_alternatives",) if alternatives else ()
@@ -544,8 +571,9 @@ def load_olympiadbench(
         Unsupported file type.
     FileNotFoundError
         Missing local file or ``data_dir``.
-    ConnectionError
-        The Hub cannot be reached and no shared offline copy exists.
+    DataUnavailableError
+        No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
+        the Hugging Face cache); a :class:`ConnectionError`.
     """
     ds = _load_raw("olympiadbench", "test", path, data_dir)
     return _finish_math(ds, template, system_prompt, "olympiadbench", ("is_multiple_answer", "unit"))
@@ -599,8 +627,9 @@ def load_countdown(
         Unknown split, ``num_tasks < 1`` or unsupported file type.
     FileNotFoundError
         Missing local file or ``data_dir``.
-    ConnectionError
-        The Hub cannot be reached and no shared offline copy exists.
+    DataUnavailableError
+        No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
+        the Hugging Face cache); a :class:`ConnectionError`.
     """
     ds = _load_raw("countdown", split, path, data_dir)
     if num_tasks is not None:

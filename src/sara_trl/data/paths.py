@@ -1,21 +1,12 @@
-"""Where the shared offline data files live.
+"""Standard file names of a local data folder (the ``data_dir=`` of the loaders, ``--data_dir`` of the scripts).
 
-The project's offline copies of the benchmark files (``math500.jsonl``, ``countdown_tinyzero_test.jsonl``, ...; the
-standard names are :data:`LOCAL_FILES`, the upstream source of each is :data:`sara_trl.data.loaders.HUB_SOURCES`) sit
-in a directory ``shared/data`` next to the repository checkout::
-
-    <somewhere>/
-        <repo>/            # this repository (src/sara_trl/...)
-        shared/data/       # the data files
-
-:func:`find_shared_data_dir` looks, in order, at
-
-1. the environment variable ``SARA_SHARED_DATA`` (a directory; used as given, it must exist);
-2. ``<repo root>/../shared/data`` where ``<repo root>`` is found from this file's location
-   (``src/sara_trl/data/paths.py`` -> three levels up), which works for an editable/development install;
-3. ``./shared/data`` and ``../shared/data`` relative to the current working directory.
-
-No absolute machine-specific path is ever assumed.
+The loaders read the Hugging Face Hub unless told otherwise. To work offline, or on a copy of your own, put JSON
+Lines (or Parquet, via ``path=``) files in a folder of your choice and pass it as ``data_dir=``; inside it each
+dataset split is looked up under its standard name in :data:`LOCAL_FILES` (``math500.jsonl``,
+``countdown_tinyzero_test.jsonl``, ...). Rows may use our column names (``problem``, ``answer``, ``target``,
+``nums``) or the upstream ones of :data:`sara_trl.data.loaders.HUB_SOURCES` (``question``, GSM8K's ``#### 72``
+answers, ...): the loaders map both. Nothing is looked up anywhere else: no environment variable, no folder next to
+the checkout or the working directory.
 """
 
 from __future__ import annotations
@@ -23,12 +14,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["SHARED_DATA_ENV", "find_shared_data_dir", "shared_data_file", "LOCAL_FILES"]
+__all__ = ["LOCAL_FILES", "local_data_file"]
 
-SHARED_DATA_ENV = "SARA_SHARED_DATA"
-
-#: standard file names of the shared offline copies, by dataset key (the loaders in :mod:`sara_trl.data.loaders`
-#: read them; their Hub sources are :data:`sara_trl.data.loaders.HUB_SOURCES`)
+#: standard file names inside a ``data_dir``, by dataset key (the loaders in :mod:`sara_trl.data.loaders` read them;
+#: their Hub sources are :data:`sara_trl.data.loaders.HUB_SOURCES`)
 LOCAL_FILES = {
     "math_train": "math_train.jsonl",
     "math_train_12k": "math_train_12k.jsonl",
@@ -43,53 +32,15 @@ LOCAL_FILES = {
 }
 
 
-def _candidates() -> list[Path]:
-    here = Path(__file__).resolve()
-    repo_root = here.parents[3]  # src/sara_trl/data/paths.py -> <repo>
-    cwd = Path.cwd()
-    return [repo_root.parent / "shared" / "data", cwd / "shared" / "data", cwd.parent / "shared" / "data"]
-
-
-def find_shared_data_dir(required: bool = True) -> Path | None:
-    """Locate the shared data directory.
+def local_data_file(data_dir: str | os.PathLike, key_or_name: str) -> Path:
+    """Path of one file in a data folder, by dataset key (``"math500"``, see :data:`LOCAL_FILES`) or file name.
 
     Parameters
     ----------
-    required : bool, default True
-        Raise if it cannot be found (else return None).
-
-    Returns
-    -------
-    pathlib.Path or None
-        The directory as an absolute path, or None (only when ``required=False``).
-
-    Raises
-    ------
-    FileNotFoundError
-        ``$SARA_SHARED_DATA`` names a missing directory, or (``required=True``) no candidate directory exists.
-    """
-    env = os.environ.get(SHARED_DATA_ENV)
-    if env:
-        p = Path(env).expanduser().resolve()
-        if not p.is_dir():
-            raise FileNotFoundError(f"${SHARED_DATA_ENV}={env!r} is not a directory")
-        return p
-    for c in _candidates():
-        if c.is_dir():
-            return c.resolve()
-    if required:
-        tried = ", ".join(str(c) for c in _candidates())
-        raise FileNotFoundError(f"shared data directory not found (set ${SHARED_DATA_ENV}); tried {tried}")
-    return None
-
-
-def shared_data_file(key_or_name: str) -> Path:
-    """Path of one shared data file, by dataset key (``"math500"``, see :data:`LOCAL_FILES`) or file name.
-
-    Parameters
-    ----------
+    data_dir : str or os.PathLike
+        The folder (given by the user; nothing is searched for).
     key_or_name : str
-        A key of :data:`LOCAL_FILES` or a file name inside the shared data directory.
+        A key of :data:`LOCAL_FILES` or a file name inside ``data_dir``.
 
     Returns
     -------
@@ -99,10 +50,13 @@ def shared_data_file(key_or_name: str) -> Path:
     Raises
     ------
     FileNotFoundError
-        The directory or the file does not exist.
+        ``data_dir`` is not a directory, or the file is not in it.
     """
+    folder = Path(data_dir).expanduser()
     name = LOCAL_FILES.get(key_or_name, key_or_name)
-    p = find_shared_data_dir(required=True) / name
+    if not folder.is_dir():
+        raise FileNotFoundError(f"data_dir={str(data_dir)!r} is not a directory (it should hold e.g. {name})")
+    p = (folder / name).resolve()
     if not p.is_file():
         raise FileNotFoundError(f"{p} does not exist")
     return p

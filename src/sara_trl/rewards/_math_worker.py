@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import sys
 
+import mpmath
 from latex2sympy2_extended.latex2sympy2 import NormalizationConfig
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from sympy import Basic, MatrixBase
@@ -101,35 +103,57 @@ def check_answer(pred: str, golds: tuple[str, ...]) -> str:
 
 _SMALL = 1.0  # below this magnitude math-verify's 6-decimal rounding hides relative differences
 _REL_TOL = 1e-4
+# magnitudes outside float64's normal range: math-verify's numeric check (evalf(chop=True)) rounds a difference of
+# two such numbers to 0, so 1/2004! "equals" 1/2006! and 10^{-400} "equals" 2*10^{-400}
+_FLOAT_MAX = mpmath.mpf(sys.float_info.max)
+_FLOAT_TINY = mpmath.mpf(sys.float_info.min)
+_PREC = 110  # bits of the values compared (about 33 decimal digits)
 
 
-def _number(parsed: tuple) -> complex | None:
-    """Value of the first symbolic element if it is a finite constant expression, else None."""
+def _number(parsed: tuple) -> mpmath.mpc | None:
+    """Value of the first symbolic element if it is a finite constant expression, else None.
+
+    The value is an :class:`mpmath.mpc` (30 significant digits, unbounded exponent), never a Python float, so
+    ``1/2006!`` (about ``10^{-5752}``) and ``2006!`` keep their magnitudes instead of underflowing to 0 or
+    overflowing to infinity.
+    """
     for x in parsed:
         if _is_symbolic(x):
             try:
                 if getattr(x, "is_number", False) and not getattr(x, "free_symbols", True):
-                    v = complex(x.evalf(30))
-                    if v == v and abs(v) != float("inf"):
-                        return v
+                    re_, im_ = x.evalf(30).as_real_imag()
+                    if re_.is_Number and im_.is_Number and re_.is_finite and im_.is_finite:
+                        return mpmath.mpc(re_._to_mpmath(_PREC), im_._to_mpmath(_PREC))
             except (TypeError, ValueError, ArithmeticError, AttributeError):
                 return None
             return None
     return None
 
 
-def _small_number_mismatch(gold: tuple, pred: tuple) -> bool:
-    """True when math-verify matched two *small* numbers that differ by more than 1e-4 relatively.
+def _needs_relative_check(g: mpmath.mpc, p: mpmath.mpc) -> bool:
+    """Whether math-verify's absolute 6-decimal agreement is not enough for these two values (see below)."""
+    big = max(abs(g), abs(p))
+    if big < _SMALL or big > _FLOAT_MAX:
+        return True
+    return any(0 < abs(v) < _FLOAT_TINY for v in (g, p))
 
-    math-verify compares numbers after rounding to 6 decimals, so ``1.325e-27`` equals ``1.325e-28`` and
-    ``1/2^98`` equals ``1/2^99``. For constants below 1 in magnitude this check requires relative agreement; the
-    percent readings math-verify allows (``25\\%`` vs ``0.25``) are kept.
+
+def _small_number_mismatch(gold: tuple, pred: tuple) -> bool:
+    """True when math-verify matched two numbers that differ by more than 1e-4 relatively, where its check is blind.
+
+    math-verify compares numbers after rounding to 6 decimals, and its exact check evaluates the difference with
+    ``chop=True``; so ``1.325e-27`` equals ``1.325e-28``, ``1/2^98`` equals ``1/2^99``, ``1/2004!`` equals
+    ``1/2006!`` and ``10^{-400}`` equals ``2 \\cdot 10^{-400}``. For constants below 1 in magnitude, and for any
+    value outside float64's range (beyond about ``1.8e308``, or nonzero below about ``2.2e-308``), this check
+    requires relative agreement, computed in arbitrary-exponent arithmetic (:mod:`mpmath`), so two different numbers
+    never compare equal because both underflow or overflow; the percent readings math-verify allows (``25\\%`` vs
+    ``0.25``) are kept.
     """
     g, p = _number(gold), _number(pred)
-    if g is None or p is None or max(abs(g), abs(p)) >= _SMALL:
+    if g is None or p is None or not _needs_relative_check(g, p):
         return False
     for q in (p, p * 100, p / 100):
-        if abs(g - q) <= _REL_TOL * max(abs(g), abs(q)) or g == q:
+        if g == q or abs(g - q) <= _REL_TOL * max(abs(g), abs(q)):
             return False
     return True
 

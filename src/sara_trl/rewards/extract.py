@@ -26,7 +26,12 @@ math-verify does not handle itself, symmetrically for gold and prediction:
   ``\frac\pi 2`` -> ``\frac{\pi}{2}``; ``\mbox``/``\textbf`` -> ``\text``; ``\left``/``\right`` sizing and
   ``\phantom{...}`` removed;
 * degree marks (``^\circ``, ``\text{ degrees}``); ``e``-notation numbers (``4.5e33`` -> ``4.5\times10^{33}``);
-* choice letters (``\text{(C)}``, ``(C)``, ``\textbf{(C)}`` -> ``C``);
+* choice letters (``\text{(C)}``, ``(C)``, ``\textbf{(C)}`` -> ``C``); a choice label followed by option text
+  (``(C) Plane``) is read by :func:`choice_letter`, which the math verifier applies when the gold is a letter;
+* repeating decimals -> their exact fraction (``0.\overline{36}`` -> ``\frac{4}{11}``, ``0.1\overline{6}``,
+  ``0.\dot{3}``, ``0.(3)``; :func:`rewrite_repeating_decimals`), and plain-text mixed numbers -> one fraction
+  (``11 5/6`` -> ``\frac{71}{6}``; :func:`rewrite_mixed_numbers`): latex2sympy cannot read the first and misreads
+  the second as ``(11+5)/6``;
 * spaces around operators (math-verify's unit stripping would cut a trailing `` c`` from ``a + b + c``);
 * ``\sin^2 t`` -> ``\sin^{2}(t)``; ``np.arcsin`` -> ``\arcsin`` (Minerva);
 * subscripts latex2sympy cannot read: ``m_{\max}`` -> ``m_{max}``, ``L_{\odot}`` -> ``L_{sun}``, ``E_{1}`` ->
@@ -52,6 +57,7 @@ answer (``\text{Evelyn}``, ``\text{odd}``) is graded by exact text.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from .relations import relation_to_interval
 from .unicode_math import unicode_to_latex
@@ -65,6 +71,10 @@ __all__ = [
     "extract_math_answers",
     "normalize_math_answer",
     "is_prose_answer",
+    "choice_letter",
+    "rewrite_repeating_decimals",
+    "rewrite_mixed_numbers",
+    "repeating_decimal_value",
 ]
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)(?![A-Za-z])")
@@ -273,6 +283,184 @@ _BARE_FRAC = re.compile(r"\\frac(?![A-Za-z])\s*(?!\{)(\\[A-Za-z]+|[A-Za-z0-9])\s
 _SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\text\{\s*degrees?\s*\}|\\degree")
 
+# repeating decimals: 0.\overline{36}, .\overline{3}, 0.1\overline{6}, 0.\bar{3}, 0.\dot{3}, 0.\dot{1}4\dot{2};
+# the digits before the point must not follow a word character, a point or "<digit>," (a thousands group), and a
+# base subscript after the bar (133.\overline{133}_n, a number in base n) leaves the number alone
+_REP_MARK = (
+    r"\\(?:overline|bar)\s*(?:\{\s*\d[\d\s]*\}|\d)"
+    r"|\\dot\s*(?:\{\s*\d\s*\}|\d)(?:\d*\\dot\s*(?:\{\s*\d\s*\}|\d))?"
+)
+_REPEATING = re.compile(
+    r"(?<![\w.\\])(?<!\d,)(\d*) ?\. ?(\d*) ?(" + _REP_MARK + r")(?! *_)(?: *(?:\\[lc]?dots|\.\.\.))?"
+)
+# plain text 0.(3), 1.(142857): the whole answer, the block right after the point ("51.2(7)" is a product)
+_REPEATING_PAREN = re.compile(r"^([-+]?)(\d*)\.\((\d+)\)$")
+# a plain-text mixed number "11 5/6": a whole number at the start or after an opening bracket, a separator or an
+# operator; one or more spaces; a fraction of integers; nothing after it that would bind to the fraction
+_MIXED_NUMBER = re.compile(
+    r"(^|[(\[,;=+\-<>])( *)(\d+)(?: |\\ |~)+(\d+) */ *(\d+)"
+    r"(?![\w.(^_/!]|\\(?!text|mbox|mathrm|%|[,;! ]|q?quad)| *[\^!/])"
+)
+
+
+def _fraction_latex(value: Fraction) -> str:
+    if value.denominator == 1:
+        return str(value.numerator)
+    return "\\frac{" + str(value.numerator) + "}{" + str(value.denominator) + "}"
+
+
+def repeating_decimal_value(whole: str, fixed: str, repeating: str) -> Fraction:
+    """Exact value of the repeating decimal ``whole.fixed(repeating)(repeating)...``.
+
+    Parameters
+    ----------
+    whole, fixed, repeating : str
+        Digit strings: the integer part (may be empty), the non-repeating digits after the point (may be empty) and
+        the repeating block (non-empty). ``("0", "1", "6")`` is ``0.1666... = 1/6``.
+
+    Returns
+    -------
+    Fraction
+        The exact rational value.
+    """
+    base = Fraction(int(whole or "0"))
+    scale = 10 ** len(fixed) * (10 ** len(repeating) - 1)
+    return base + Fraction(int(fixed + repeating) - int(fixed or "0"), scale)
+
+
+def _repeating(m: re.Match) -> str:
+    digits = "".join(re.findall(r"\d", re.sub(r"\\[A-Za-z]+", "", m.group(3))))
+    return _fraction_latex(repeating_decimal_value(m.group(1), m.group(2), digits))
+
+
+def rewrite_repeating_decimals(s: str) -> str:
+    r"""Replace every repeating decimal in ``s`` by its exact value as a fraction.
+
+    latex2sympy cannot read a repeating decimal: ``0.\overline{36}`` does not parse at all (a gold answer written so
+    could never be scored) and ``0.1\overline{6}`` parses as the product ``0.1 \cdot \bar{6}``, so a correct
+    ``\frac{1}{6}`` is graded wrong. The exact rational value is what the notation means, so it is substituted on
+    both sides before parsing.
+
+    Read forms: a decimal point (with or without digits before and after it) followed by ``\overline{...}``,
+    ``\bar{...}`` (braces optional for one digit) or ``\dot{d}`` / ``\dot{d}...\dot{d}`` (the dots mark the first and
+    last repeating digit), optionally followed by ``\ldots``; a sign in front stays as it is. A whole answer in plain
+    text with the repeating block in parentheses right after the point (``0.(3)``, ``-1.(142857)``) is read the same
+    way; ``0.1(6)`` and any such form inside a longer answer are not, since a product such as ``51.2(7)`` looks the
+    same. A bar without a decimal point (``\overline{2008}``, digit notation or a
+    conjugate) and a bar followed by a base subscript (``133.\overline{133}_n``) are left alone.
+
+    Parameters
+    ----------
+    s : str
+        An answer string (LaTeX, without ``\boxed``).
+
+    Returns
+    -------
+    str
+        ``s`` with each repeating decimal replaced, e.g. ``"0.\overline{36}"`` -> ``"\frac{4}{11}"``,
+        ``"-1.\overline{142857}"`` -> ``"-\frac{8}{7}"``, ``"0.\overline{9}"`` -> ``"1"``.
+    """
+    if "." in s and "\\" in s:
+        s = _REPEATING.sub(_repeating, s)
+    m = _REPEATING_PAREN.match(s.strip())
+    if m:
+        sign, whole, rep = m.groups()
+        s = ("-" if sign == "-" else "") + _fraction_latex(repeating_decimal_value(whole, "", rep))
+    return s
+
+
+def _mixed_number(m: re.Match) -> str:
+    whole, num, den = int(m.group(3)), int(m.group(4)), int(m.group(5))
+    if not 0 < num < den:
+        return m.group(0)
+    return m.group(1) + m.group(2) + _fraction_latex(whole + Fraction(num, den))
+
+
+def rewrite_mixed_numbers(s: str) -> str:
+    r"""Replace every plain-text mixed number (``11 5/6``) in ``s`` by one fraction (``\frac{71}{6}``).
+
+    math-verify reads ``11 5/6`` as ``(11+5)/6 = 8/3``, not the ``71/6`` a person means, so a correct
+    ``\frac{71}{6}`` is graded wrong and a wrong ``\frac{8}{3}`` is graded right. A mixed number is: a whole number
+    (at the start of the answer, or after an opening bracket, a comma, a semicolon, ``=``, ``<``, ``>``, ``+`` or
+    ``-``; not after a colon, as in the time ``16:00 2/3``), one or more spaces (also ``\ `` or ``~``; not the thin
+    space ``\,``, which also separates digit groups: ``12\,345/678``), then a *proper* fraction of integers
+    (``0 < numerator < denominator``) that is not followed by something that binds to it (a letter or digit, ``.``,
+    ``(``, ``^``, ``_``, ``/``, ``!``, or a LaTeX command other than ``\text``/``\mbox``/``\mathrm``, ``\%`` and
+    spacing). A sign in front stays as it is (``-2 1/2`` is ``-\frac{5}{2}``). Not rewritten: ``2 \cdot 3/4`` (an
+    operator between), ``x 1/2`` (no whole number), ``1, 2/3`` (a list), ``3 7/5`` (improper). LaTeX mixed numbers
+    (``2\frac{2}{3}``) are read correctly by latex2sympy and are not touched.
+
+    Parameters
+    ----------
+    s : str
+        An answer string (LaTeX, without ``\boxed``).
+
+    Returns
+    -------
+    str
+        ``s`` with each mixed number replaced, e.g. ``"11 5/6"`` -> ``"\frac{71}{6}"``, ``"(1 1/2, 3)"`` ->
+        ``"(\frac{3}{2}, 3)"``.
+    """
+    if "/" not in s:
+        return s
+    return _MIXED_NUMBER.sub(_mixed_number, s)
+
+
+# a leading choice label: "(E) text", "\text{(E) text}", "\textbf{(E)}\ text", "E: text", "E) text", "E. text",
+# "E - text"; the separator is required when the letter is not in parentheses
+_CHOICE_WRAP = r"(?:\*\*)?(?:\\(?:text|textbf|mathbf|mathrm|textrm|mbox)\s*\{\s*)?(?:\*\*)?"
+_CHOICE_ONLY = re.compile(r"^" + _CHOICE_WRAP + r"\(?\s*" + _CHOICE_WRAP + r"([A-Z])\s*\}?\s*\)?\s*\}?(?:\*\*)?$")
+_CHOICE_LEAD = re.compile(
+    r"^"
+    + _CHOICE_WRAP
+    + r"(?:\(\s*([A-Z])\s*\)\s*\}?(?:\*\*)?\s*(?:[:.]|(?=[\s\\~]|$))"
+    + r"|([A-Z])\s*\}?(?:\*\*)?(?::|\)|\.(?=\s|$)|\s+[-\u2013\u2014](?=\s)))"
+    + r"(.*)$",
+    re.DOTALL,
+)
+# another choice label in the option text means several choices were given (a hedge): "(A) or (B)", "A: 1, B: 2"
+_OTHER_LABEL = re.compile(
+    r"(?<![A-Za-z\\])\(\s*[A-Z]\s*\)|(?:^|[\s,;])[A-Z](?::|\))|(?:\bor|\band|,)\s*\(?[A-Z]\)?\s*\}?\s*$"
+)
+
+
+def choice_letter(s: str, option_text: bool = False) -> str | None:
+    r"""The multiple-choice letter an answer names, or None.
+
+    With ``option_text=False`` only a bare label counts: ``E``, ``(E)``, ``\text{E}``, ``\text{(E)}``,
+    ``\textbf{(E)}`` (one capital letter). With ``option_text=True`` a label followed by the option's text counts
+    too, as models often repeat the option: ``(E) A polygenic risk score``, ``\text{(C) Plane}``,
+    ``\textbf{(B)}\ 3(1+r/10)^x=7``, ``E: text``, ``E) text``, ``E. text``, ``E - text``. A letter that is not in
+    parentheses needs one of those separators (``E-1`` and ``C \cdot 2`` are not labels), and an option text that
+    names another choice (``(A) or (B)``, ``A: 1, B: 2``) is a hedge, not one letter. The option text itself is
+    not checked: the gold answer of a multiple-choice problem is the letter alone.
+
+    Parameters
+    ----------
+    s : str
+        An answer string (raw or normalized).
+    option_text : bool, default False
+        Whether a label followed by option text is accepted.
+
+    Returns
+    -------
+    str or None
+        The capital letter, or None when ``s`` is not a choice label.
+    """
+    s = s.strip()
+    if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+        s = s.strip("$").strip()
+    m = _CHOICE_ONLY.match(s)
+    if m:
+        return m.group(1)
+    if not option_text:
+        return None
+    m = _CHOICE_LEAD.match(s)
+    if not m or _OTHER_LABEL.search(m.group(3)):
+        return None
+    return m.group(1) or m.group(2)
+
+
 # upright constants and operators: \mathrm{e}, \operatorname{sin}, {\rm e}, \text{lcm}
 _LATEX_FUNCS = frozenset(
     "sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh coth log ln lg exp max min gcd det deg dim lim sup "
@@ -376,6 +564,9 @@ def normalize_math_answer(s: str) -> str:
     while s.endswith((".", ",", "\\.")):
         s = s[:-2] if s.endswith("\\.") else s[:-1]
         s = s.rstrip()
+    # repeating decimals and plain-text mixed numbers -> exact fractions (latex2sympy misreads both)
+    s = rewrite_repeating_decimals(s)
+    s = rewrite_mixed_numbers(s)
     # spaces around operators: math-verify's unit stripping removes a trailing " c" or " m" after a space
     # ("a + b + c" would become "a +"); no LaTeX command ends in an operator character, so this is safe
     s = _OP_SPACES.sub(lambda m: m.group(1), s)

@@ -27,6 +27,16 @@ Judgement rules:
   all-wrong prompt; alternatives that are prose are dropped, the others still count.
 * **Numeric golds** given as numbers (``21``, ``21.0``, numpy numbers) are written as their shortest decimal form;
   NaN and infinite values are dropped.
+* **Multiple-choice golds** (one capital letter: ``E``, ``\text{(E)}``): a prediction that is a choice label,
+  also one followed by the option's text (``E: A polygenic risk score``, ``\text{(C) Plane}``,
+  ``\textbf{(B)}\ 3(1+r/10)^x=7``), is its letter (:func:`~sara_trl.rewards.extract.choice_letter`), compared with
+  the gold letter without math-verify (reason ``"choice_letter"``); a label followed by another label
+  (``(A) or (B)``) is not one letter.
+* **Numbers too small or too large for float64** (``1/2004!``, ``10^{-400}``, ``2006!``): math-verify's numeric check
+  chops tiny differences to zero, so two different tiny numbers would match. When both numbers are below 1 in
+  magnitude, or either lies outside float64's range, a math-verify match must also agree to a relative 1e-4,
+  computed with unbounded exponents (:mod:`mpmath`), never through a Python float; percent readings
+  (``25\%`` = ``0.25``) stay accepted.
 * The gold answer is ``UNPARSEABLE_GOLD`` when neither it nor any of its alternatives parses to a symbolic object;
   a hard-limit hit is ``TIMEOUT`` (reward ``None``), counted in :func:`sara_trl.rewards.stats`.
 """
@@ -46,7 +56,7 @@ from fractions import Fraction
 from typing import Any
 
 from . import pool as _pool
-from .extract import extract_math_answers, is_prose_answer, normalize_math_answer
+from .extract import choice_letter, extract_math_answers, is_prose_answer, normalize_math_answer
 from .stats import count
 from .verdict import Status, Verdict, all_answers_verdict, check_columns, completion_text, count_verdicts
 
@@ -198,6 +208,31 @@ def _base_rule(pred: str, golds: tuple[str, ...]) -> Status | None:
     return Status.WRONG if len(base_golds) == len(golds) else None
 
 
+def _choice_rule(raw: str | None, pred: str, golds: tuple[str, ...]) -> Status | None:
+    r"""Multiple-choice golds (one capital letter, e.g. ``E`` or ``\text{(E)}``): the letter of the prediction decides.
+
+    Models often repeat the option's text after its letter (``\boxed{E: A polygenic risk score}``,
+    ``\text{(C) Plane}``); math-verify reads that as an expression and grades it wrong. When a gold answer is a
+    single choice letter and the prediction is a choice label, with or without option text
+    (:func:`~sara_trl.rewards.extract.choice_letter`), the prediction is that letter: ``CORRECT`` when it equals a
+    gold letter, ``WRONG`` when it does not and every gold is a letter. Returns None when no gold is a letter, the
+    prediction is not a label (e.g. the option text alone, a lower-case letter, a hedge ``(A) or (B)``), or a
+    non-letter gold remains to be compared by math-verify.
+    """
+    letters = [choice_letter(g) for g in golds]
+    gold_letters = {x for x in letters if x is not None}
+    if not gold_letters:
+        return None
+    letter = choice_letter(raw, option_text=True) if raw is not None else None
+    if letter is None:
+        letter = choice_letter(pred, option_text=True)
+    if letter is None:
+        return None
+    if letter in gold_letters:
+        return Status.CORRECT
+    return Status.WRONG if all(x is not None for x in letters) else None
+
+
 @dataclass
 class MathReward:
     r"""Math correctness reward (TRL reward-function signature) backed by math-verify with a hard time limit.
@@ -267,6 +302,9 @@ class MathReward:
             based = _base_rule(pred, golds)
             if based is not None:
                 return Verdict(based, raw, "base_notation")
+            choice = _choice_rule(raw, pred, golds)
+            if choice is not None:
+                return Verdict(choice, raw, "choice_letter")
         cached = _RESULTS.get((pred, golds))
         if cached is not None:
             count("math/cache_hit")

@@ -13,6 +13,9 @@ Rules (each a plain character rewrite, linear in the input length):
   becomes one improper fraction (``\frac{3}{2}``, ``\frac{11}{4}``); the fraction slash ``⁄`` is ``/``;
 * ``√``, ``∛``, ``∜`` take the group that follows: ``(...)`` or ``{...}``, else a decimal number, a LaTeX command
   or one letter (``√2x`` is ``\sqrt{2}x``);
+* digits carrying a combining overline or macron (``0.3\u0305``, as typed for a repeating decimal) are one
+  ``\overline{...}`` group (``0.\overline{3}``), which :func:`sara_trl.rewards.extract.normalize_math_answer` then reads
+  as a repeating decimal;
 * a run of superscript characters is one exponent (``x⁻¹²`` -> ``x^{-12}``), a run of subscript characters one
   subscript;
 * ``°C``, ``°F``, ``℃``, ``℉`` are temperature units and are dropped (as other units are); a lone ``°`` (or ``º``)
@@ -64,6 +67,7 @@ _SUB_RUN = re.compile("[" + "".join(_SUB) + "]+")
 _ROOTS = {"√": "\\sqrt", "∛": "\\sqrt[3]", "∜": "\\sqrt[4]"}
 _ROOT_ARG = re.compile(r"\s*(\d+(?:\.\d+)?|\\[A-Za-z]+|[A-Za-z])")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_COMBINING_BAR = re.compile("((?:\\d[\u0304\u0305])+)")  # digits each followed by U+0305 (overline) or U+0304
 
 
 def _frac(num: int, den: int) -> str:
@@ -151,6 +155,7 @@ def unicode_to_latex(s: str) -> str:
     if not _NON_ASCII.search(s):
         return s
     s = s.translate(_PLAIN_TABLE)
+    s = _COMBINING_BAR.sub(lambda m: "\\overline{" + m.group(1)[::2] + "}", s)
     s = _MIXED.sub(_mixed, s)
     s = _VULGAR_RE.sub(lambda m: _frac(*_VULGAR[m.group(0)]), s)
     s = _TEMPERATURE.sub("", s)

@@ -21,8 +21,8 @@ def hide_renamed_checkpointing_warnings() -> None:
 
     TRL calls ``is_gradient_checkpointing`` and ``gradient_checkpointing_enable``/``_disable`` (renamed
     ``*activation_checkpointing*`` in recent transformers releases, e.g. 5.24) around every generation and loss pass;
-    the user can neither act on the warning nor avoid it by a setting. Only those three messages are filtered; every other warning still shows.
-    Called once when :mod:`sara_trl.trainer` is imported.
+    the user can neither act on the warning nor avoid it by a setting. Only those three messages are filtered; every
+    other warning still shows. Called once when :mod:`sara_trl.trainer` is imported.
     """
     warnings.filterwarnings(
         "ignore",

@@ -10,17 +10,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import numbers
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
 from trl import GRPOConfig, RLOOConfig
 
 from sara_trl.allocation import AllocationConfig
-from sara_trl.allocation.config import ROUND_TO_DECISION, AllocationConfigError, check_group_size, options_doc
+from sara_trl.allocation.config import (
+    ROUND_TO_DECISION,
+    AllocationConfigError,
+    check_group_size,
+    inert_options,
+    options_doc,
+)
+from sara_trl.allocation.labels import DEFAULT_SUCCESS_THRESHOLD
 
-__all__ = ["STOPPING_RULES", "TRAINER_SPELLINGS", "SaraConfig", "SaraRLOOConfig"]
+__all__ = ["COLLECTION_CHOICES", "STOPPING_RULES", "TRAINER_SPELLINGS", "SaraConfig", "SaraRLOOConfig"]
 
 STOPPING_RULES = ("threshold", "bayes_optimal")
 """``stopping_rule`` values: the paper's fixed threshold on p_eff (``tau_low``), or the core's ``tau_low="auto"``."""
@@ -38,7 +47,15 @@ _FIELD_CHANGES = {
     "tau_low": (float, dataclasses.MISSING, "A float here: for 'auto' set stopping_rule='bayes_optimal'."),
     "round_increment": (int, dataclasses.MISSING, "An integer here: for 'to_decision' set continue_to_decision=True."),
     "selection_seed": (Optional[int], None, "None uses `seed`."),
+    "collection": (str, "auto", (
+        "'auto' (the default) resolves, in __post_init__, to the collection measured faster: 'streaming' for "
+        "allocator='sara' wherever streaming runs (use_vllm=True, vllm_mode='colocate', vllm_tensor_parallel_size=1, "
+        "none of history_decay and selection, carry_over only on one process), 'rounds' everywhere else, including "
+        "dynamic sampling, whose few large rounds streaming did not speed up (docs/collection-modes.md). Set "
+        "'rounds' for the paper's Algorithm 1 exactly.")),
 }
+COLLECTION_CHOICES = ("auto", "rounds", "streaming")
+"""``collection`` values of the trainer configs: the core's two schedules, or ``"auto"`` (the default)."""
 
 
 def _as_int(value):
@@ -78,6 +95,8 @@ def _derived_fields() -> list[tuple]:
         metadata = dict(f.metadata)
         if note:
             metadata["help"] = f"{metadata['help']} {note}"
+        if f.name == "collection":
+            metadata["choices"] = list(COLLECTION_CHOICES)
         out.append((f.name, tp, field(default=f.default if default is dataclasses.MISSING else default,
                                       metadata=metadata)))
     return out
@@ -91,11 +110,19 @@ _TRAINER_OWN_FIELDS = [
         "'threshold' (paper Eq. 3: abandon once p_eff < tau_low) or 'bayes_optimal' (the core's tau_low='auto', see "
         "tau_low; SARA only; tau_low then stays at its default, which is the burn-in rule)."),
         "choices": list(STOPPING_RULES)})),
-    ("success_threshold", float, field(default=0.5, metadata={"help": (
+    ("success_threshold", Optional[float], field(default=None, metadata={"help": (
         "A rollout is a success when its score is > success_threshold. The score is the weighted reward sum "
         "(reward_weights, as TRL combines rewards), or the raw value of the reward function named by "
         "success_reward_func. A rollout whose score is NaN (every reward function returned None) is unscorable: "
-        "it costs a rollout but does not move the posterior.")})),
+        "it costs a rollout but does not move the posterior. None (the default) means 0.5, checked: if the first "
+        "step's scores are not 0/1 success labels (a value outside [0, 1], or every rollout labelled the same way "
+        "while the scores differ), training stops with an error naming the fixes (a warning instead with "
+        "allocator='uniform' or ds_filter='score', which do not choose groups by the labels). A continuous reward "
+        "(a reward model's score, a length or format score) is binarized at this threshold (paper App. F): set it "
+        "explicitly to the score above which a rollout counts as a success (for a reward model, e.g. the median "
+        "score of the starting policy's completions); an explicit value is used as set, with a warning when the "
+        "scores are not 0/1 labels. See docs/rewards.md. After construction the field holds the float in use (0.5 "
+        "when left unset).")})),
     ("success_reward_func", Optional[str], field(default=None, metadata={"help": (
         "Name of one reward function (as in the trainer's reward_func_names, i.e. the function's __name__) whose "
         "raw value alone is the score; None uses the weighted reward sum.")})),
@@ -105,6 +132,14 @@ _TRAINER_OWN_FIELDS = [
         "num_processes * num_generations, which is also the most sequences TRL's colocated engine runs at once "
         "(per_device_train_batch_size * steps_per_generation); a larger value queues the extra requests in the "
         "engine.")})),
+    ("streaming_reward_lag", int, field(default=2, metadata={"help": (
+        "collection='streaming' only: engine steps a reward pass overlaps. The completions finished in each window "
+        "of this many engine steps are scored in one reward pass on a background thread while the engine keeps "
+        "stepping, and their labels reach the collector this many engine steps later, so the decisions do not "
+        "depend on how fast the rewards are; the engine waits only for a pass that is late "
+        "(sara/reward_wait_seconds). 0: score every engine step's completions before the next engine step "
+        "(blocking). A larger value batches more completions per pass, and delays each decision by up to twice "
+        "as many engine steps.")})),
     ("stream_seed", Optional[int], field(default=None, metadata={"help": (
         "Seed of the fresh-prompt stream (its own numpy generator, identical on every process); None uses seed. "
         "The stream shuffles only if shuffle_dataset is true.")})),
@@ -150,6 +185,36 @@ class _SaraArguments(_SaraFields):
         """
         if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is True:
             self.activation_checkpointing = True
+
+    def _resolve_success_threshold(self) -> None:
+        """Replace an unset ``success_threshold`` (None) by 0.5 and remember that it was not chosen, so that the
+        trainer checks on the first step that the scores are 0/1 labels (see :attr:`success_threshold_explicit`)."""
+        self._success_threshold_defaulted = self.success_threshold is None
+        if self.success_threshold is None:
+            self.success_threshold = DEFAULT_SUCCESS_THRESHOLD
+
+    @property
+    def success_threshold_explicit(self) -> bool:
+        """Whether ``success_threshold`` was set by the user: passed, or changed after construction (a value left
+        unset is 0.5 and checked against the scores' scale on the first step; an explicit one is used as set)."""
+        return (not getattr(self, "_success_threshold_defaulted", False)
+                or self.success_threshold != DEFAULT_SUCCESS_THRESHOLD)
+
+    def _warn_inert_options(self) -> None:
+        """One warning naming the allocation options set away from their defaults that the configured allocator
+        never reads (e.g. ``n0`` or ``tau_low`` with ``allocator="dynamic_sampling"``); defaults never warn."""
+        names = [("continue_to_decision=True" if name == "round_increment" and self.continue_to_decision
+                  else f"{name}={getattr(self, name)!r}") for name in inert_options(self.to_allocation_config())]
+        if names:
+            where = f"allocator={self.allocator!r}" + (
+                f" and collection={self.collection!r}" if self.allocator == "dynamic_sampling" else "")
+            they = "it" if len(names) == 1 else "them"
+            warnings.warn(
+                f"{type(self).__name__}: {', '.join(names)} {'has' if len(names) == 1 else 'have'} no effect with "
+                f"{where}, which never reads {they} ({'an option' if len(names) == 1 else 'options'} of the other "
+                f"allocators). Leave {they} at the default or choose an allocator that uses {they}.",
+                UserWarning, stacklevel=4,  # the line that built the config
+            )
 
     def _validate_sara(self) -> None:
         """Check the trainer's own fields, then every allocation option through :class:`AllocationConfig`.
@@ -203,6 +268,10 @@ class _SaraArguments(_SaraFields):
         elif self.streaming_max_in_flight is not None:
             raise ValueError(f"streaming_max_in_flight ({self.streaming_max_in_flight}) is used only with "
                              "collection='streaming'; leave it unset.")
+        if isinstance(self.streaming_reward_lag, bool) or not isinstance(self.streaming_reward_lag, int) \
+                or self.streaming_reward_lag < 0:
+            raise ValueError(f"streaming_reward_lag ({self.streaming_reward_lag!r}) must be an integer number of "
+                             "engine steps >= 0 (0: blocking reward passes).")
 
     def _check_streaming(self, name: str) -> None:
         """``collection="streaming"`` drives a colocated vLLM engine request by request: refuse every setup that has
@@ -220,6 +289,14 @@ class _SaraArguments(_SaraFields):
                 f"{name}: collection='streaming' needs vllm_tensor_parallel_size=1 (got "
                 f"{self.vllm_tensor_parallel_size}): every process drives its own engine at its own pace, while a "
                 "tensor-parallel engine needs the same requests on every process of its group."
+            )
+        processes = int(os.environ.get("WORLD_SIZE", "1"))
+        if self.carry_over and processes > 1:
+            raise ValueError(
+                f"{name}: collection='streaming' with carry_over runs on one process only (this launch has "
+                f"WORLD_SIZE={processes}): each process would carry its own prompts and rollouts into the next step, "
+                "which the end-of-step exchange does not merge yet. Use collection='rounds' for carry_over on "
+                "several processes, or drop carry_over."
             )
         if self.streaming_max_in_flight is not None and (
             isinstance(self.streaming_max_in_flight, bool) or not isinstance(self.streaming_max_in_flight, int)
@@ -252,11 +329,32 @@ class _SaraArguments(_SaraFields):
         """B: groups per generation batch, ``generation_batch_size // num_generations``."""
         return self.generation_batch_size // self.num_generations
 
+    def _auto_streams(self) -> bool:
+        """What ``collection="auto"`` picks streaming for: SARA (measured faster in streaming than in rounds on the
+        real engine over seeds; dynamic sampling was not), where streaming runs (the rules :meth:`_check_streaming`
+        and :class:`AllocationConfig` enforce for it)."""
+        return (bool(self.use_vllm) and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size == 1
+                and self.allocator == "sara" and self.history_decay is None and self.selection is None
+                and not (self.carry_over and int(os.environ.get("WORLD_SIZE", "1")) > 1))
+
+    def _resolve_collection(self) -> None:
+        """``collection="auto"`` -> ``"streaming"`` where it runs, else ``"rounds"`` (see the field's help);
+        :attr:`collection_auto` records that the value was chosen here."""
+        if self.collection not in COLLECTION_CHOICES:
+            raise ValueError(f"collection={self.collection!r} must be one of {list(COLLECTION_CHOICES)}.")
+        self.collection_auto = self.collection == "auto"
+        if self.collection_auto:
+            # called unbound, so that the torch-free flag preview (sara_trl._cli_preview) resolves it on plain values
+            self.collection = "streaming" if _SaraArguments._auto_streams(self) else "rounds"
+
     def __post_init__(self):
         self._check_group_size()
         self._adopt_trl_checkpointing_default()
         super().__post_init__()
+        self._resolve_success_threshold()
+        self._resolve_collection()
         self._validate_sara()
+        self._warn_inert_options()
 
 
 _OPTIONS_DOC = options_doc(_SaraFields, indent=4) + """

@@ -13,12 +13,13 @@ from trl.trainer.utils import nanmax, nanmin
 from sara_trl.trainer.config import SaraConfig
 from sara_trl.trainer.metrics import CLIP_RATIO_METRICS, replace_last
 from sara_trl.trainer.mixin import SaraTrainerMixin
-from sara_trl.trainer.model_card import sara_paper
+from sara_trl.trainer.model_card import SaraModelCardMixin, sara_paper
+from sara_trl.trainer.progress import use_numeric_logs
 
 __all__ = ["SaraGRPOTrainer"]
 
 
-class SaraGRPOTrainer(SaraTrainerMixin, GRPOTrainer):
+class SaraGRPOTrainer(SaraTrainerMixin, SaraModelCardMixin, GRPOTrainer):
     """TRL's ``GRPOTrainer`` whose generation batches are collected by SARA (or the DS / uniform baselines).
 
     A drop-in replacement: swap ``GRPOTrainer``/``GRPOConfig`` for ``SaraGRPOTrainer``/:class:`SaraConfig` and set
@@ -95,7 +96,8 @@ quantization_config, peft_config
             SaraConfig,
             train_dataset,
             processing_class,
-            {"tools": tools, "rollout_func": rollout_func is not None, "environment_factory": environment_factory is not None},
+            {"tools": tools, "rollout_func": rollout_func is not None,
+             "environment_factory": environment_factory is not None},
         )
         with self._sara_engine_context(args):
             super().__init__(
@@ -112,6 +114,7 @@ quantization_config, peft_config
                 peft_config=peft_config,
             )
         self._sara_setup()
+        use_numeric_logs(self)  # the console prints logged numbers as numbers, not strings
 
     # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)
     def _sara_generate_round(self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict):

@@ -34,6 +34,9 @@ class RoundTrainer(Protocol):
         *TRL.* ``(F,)`` weights of the weighted reward sum.
     _pending_extra_logs : dict of str to list
         *TRL.* Buffer that reward functions fill through ``log_extra``; swapped out for the reward pass of a round.
+    _sara_success_rule : sara_trl.allocation.labels.SuccessRule
+        *Mixin.* Turns scores into success labels and checks their scale on the first step (set in ``_sara_setup``;
+        a stand-in trainer without it labels at ``args.success_threshold`` without the check).
     """
 
     accelerator: Any
@@ -42,6 +45,7 @@ class RoundTrainer(Protocol):
     reward_func_names: list[str]
     reward_weights: torch.Tensor
     _pending_extra_logs: dict[str, list]
+    _sara_success_rule: Any
 
     def _sara_row(self, prompt_id: int) -> dict:
         """*Mixin.* Dataset row ``prompt_id`` as a dict (it has a ``"prompt"`` key and the reward columns)."""

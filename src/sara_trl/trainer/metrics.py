@@ -3,6 +3,11 @@
 TRL logs through ``trainer._metrics[mode][name]``, a list averaged (NaN-free) over each logging window. SARA appends
 one value per generation batch, so a logged ``sara/x`` is the mean per generation batch over the window; the
 ``sara/cumulative_*`` values are running totals and are overwritten instead (like TRL's ``num_tokens``).
+
+Every logged metric is a number. A metric with no valid value in its window (TRL's ``reward`` when no group was
+committed, ``kl`` or ``entropy`` when every row was padding) is logged as ``float("nan")``, where TRL 1.16 logs None
+(:func:`numeric_logs`): a callback can do arithmetic on any logged value, and must test ``math.isnan`` (not ``is
+None``) for "nothing to report".
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import torch
 from sara_trl.allocation import StepStats
 
 __all__ = ["CLIP_RATIO_METRICS", "CUMULATIVE_DIAGNOSTICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "STEP_METRICS",
-           "correct_loss_metrics", "correct_padding_metrics", "global_masked_mean", "log_step_metrics", "replace_last",
-           "round_barrier_metrics", "zero_padding_rows"]
+           "collection_warning", "correct_loss_metrics", "correct_padding_metrics", "global_masked_mean",
+           "log_step_metrics", "masked_group_counts", "numeric_logs", "replace_last", "round_barrier_metrics",
+           "zero_padding_rows"]
 
 # Per-step counters logged as `sara/<name>`, read from StepStats (units: rollouts, tokens = completion tokens,
 # groups = prompts, rounds = batched generation calls).
@@ -62,6 +68,7 @@ def log_step_metrics(
     cumulative_rollouts: int,
     cumulative_tokens: int,
     diagnostics: Mapping[str, object] | None = None,
+    masked: tuple[int, int] = (0, 0),
 ) -> None:
     """Append one step's ``sara/*`` values to TRL's metric buffer.
 
@@ -81,7 +88,11 @@ def log_step_metrics(
     ``history_decay``: ``history_hit_rate`` (share of drawn prompts with a history), ``history_hit_rate_total``
     (running); with ``selection``: ``selection_pool`` (candidates ranked this step), ``selection_uniform_picks``.
     Values that are NaN (an option that is off, a fit not yet available) and non-numbers are skipped, so a key is
-    absent rather than logged as None.
+    absent rather than logged as NaN.
+
+    ``sara/masked_fraction``: the share of the B groups whose every row TRL masks out of the loss
+    (``mask_truncated_completions=True`` and every completion of the group truncated; 0.0 when that option is off).
+    Such a group carries no gradient, so ``sara/effective_fraction`` does not count it even when it is mixed.
 
     Parameters
     ----------
@@ -95,8 +106,15 @@ def log_step_metrics(
         Running totals (rollouts, completion tokens) after this step.
     diagnostics : mapping, optional
         ``Allocator.diagnostics()`` after this step.
+    masked : tuple of int
+        ``(groups, effective groups)`` among the B whose every row is masked out of the loss
+        (:func:`masked_group_counts`).
     """
     values = stats.as_dict()
+    masked_groups, masked_effective = masked
+    if stats.batch_groups:
+        values["effective_fraction"] = (stats.effective_in_batch - masked_effective) / stats.batch_groups
+    metrics["sara/masked_fraction"].append(masked_groups / stats.batch_groups if stats.batch_groups else 0.0)
     for name in STEP_METRICS:
         metrics[f"sara/{name}"].append(float(values[name]))
     scored = success_labels[~np.isnan(success_labels)]
@@ -112,8 +130,99 @@ def log_step_metrics(
             metrics[f"sara/{key}"].append(float(value))
 
 
+def masked_group_counts(groups, rollout_masked: np.ndarray) -> tuple[int, int]:
+    """How many groups TRL trains on no token of: every rollout of the group masked out of the loss.
+
+    Parameters
+    ----------
+    groups : list of Group
+        The B groups of the step (fill groups hold no rollout and are never counted here: they are ``unfilled``).
+    rollout_masked : numpy.ndarray
+        ``(rollouts,)`` bool by step-local rollout id: TRL masks the rollout's completion out of the loss
+        (``mask_truncated_completions`` and the completion was truncated).
+
+    Returns
+    -------
+    tuple of int
+        ``(masked groups, masked groups that are effective)``.
+    """
+    rollout_masked = np.asarray(rollout_masked, dtype=bool)
+    masked = effective = 0
+    for group in groups:
+        ids = np.asarray(group.rollout_ids, dtype=np.int64)
+        if ids.size and rollout_masked[ids].all():
+            masked += 1
+            effective += int(group.effective)
+    return masked, effective
+
+
+def collection_warning(step: int, allocator: str, stats: StepStats, success_labels: np.ndarray, num_groups: int,
+                       unscorable_by: str, tau_low_hint: bool) -> str | None:
+    """The warning for a step that ended short of B groups, or whose every rollout was unscorable; None otherwise.
+
+    Parameters
+    ----------
+    step : int
+        1-based step number.
+    allocator : str
+        ``args.allocator``.
+    stats : StepStats
+        The step's accounting.
+    success_labels : numpy.ndarray
+        ``(rollouts_generated,)`` threshold labels of the step's own rollouts, NaN = unscorable.
+    num_groups : int
+        B.
+    unscorable_by : str
+        Who returned None when a rollout is unscorable, in words (e.g. ``"the reward functions ['acc']"``).
+    tau_low_hint : bool
+        Suggest lowering ``tau_low`` (SARA).
+
+    Returns
+    -------
+    str or None
+        The message (no NaN in it, and computed without numpy's empty-mean RuntimeWarning).
+    """
+    labels = np.asarray(success_labels, dtype=np.float64)
+    scored = labels[~np.isnan(labels)]
+    missing = f"the {stats.unfilled} missing groups are masked out of the loss" if stats.unfilled else ""
+    if labels.size and not scored.size:
+        return (f"Step {step} (allocator {allocator!r}): none of the {labels.size} completions could be scored: "
+                f"{unscorable_by} returned None for every one of them, so no group can mix"
+                + (f" ({missing})" if missing else "") + ". This is not the task's difficulty: check what makes the "
+                "reward functions give up (the dataset columns they read, the answer format they parse, a time limit).")
+    if not stats.unfilled:
+        return None
+    rate = f"success rate {float(scored.mean()):.3f}" if scored.size else "no rollout generated"
+    unscorable = f", {labels.size - scored.size} unscorable" if scored.size < labels.size else ""
+    return (f"Step {step} (allocator {allocator!r}): only {num_groups - stats.unfilled} of {num_groups} groups were "
+            f"filled (stopped by: {stats.stop_reason}); {missing}. {stats.rollouts_generated} rollouts, {rate}"
+            f"{unscorable}. If this repeats, the task is too hard or too easy for the model (or max_completion_length "
+            "too short): raise budget_cap or max_rounds" + (", lower tau_low," if tau_low_hint else "")
+            + " or change the data.")
+
+
+def numeric_logs(metrics: dict[str, list], logs: dict, prefix: str = "") -> None:
+    """Move every metric with no valid value in the window out of ``metrics`` and into ``logs`` as NaN (in place).
+
+    TRL's ``log`` averages each metric's non-NaN values and logs None when there is none; called just before it,
+    this logs ``float("nan")`` for those metrics instead, so every logged metric stays a number.
+
+    Parameters
+    ----------
+    metrics : dict
+        ``trainer._metrics[mode]``.
+    logs : dict
+        The dict about to be logged.
+    prefix : str
+        ``"eval_"`` in evaluation (TRL's prefix), else ``""``.
+    """
+    for name in [name for name, values in metrics.items() if all(math.isnan(float(v)) for v in values)]:
+        del metrics[name]
+        logs[prefix + name] = float("nan")
+
+
 def round_barrier_metrics(round_index: np.ndarray, tokens: np.ndarray) -> dict[str, float]:
-    """What the round barriers of one step cost, in decode steps (the input of issue 15's waiting-share estimate).
+    """What the round barriers of one step cost, in decode steps (the input of a waiting-share estimate).
 
     Each round is one batched generation call, and a call runs until its longest completion ends: it takes as many
     decode steps as that completion has tokens, while its shorter completions have already finished. Under the
@@ -284,7 +393,8 @@ def correct_loss_metrics(
       ``real_tokens == 0`` (TRL reports 0 there).
 
     Other metrics (``policy_loss``, ``aux_loss``, ``entropy_coef``) describe the loss itself and are left alone.
-    TRL's ``log`` drops NaN values from the logging-window mean, and logs None when nothing is left.
+    TRL's ``log`` drops NaN values from the logging-window mean; when nothing is left the SARA trainers log NaN
+    (:func:`numeric_logs`).
 
     Parameters
     ----------

@@ -34,14 +34,16 @@ Metrics: TRL's ``reward``, ``reward_std``, ``rewards/*`` and the completions tab
 SARA and dynamic sampling these are mostly mixed groups, so the mean reward is biased towards 0.5); SARA logs
 ``sara/raw_success_rate`` over every generated rollout and the full rollout/token accounting as ``sara/*``
 (:mod:`sara_trl.trainer.metrics`). Every TRL metric computed per row or per token excludes padding rows, and is NaN
-(logged as None) when no real row is left: the completion-length metrics and ``num_tokens``
-(:func:`~sara_trl.trainer.metrics.correct_padding_metrics`), the loss-time ``kl``, ``entropy`` and clip ratios
-(:func:`~sara_trl.trainer.metrics.correct_loss_metrics`), and the replay-time metrics each trainer recomputes in its
-``_sara_fix_replay_metrics`` hook (RLOO's ``kl``, GRPO's vLLM ``sampling/*``). ``frac_reward_zero_std`` counts fill
+(logged as NaN, never None: every logged metric is a number) when no real row is left: the completion-length metrics and
+``num_tokens`` (:func:`~sara_trl.trainer.metrics.correct_padding_metrics`), the loss-time ``kl``, ``entropy`` and clip
+ratios (:func:`~sara_trl.trainer.metrics.correct_loss_metrics`), and the replay-time metrics each trainer recomputes in
+its ``_sara_fix_replay_metrics`` hook (RLOO's ``kl``, GRPO's vLLM ``sampling/*``). ``frac_reward_zero_std`` counts fill
 groups as zero-std groups.
 
 Steps and data: prompts come from SARA's stream (seeded, identical on every process, wrapping at epoch end), not
-from the dataloader; the dataloader's batches only count steps. Set ``max_steps``.
+from the dataloader; the dataloader's batches only count steps. Set ``max_steps``. A ``datasets.IterableDataset`` is
+read in order by :class:`~sara_trl.allocation.IterablePromptStream` through a bounded buffer (shuffle, epochs,
+processes and resume: :mod:`sara_trl.trainer.iterable`), and TRL's dataloader then iterates a placeholder.
 
 The members this mixin needs from the TRL base and from the trainer file are declared in
 :class:`sara_trl.trainer.hooks.SaraTrainerBase`.
@@ -67,24 +69,38 @@ from transformers.utils import logging
 from trl.extras.profiling import profiling_context
 from trl.trainer.utils import get_config_model_id
 
-from sara_trl.allocation import Allocator, Group, PromptStream, ShardStream, StepResult
+from sara_trl.allocation import (
+    DEFAULT_SHUFFLE_BUFFER,
+    Allocator,
+    Group,
+    IterablePromptStream,
+    PromptStream,
+    ShardStream,
+    StepResult,
+)
 from sara_trl.trainer.hooks import check_trainer_class
+from sara_trl.trainer.iterable import DatasetRows, step_counter_dataset
 from sara_trl.trainer.metrics import (
+    collection_warning,
     correct_loss_metrics,
     correct_padding_metrics,
     log_step_metrics,
+    masked_group_counts,
+    numeric_logs,
     round_barrier_metrics,
     zero_padding_rows,
 )
 from sara_trl.trainer.progress import RoundProgress
-from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn
+from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn, make_success_rule, score_source, trainer_scores
 from sara_trl.trainer.streaming import (
+    StreamRun,
     TrainerScorer,
     VLLMStreamingEngine,
     colocate_sampling_params,
     default_max_in_flight,
     gather_streaming_step,
     drive_streaming_engine,
+    slowest_stream_run,
     shard_groups,
 )
 from sara_trl.trainer.vllm_cpu import colocated_engine_on_cpu, repack_after_sync
@@ -95,6 +111,7 @@ logger = logging.get_logger(__name__)
 
 SARA_STATE_NAME = "sara_state.json"
 SARA_CARRY_NAME = "sara_carry.pt"  # carry_over: completions of the prompts carried into the next step
+SARA_ROWS_NAME = "sara_stream_rows.pt"  # iterable train set: the rows its prompt stream holds (buffer, carried)
 
 # A padding row's completion: this many EOS tokens. Two, not one, so that a micro-batch holding a padding row is
 # always at least two tokens wide: TRL 1.16's `_compute_loss` treats a one-column tensor as one value per sequence
@@ -164,6 +181,20 @@ class _Replay:
     logps: list[torch.Tensor] = field(default_factory=list)
 
 
+def _stream_states(state: dict) -> list[dict]:
+    """The prompt-stream states in a ``sara_state.json`` dict: the main one, then each process's (``"ranks"``)."""
+    return [state["stream"], *(entry["stream"] for entry in state.get("ranks") or [])]
+
+
+def _pop_stream_rows(state: dict) -> list | None:
+    """Take the held rows out of an iterable stream's states (they go to ``sara_stream_rows.pt``, in the order of
+    :func:`_stream_states`); None for a map-style stream, which holds none."""
+    streams = _stream_states(state)
+    if streams[0].get("kind") != "iterable":
+        return None
+    return [stream.pop("rows") for stream in streams]
+
+
 class SaraTrainerMixin:
     """Shared SARA logic for :class:`SaraGRPOTrainer` and :class:`SaraRLOOTrainer` (put it first in the bases).
 
@@ -175,8 +206,8 @@ class SaraTrainerMixin:
     ----------
     sara_allocator : sara_trl.allocation.Allocator
         The allocation core (set after construction).
-    sara_stream : sara_trl.allocation.PromptStream
-        SARA's prompt stream over ``train_dataset``.
+    sara_stream : sara_trl.allocation.PromptStream, ShardStream or IterablePromptStream
+        SARA's prompt stream over ``train_dataset`` (an ``IterablePromptStream`` for a ``datasets.IterableDataset``).
     sara_last_step : sara_trl.allocation.StepResult or None
         The latest step's result, with per-prompt records; None before the first step.
     """
@@ -196,8 +227,8 @@ class SaraTrainerMixin:
             The trainer's config; None builds a default one.
         config_class : type
             The SARA config class of this trainer (e.g. ``SaraConfig``).
-        train_dataset : datasets.Dataset
-            The training data.
+        train_dataset : datasets.Dataset or datasets.IterableDataset
+            The training data (an iterable one needs ``max_steps``, and its rows are checked as they are read).
         processing_class : tokenizer or processor
             As passed to the trainer.
         unsupported : dict
@@ -240,11 +271,14 @@ class SaraTrainerMixin:
                 "as `processing_class`."
             )
         if train_dataset is None:
-            raise ValueError(f"{cls.__name__} needs a `train_dataset`: SARA draws fresh prompts from it by index.")
-        if isinstance(train_dataset, IterableDataset) or not isinstance(train_dataset, Dataset):
+            raise ValueError(f"{cls.__name__} needs a `train_dataset`: SARA draws fresh prompts from it.")
+        if isinstance(train_dataset, IterableDataset):
+            cls._sara_check_iterable(train_dataset, args)
+            return args
+        if not isinstance(train_dataset, Dataset):
             raise ValueError(
-                f"{cls.__name__} needs a map-style `datasets.Dataset` as `train_dataset` (got "
-                f"{type(train_dataset).__name__}): SARA's prompt stream reads prompts by index."
+                f"{cls.__name__} needs a `datasets.Dataset` or `datasets.IterableDataset` as `train_dataset` (got "
+                f"{type(train_dataset).__name__})."
             )
         columns = set(train_dataset.column_names)
         if "prompt" not in columns:
@@ -261,6 +295,42 @@ class SaraTrainerMixin:
                 "yield no batch."
             )
         return args
+
+    @classmethod
+    def _sara_check_iterable(cls, train_dataset: IterableDataset, args: Any) -> None:
+        """What an iterable ``train_dataset`` needs (its columns, when known; rows are checked as they are read).
+
+        Raises
+        ------
+        ValueError
+            No ``max_steps``, a dataset split by process, a known column set without ``prompt`` or with images, or
+            an option that needs the dataset size (``history_decay``, ``selection``).
+        """
+        if args.max_steps <= 0:
+            raise ValueError(
+                f"{cls.__name__} with an IterableDataset needs `max_steps` > 0 (as TRL): its length is unknown, and "
+                "SARA's stream re-reads it epoch after epoch."
+            )
+        if getattr(train_dataset, "_distributed", None) is not None:
+            raise ValueError(
+                f"{cls.__name__} needs every process to read the same iterable dataset (SARA's stream makes the same "
+                "decisions on every process, and shards it itself for collection='streaming'): pass it without "
+                "`split_dataset_by_node`."
+            )
+        for name in ("history_decay", "selection"):
+            if getattr(args, name, None) is not None:
+                raise ValueError(
+                    f"{name}={getattr(args, name)!r} keeps a table indexed by prompt over the whole dataset, which "
+                    "an IterableDataset (unknown size) does not have: use a map-style `datasets.Dataset`, or leave "
+                    f"{name} unset."
+                )
+        columns = train_dataset.column_names  # None when unknown (e.g. after map): then checked row by row
+        if columns is not None and "prompt" not in columns:
+            raise ValueError(f"`train_dataset` must have a 'prompt' column, found {sorted(columns)}.")
+        if columns is not None and set(columns) & {"image", "images"}:
+            raise ValueError(
+                f"{cls.__name__} does not support multimodal input yet: remove the 'image'/'images' columns."
+            )
 
     def _sara_setup(self) -> None:
         """Create the allocator and the prompt stream (after TRL's construction).
@@ -281,12 +351,25 @@ class SaraTrainerMixin:
                 f"success_reward_func={args.success_reward_func!r} names no reward function of this trainer; "
                 f"available: {self.reward_func_names}."
             )
+        self._sara_success_rule = make_success_rule(self)  # labels; checks the scores' scale on the first step
+        if getattr(args, "collection_auto", False) and self.accelerator.is_main_process:
+            logger.info(f"{type(self).__name__}: collection='auto' runs {args.collection!r} collection"
+                        + (" (the colocated vLLM engine, driven request by request)" if args.collection == "streaming"
+                           else " (streaming needs use_vllm=True with vllm_mode='colocate'); set collection "
+                           "explicitly to choose"))
         if getattr(self, "use_vllm", False):  # vLLM's CPU platform: repack its kernels after every weight sync
             repack_after_sync(self.vllm_generation)
         self.sara_allocator = Allocator(args.to_allocation_config())
         seed = args.seed if args.stream_seed is None else args.stream_seed
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        if args.collection == "streaming" and world > 1:
+        if isinstance(self.train_dataset, IterableDataset):
+            # Read in order through a bounded buffer by every process (sara_trl.trainer.iterable); with streaming
+            # collection on several processes, each keeps its own share (positions % world == rank).
+            shard = args.collection == "streaming" and world > 1
+            self.sara_stream = IterablePromptStream(
+                DatasetRows(self.train_dataset), seed=seed, shuffle=bool(args.shuffle_dataset),
+                buffer_size=DEFAULT_SHUFFLE_BUFFER, wrap=True, rank=rank if shard else 0, world=world if shard else 1)
+        elif args.collection == "streaming" and world > 1:
             # Each process collects its own B / world groups from its own shard of the prompts (no collective
             # during the step; see sara_trl.trainer.streaming).
             groups = shard_groups(args.num_groups, world)
@@ -313,12 +396,29 @@ class SaraTrainerMixin:
 
     # ------------------------------------------------------------------------------------------ data access
     def _sara_row(self, prompt_id: int) -> dict:
-        """Dataset row ``prompt_id`` as a dict (cached for the current step)."""
+        """Dataset row ``prompt_id`` as a dict (cached for the current step); of an iterable dataset, the row its
+        prompt stream holds (``prompt_id`` is the row's position in a pass)."""
         row = self._sara_row_cache.get(prompt_id)
         if row is None:
-            row = dict(self.train_dataset[int(prompt_id)])
+            if isinstance(self.sara_stream, IterablePromptStream):
+                row = dict(self.sara_stream.row(int(prompt_id)))
+            else:
+                row = dict(self.train_dataset[int(prompt_id)])
             self._sara_row_cache[prompt_id] = row
         return row
+
+    def get_train_dataloader(self):
+        """TRL's dataloader; with an iterable ``train_dataset``, over an endless placeholder
+        (:func:`~sara_trl.trainer.iterable.step_counter_dataset`: its batches only count steps), so the data are read
+        by SARA's stream alone and a resumed run does not re-read them to skip the dataloader's batches."""
+        dataset = self.train_dataset
+        if not isinstance(dataset, IterableDataset):
+            return super().get_train_dataloader()
+        self.train_dataset = step_counter_dataset()
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.train_dataset = dataset
 
     # ------------------------------------------------------------------------------------------ entry point
     def _generate_and_score_completions(self, inputs):
@@ -359,10 +459,10 @@ class SaraTrainerMixin:
                                f"{self.sara_allocator.carried_rollouts} carried by the allocator")
         show = self.accelerator.is_main_process and not args.disable_tqdm
         collect_start = time.perf_counter()
-        engine_steps = None
+        stream_run = None
         if args.collection == "streaming":
             with self._sara_vllm_awake():
-                result, cache, engine_steps = self._sara_collect_streaming(num_groups)
+                result, cache, stream_run = self._sara_collect_streaming(num_groups, cache)
         else:
             with RoundProgress(self.state.global_step + 1, show) as progress, self._sara_vllm_awake():
                 result = self.sara_allocator.collect(make_rollout_fn(self, cache, progress), self.sara_stream,
@@ -372,19 +472,14 @@ class SaraTrainerMixin:
         if len(result.carry_rollout_ids):
             self._sara_carry = cache.carry(result.carry_rollout_ids)
         new_labels = cache.success_labels()[cache.carried:]
-        if result.stats.unfilled and self.accelerator.is_main_process:
-            stats = result.stats
-            logger.warning(
-                f"Step {self.state.global_step + 1} (allocator {args.allocator!r}): only "
-                f"{num_groups - stats.unfilled} of {num_groups} groups were "
-                f"filled (stopped by: {stats.stop_reason}); the {stats.unfilled} missing groups are masked out of the "
-                f"loss. {stats.rollouts_generated} rollouts, success rate "
-                f"{np.nanmean(new_labels) if stats.rollouts_generated else float('nan'):.3f}. If this "
-                "repeats, the task is too hard or too easy for the model (or max_completion_length too short): "
-                "raise budget_cap or max_rounds"
-                + (", lower tau_low," if args.allocator == "sara" else "")
-                + " or change the data."
-            )
+        if len(new_labels):  # the first step with scores: are they success labels? (same on every process)
+            self._sara_success_rule.end_step(trainer_scores(self, cache.reward_matrix()[cache.carried:]))
+        unscorable_by = (score_source(self) if args.success_reward_func is not None
+                         else f"every reward function ({self.reward_func_names})")
+        message = collection_warning(self.state.global_step + 1, args.allocator, result.stats, new_labels, num_groups,
+                                     unscorable_by, tau_low_hint=args.allocator == "sara")
+        if message and self.accelerator.is_main_process:
+            logger.warning(message)
 
         # 2. Lay out B*k rows; this process takes its contiguous share, as TRL's sampler would.
         plan_prompts, plan_rollouts = build_row_plan(result.groups, k)
@@ -421,6 +516,8 @@ class SaraTrainerMixin:
             output = super()._generate_and_score_completions(rows)
         finally:
             self._sara_replay = None
+        if isinstance(self.sara_stream, IterablePromptStream):  # the step's rows are done with, but the carried ones
+            self.sara_stream.release(keep=self.sara_allocator.carried_prompt_ids)
 
         # 4. Mask padding rows (decided from the global plan, so every process takes part in the collectives).
         metrics = self._metrics["train"]
@@ -456,22 +553,35 @@ class SaraTrainerMixin:
             cumulative_rollouts=self.sara_allocator.total_rollouts,
             cumulative_tokens=self.sara_allocator.total_tokens,
             diagnostics=self.sara_allocator.diagnostics(),
+            masked=masked_group_counts(result.groups, self._sara_masked_rollouts(cache)),
         )
         # Wall-clock of the collection (every round's generation call and reward pass, plus the allocator): what a
         # step's rollouts cost in time, beside sara/rollouts_generated and sara/tokens_generated.
         metrics["sara/collect_seconds"].append(collect_seconds)
-        if engine_steps is not None:  # streaming: no rounds (sara/rounds is 0); the engine steps of the slowest process
-            metrics["sara/engine_steps"].append(engine_steps)
-        else:  # rounds: the decode steps each call spent on its longest completion (issue 15's barrier measurement)
+        if stream_run is not None:  # streaming: no rounds (sara/rounds is 0); the slowest process's engine and rewards
+            metrics["sara/engine_steps"].append(stream_run.engine_steps)
+            metrics["sara/reward_passes"].append(stream_run.reward_passes)
+            metrics["sara/reward_seconds"].append(stream_run.reward_seconds)
+            metrics["sara/reward_wait_seconds"].append(stream_run.reward_wait_seconds)
+        else:  # rounds: the decode steps each call spent on its longest completion (the round barrier's cost)
             tokens = np.concatenate(cache.tokens) if cache.tokens else np.zeros(0, np.int64)
             for name, value in round_barrier_metrics(np.asarray(cache.round_index), tokens).items():
                 metrics[f"sara/{name}"].append(value)
         return output
 
-    def _sara_collect_streaming(self, num_groups: int) -> tuple[StepResult, RolloutCache, int]:
+    def _sara_collect_streaming(
+        self, num_groups: int, cache: RolloutCache
+    ) -> tuple[StepResult, RolloutCache, StreamRun]:
         """``collection="streaming"``: this process's share of the batch through its colocated vLLM engine, request
         by request (:func:`sara_trl.trainer.streaming.drive_streaming_engine`), then, with several processes, the one
         exchange that gives every process the merged batch and rollouts.
+
+        Parameters
+        ----------
+        num_groups : int
+            B, the groups of the whole batch.
+        cache : RolloutCache
+            Receives this process's rollouts; with ``carry_over`` it starts with the carried ones (one process).
 
         Returns
         -------
@@ -479,8 +589,8 @@ class SaraTrainerMixin:
             Exactly ``num_groups`` groups (this process's share first on process 0, in process order).
         cache : RolloutCache
             Every recorded rollout, ids as in ``result``.
-        engine_steps : int
-            Engine steps of the slowest process.
+        run : StreamRun
+            Engine steps and reward seconds of the slowest process (the one with the most engine steps).
         """
         args = self.args
         world = self.accelerator.num_processes
@@ -491,7 +601,9 @@ class SaraTrainerMixin:
             with profiling_context(self, "sync_weights"):
                 gen.sync_weights()
             self._last_loaded_step = self.state.global_step
-        max_in_flight = args.streaming_max_in_flight or default_max_in_flight(groups, k, getattr(gen, "max_num_seqs", None))
+        max_in_flight = args.streaming_max_in_flight or default_max_in_flight(
+            groups, k, getattr(gen, "max_num_seqs", None)
+        )
         collector = self.sara_allocator.streaming(self.sara_stream, groups, max_in_flight)
         tokens: dict[int, list[int]] = {}
 
@@ -501,26 +613,27 @@ class SaraTrainerMixin:
                 tokens[prompt_id] = list(ids[0])
             return tokens[prompt_id]
 
-        cache = RolloutCache()
         engine = VLLMStreamingEngine(gen.llm, colocate_sampling_params(gen), keep_logprobs=self._sara_returns_logprobs,
                                      tag=f"sara-{self.state.global_step}-")
-        result, error, steps = None, None, 0
+        result, error, run = None, None, StreamRun()
         try:
             with profiling_context(self, "vLLM.stream"):
-                steps = drive_streaming_engine(collector, engine, prompt_tokens, TrainerScorer(self, cache, prompt_tokens))
+                run = drive_streaming_engine(collector, engine, prompt_tokens,
+                                             TrainerScorer(self, cache, prompt_tokens),
+                                             reward_lag=args.streaming_reward_lag)
             result = collector.finish()
         except Exception as exc:  # with several processes, fail every process at the exchange below
             if world == 1:
                 raise
             error = exc
         if world == 1:
-            return result, cache, steps
+            return result, cache, run
         local = None if result is None else result.stats  # None only on a failed process, which raises below
-        result, payloads = gather_streaming_step(self.accelerator, result, collector.recorded, (cache, steps), error)
+        result, payloads = gather_streaming_step(self.accelerator, result, collector.recorded, (cache, run), error)
         # The cumulative totals count every process's rollouts (this process's allocator saw only its own).
         self.sara_allocator.total_rollouts += result.stats.rollouts_generated - local.rollouts_generated
         self.sara_allocator.total_tokens += result.stats.tokens_generated - local.tokens_generated
-        return result, RolloutCache.concat([c for c, _ in payloads]), max(s for _, s in payloads)
+        return result, RolloutCache.concat([c for c, _ in payloads]), slowest_stream_run([r for _, r in payloads])
 
     # ------------------------------------------------------------------------------------------ replay hooks
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
@@ -568,6 +681,21 @@ class SaraTrainerMixin:
         if replay is not None:
             replay.logps.append(result[0].detach())
         return result
+
+    def _sara_masked_rollouts(self, cache: RolloutCache) -> np.ndarray:
+        """``(rollouts,)`` bool by rollout id: TRL masks the completion out of the loss (``mask_truncated_completions``
+        and no EOS/pad at its end, TRL's own test)."""
+        if not getattr(self, "mask_truncated_completions", False):
+            return np.zeros(cache.num_rollouts, dtype=bool)
+        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        return np.asarray([not ids or ids[-1] not in eos_and_pad for ids in cache.completion_ids], dtype=bool)
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        """TRL's ``log``, with every metric a number: one with no valid value in the window is logged as NaN, where
+        TRL logs None (e.g. ``reward`` when no group was committed), so callbacks can do arithmetic on any value."""
+        mode = "train" if self.model.training else "eval"
+        numeric_logs(self._metrics[mode], logs, prefix="eval_" if mode == "eval" else "")
+        super().log(logs, start_time)
 
     # ------------------------------------------------------------------------------------------ loss metrics
     def _compute_loss(self, model, inputs):
@@ -619,7 +747,8 @@ class SaraTrainerMixin:
         afterwards. Other setups (no vLLM, server mode, sleep mode off) need nothing: TRL syncs once per step.
         """
         engine = getattr(self, "vllm_generation", None) if self.use_vllm else None
-        if engine is None or getattr(engine, "mode", None) != "colocate" or not getattr(engine, "enable_sleep_mode", False):
+        if (engine is None or getattr(engine, "mode", None) != "colocate"
+                or not getattr(engine, "enable_sleep_mode", False)):
             yield
             return
         if self.state.global_step != self._last_loaded_step or getattr(engine, "_llm_weights_sleeping", False):
@@ -665,14 +794,20 @@ class SaraTrainerMixin:
         """Write ``sara_state.json`` (allocator and stream state) into the checkpoint, then TRL's own save.
 
         Written first so that a ``push_to_hub`` of the checkpoint includes it. With ``carry_over``, the carried
-        prompts' completions go to ``sara_carry.pt`` beside it.
+        prompts' completions go to ``sara_carry.pt`` beside it. With an iterable ``train_dataset``, the rows its
+        stream holds (shuffle buffer, carried prompts; any Python values) go to ``sara_stream_rows.pt``.
         """
         ranks = self._sara_rank_states()  # every process takes part
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
+            state = self._sara_state_dict(ranks)
+            rows = _pop_stream_rows(state)
             with open(os.path.join(folder, SARA_STATE_NAME), "w") as handle:
-                json.dump(self._sara_state_dict(ranks), handle, indent=2)
+                json.dump(state, handle, indent=2)
+            if rows is not None:
+                torch.save(rows, os.path.join(folder, SARA_ROWS_NAME))
             if self._sara_carry is not None:  # the carried prompts' completions, for the next step
                 torch.save(self._sara_carry.state(), os.path.join(folder, SARA_CARRY_NAME))
         super()._save_checkpoint(model, trial)
@@ -685,7 +820,8 @@ class SaraTrainerMixin:
         Raises
         ------
         FileNotFoundError
-            The state carries undecided prompts into the next step but ``sara_carry.pt`` is missing.
+            The state carries undecided prompts into the next step but ``sara_carry.pt`` is missing, or was saved
+            from an iterable dataset without its ``sara_stream_rows.pt``.
         """
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
@@ -699,8 +835,17 @@ class SaraTrainerMixin:
             return
         with open(path) as handle:
             state = json.load(handle)
+        if _stream_states(state)[0].get("kind") == "iterable":
+            rows_path = os.path.join(checkpoint, SARA_ROWS_NAME)
+            if not os.path.isfile(rows_path):
+                raise FileNotFoundError(f"{path} was saved from an iterable dataset but {rows_path} with the rows its "
+                                        "prompt stream held is missing; restore the whole checkpoint folder.")
+            for stream_state, rows in zip(_stream_states(state), torch.load(rows_path, weights_only=False)):
+                stream_state["rows"] = rows
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        if isinstance(self.sara_stream, ShardStream):  # streaming on several processes: this process's own state
+        sharded = isinstance(self.sara_stream, ShardStream) or (
+            isinstance(self.sara_stream, IterablePromptStream) and self.sara_stream.world > 1)
+        if sharded:  # streaming on several processes: this process's own state
             ranks = state.get("ranks")
             if ranks is None or len(ranks) != world:
                 raise ValueError(

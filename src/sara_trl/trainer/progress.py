@@ -1,9 +1,11 @@
-"""A one-line progress display of SARA's generation rounds within a step (main process only)."""
+"""What a SARA run shows on the console: a one-line progress display of the generation rounds within a step (main
+process only), and each logging step's metrics printed as numbers (:func:`use_numeric_logs`)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 import warnings
 
@@ -11,7 +13,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-__all__ = ["RoundProgress"]
+__all__ = ["RoundProgress", "console_logs", "quiet_progress_logs", "use_numeric_logs"]
 
 
 def _console_loggers() -> list[logging.Logger]:
@@ -92,3 +94,82 @@ class RoundProgress:
         if self._redirect is not None:
             self._redirect.close()
             self._redirect = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The console log of each logging step: numbers printed as numbers.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _number(value):
+    """A logged value for the console: floats rounded to 4 significant digits and kept as numbers (transformers
+    prints them as strings, ``'sara/rollouts_generated': '26.5'``); integral floats as ints; anything else as is."""
+    if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value):
+        return value
+    rounded = float(f"{value:.4g}")
+    return int(rounded) if rounded.is_integer() and abs(rounded) < 1e15 else rounded
+
+
+def console_logs(logs: dict) -> dict:
+    """``logs`` as printed on the console: numbers as numbers (see :func:`_number`), ``total_flos`` left out."""
+    return {key: _number(value) for key, value in logs.items() if key != "total_flos"}
+
+
+def _numeric_callbacks():
+    """The two console callbacks, built on transformers' (imported here: it loads torch)."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    class NumericProgressCallback(ProgressCallback):
+        """transformers' progress bar over the optimizer steps (with the time left), printing each log as a dict
+        of numbers above the bar; ``write_logs = False`` keeps the bar and drops the dicts."""
+
+        write_logs = True
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.training_bar = tqdm(total=state.max_steps, desc="optimizer steps", unit="step",
+                                         dynamic_ncols=True)
+            self.current_step = 0
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.write_logs and state.is_world_process_zero and self.training_bar is not None and logs:
+                self.training_bar.write(str(console_logs(logs)))
+
+    class NumericPrinterCallback(PrinterCallback):
+        """transformers' log printer (``disable_tqdm=True``), printing numbers as numbers."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_local_process_zero and logs is not None:
+                print(console_logs(logs))
+
+    return ProgressCallback, PrinterCallback, NumericProgressCallback, NumericPrinterCallback
+
+
+def use_numeric_logs(trainer) -> None:
+    """Swap transformers' console callbacks of ``trainer`` for ones that print numbers as numbers.
+
+    Only transformers' own ``ProgressCallback`` / ``PrinterCallback`` are replaced (same place in the list); a
+    notebook's progress callback or a user's subclass is left alone. What is logged (``trainer.state.log_history``,
+    TensorBoard, W&B...) does not change: it already holds numbers.
+    """
+    progress, printer, numeric_progress, numeric_printer = _numeric_callbacks()
+    callbacks = trainer.callback_handler.callbacks
+    for index, callback in enumerate(callbacks):
+        if type(callback) is progress:
+            replacement = numeric_progress()
+            replacement.max_str_len = callback.max_str_len
+            callbacks[index] = replacement
+        elif type(callback) is printer:
+            callbacks[index] = numeric_printer()
+
+
+def quiet_progress_logs(trainer) -> None:
+    """Keep ``trainer``'s step bar but stop it printing each log dict (a script that prints its own lines)."""
+    from transformers import PrinterCallback
+
+    callbacks = trainer.callback_handler.callbacks
+    for callback in list(callbacks):
+        if hasattr(callback, "write_logs"):
+            callback.write_logs = False
+        elif isinstance(callback, PrinterCallback):
+            callbacks.remove(callback)

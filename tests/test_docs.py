@@ -1,0 +1,188 @@
+"""The documentation holds together: every relative link resolves, the generated pages are current, every logged
+metric is documented, the README's headline table is what its script computes from the committed results, and the
+README keeps the commands CI and users rely on. Nothing here imports torch or runs a benchmark."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted([ROOT / "README.md", ROOT / "ARCHITECTURE.md", ROOT / "benchmarks" / "README.md",
+                *(ROOT / "docs").glob("*.md")])
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$", re.M)
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _prose(text: str) -> str:
+    """The text without fenced code blocks (their lines kept blank, so line numbers stay)."""
+    return _FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: markup dropped, lower case, punctuation removed, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link in a heading keeps its text
+    text = text.replace("`", "").replace("*", "").strip().lower()
+    text = "".join(ch for ch in text if ch.isalnum() or ch in " -_")
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every heading anchor of a Markdown file, with GitHub's -1, -2 suffixes for repeated headings."""
+    seen: dict[str, int] = {}
+    out = set()
+    for m in _HEADING.finditer(_prose(path.read_text(encoding="utf-8"))):
+        base = slug(m.group(2))
+        n = seen.get(base, 0)
+        out.add(base if n == 0 else f"{base}-{n}")
+        seen[base] = n + 1
+    return out
+
+
+def relative_links(path: Path) -> list[tuple[int, str]]:
+    """``(line, target)`` of every link and image in the prose of ``path`` that is not a URL."""
+    text = _prose(path.read_text(encoding="utf-8"))
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for m in _LINK.finditer(_CODE_SPAN.sub("", line)):
+            target = m.group(1)
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # http:, https:, mailto:, ...
+                continue
+            out.append((lineno, target))
+    return out
+
+
+def test_the_link_checker_reads_links_and_anchors(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# Top\n\n## A `code` heading: with, punctuation\n\n## Top\n\n[x](other.md#sec) ![i](img.png) "
+                    "[u](https://example.com) `[not](a-link.md)`\n\n```\n[in](code.md)\n# not a heading\n```\n")
+    assert anchors(page) == {"top", "a-code-heading-with-punctuation", "top-1"}
+    assert relative_links(page) == [(7, "other.md#sec"), (7, "img.png")]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page):
+    broken = []
+    for lineno, target in relative_links(page):
+        file_part, _, anchor = target.partition("#")
+        dest = page if not file_part else (page.parent / file_part).resolve()
+        if not dest.exists():
+            broken.append(f"{page.relative_to(ROOT)}:{lineno}: {target} (no such file)")
+            continue
+        if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{page.relative_to(ROOT)}:{lineno}: {target} (no heading #{anchor} in {dest.name})")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_docs_page_is_in_the_docs_index():
+    index = (ROOT / "docs" / "README.md").read_text(encoding="utf-8")
+    missing = [p.name for p in (ROOT / "docs").glob("*.md") if p.name != "README.md" and f"]({p.name})" not in index]
+    assert not missing, f"docs/README.md does not list {missing}"
+
+
+def test_configuration_reference_is_current():
+    """docs/configuration.md is exactly what scripts/make_config_reference.py writes from SaraConfig's fields."""
+    gen = _load(ROOT / "scripts" / "make_config_reference.py", "make_config_reference")
+    committed = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert committed == gen.render(), "docs/configuration.md is stale: run python scripts/make_config_reference.py"
+    cls, _ = gen.sara_fields()
+    import dataclasses
+
+    for f in dataclasses.fields(cls):  # every field documented, none under "Other options" unnoticed
+        assert f"| `{f.name}` |" in committed
+    assert "## Other options" not in committed, "place the new fields in a section of make_config_reference.py"
+
+
+def _logged_metric_names() -> set[str]:
+    """Every ``sara/<name>`` the trainers log: literal names in the trainer package, the per-step counters
+    (``STEP_METRICS``), the round-barrier values and the beyond-paper diagnostics the allocator reports."""
+    trainer = ROOT / "src" / "sara_trl" / "trainer"
+    names = set()
+    for path in trainer.glob("*.py"):
+        names |= set(re.findall(r"[\"']sara/([a-z0-9_]+)[\"']", path.read_text(encoding="utf-8")))
+    metrics = (trainer / "metrics.py").read_text(encoding="utf-8")
+    for node in ast.walk(ast.parse(metrics)):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STEP_METRICS" for t in node.targets):
+            names |= {elt.value for elt in node.value.elts}
+    barrier = metrics[metrics.index("def round_barrier_metrics"):]
+    names |= set(re.findall(r"[\"'](round_[a-z_]+)[\"']\s*:", barrier))
+    ext = (ROOT / "src" / "sara_trl" / "allocation" / "extensions.py").read_text(encoding="utf-8")
+    body = ext[ext.index("def diagnostics"):ext.index("def state_dict")]
+    names |= set(re.findall(r"[\"']([a-z0-9_]+)[\"']\s*:", body)) | set(re.findall(r"out\[[\"']([a-z0-9_]+)", body))
+    return names
+
+
+def test_metrics_reference_lists_every_logged_metric():
+    names = _logged_metric_names()
+    assert {"rollouts_generated", "collect_seconds", "round_tail_tokens", "reward_wait_seconds", "lam",
+            "cost_pass"} <= names  # the scan sees each source
+    page = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    missing = sorted(n for n in names if f"`sara/{n}`" not in page)
+    assert not missing, f"docs/metrics.md does not document: {missing}"
+
+
+def test_readme_headline_table_is_what_the_script_computes():
+    """Every cell of the README's headline table (and its copy in docs/benchmarks.md) is recomputed from the
+    committed result files by benchmarks/headline.py, with intervals over seeds."""
+    headline = _load(ROOT / "benchmarks" / "headline.py", "benchmarks_headline")
+    table = headline.table()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert table in readme, "README.md's headline table is stale: paste the output of python benchmarks/headline.py"
+    docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert table.replace("](benchmarks/", "](../benchmarks/") in docs
+    assert len(table.splitlines()) - 2 <= 5  # at most 5 rows
+    assert (ROOT / "benchmarks" / "plots" / "headline.png").is_file()
+
+
+def test_headline_cells_are_intervals_over_seeds():
+    headline = _load(ROOT / "benchmarks" / "headline.py", "benchmarks_headline")
+    rt = headline.real_training()
+    iv, note = rt["SARA-auto"]["tokens"]
+    assert iv.n == 5 and note == "0.61 without seed 3"  # DS's seed 3 carries part of the saving
+    eng = headline.engine()  # SARA streaming (its default collection) over DS in rounds, one ratio per seed
+    assert eng["generation_seconds"].n == 3
+    assert headline.fmt2(eng["generation_seconds"]) == "0.94 [0.22, 1.66]"  # over the 3 seeds, not over steps
+    old = headline.engine(files=(ROOT / "benchmarks" / "streaming_engine.json",
+                                 ROOT / "benchmarks" / "streaming_engine_seed1.json"))  # blocking scoring, 10 steps
+    assert old["generation_seconds"].n == 2 and headline.fmt2(old["generation_seconds"]) == "0.77 [0.47, 1.07]"
+
+
+def test_readme_keeps_the_two_commands_and_the_snippet():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    head = readme[:readme.index("## Use it like TRL")]
+    assert "bash scripts/setup_cpu.sh && python examples/quickstart_cpu.py" in head
+    assert "bash scripts/setup_cpu.sh && python -m pytest" in head
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "python -m pytest" in ci and "README" in ci
+    snippet = re.search(r"```python\n(from sara_trl import SaraConfig, SaraGRPOTrainer\n.*?)```", readme, re.S)
+    assert snippet and 'save_strategy="no", logging_steps=1' in snippet.group(1)
+    assert snippet.group(1) in (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+
+
+def test_library_texts_carry_no_run_records():
+    """Dates, load averages and machine anecdotes live in benchmarks/ and docs/, not in the library's docstrings and
+    help texts."""
+    pattern = re.compile(r"load average|this project's|\b20\d\d-\d\d-\d\d|\b20\d\d-1[0-2]\b|on the same machine")
+    hits = []
+    for path in sorted((ROOT / "src" / "sara_trl").rglob("*.py")):
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if pattern.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+    assert not hits, "\n".join(hits)

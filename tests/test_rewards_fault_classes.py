@@ -1,0 +1,402 @@
+r"""Math-verifier fault classes (issue 28, section 3), one section per class: repeating decimals, plain-text mixed
+numbers, a multiple-choice letter followed by its option text, and numbers outside float64's range.
+
+Each section checks the pure rewrite (what the normalization produces, and what it must leave alone) and end-to-end
+verdicts through :func:`sara_trl.rewards.math_reward`: gold/prediction pairs that must be CORRECT and near misses
+that must stay WRONG, in both directions (the class on the gold side and on the prediction side). Real gold answers
+are copied literally from the shared data files (source file, line and problem id in the comment); the tests do not
+read the data at run time.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from _helpers_rewards import correct_completion
+
+from sara_trl.rewards import Status, math_reward, math_success, normalize_math_answer
+from sara_trl.rewards.extract import (
+    choice_letter,
+    repeating_decimal_value,
+    rewrite_mixed_numbers,
+    rewrite_repeating_decimals,
+)
+
+
+def _scores(pairs):
+    """Rewards of ``(gold, pred)`` pairs, one batch (one pool round)."""
+    golds = [g for g, _ in pairs]
+    return math_reward([correct_completion(p) for _, p in pairs], answer=golds)
+
+
+def _check(cases):
+    got = _scores([(g, p) for g, p, _ in cases])
+    bad = [(g, p, want, r) for (g, p, want), r in zip(cases, got) if r != want]
+    assert not bad, bad
+
+
+# --- 1. repeating decimals ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "whole,fixed,rep,value",
+    [
+        ("0", "", "36", Fraction(4, 11)),
+        ("0", "1", "6", Fraction(1, 6)),
+        ("1", "", "142857", Fraction(8, 7)),
+        ("", "", "3", Fraction(1, 3)),
+        ("0", "", "9", Fraction(1)),
+        ("0", "42", "153", Fraction(4679, 11100)),
+        ("2", "4", "9", Fraction(5, 2)),
+        ("0", "0", "594", Fraction(11, 185)),
+    ],
+)
+def test_repeating_decimal_value_is_exact(whole, fixed, rep, value):
+    assert repeating_decimal_value(whole, fixed, rep) == value
+
+
+@pytest.mark.parametrize(
+    "answer,rewritten",
+    [
+        (r"0.\overline{36}", r"\frac{4}{11}"),
+        (r".\overline{3}", r"\frac{1}{3}"),
+        (r"0.1\overline{6}", r"\frac{1}{6}"),
+        (r"1.\overline{142857}", r"\frac{8}{7}"),
+        (r"-0.\overline{3}", r"-\frac{1}{3}"),
+        (r"0.\overline3", r"\frac{1}{3}"),
+        (r"0.\overline{ 3 6 }", r"\frac{4}{11}"),
+        (r"0.\bar{3}", r"\frac{1}{3}"),
+        (r"0.\bar3", r"\frac{1}{3}"),
+        (r"0.\dot{3}", r"\frac{1}{3}"),
+        (r"0.1\dot 6", r"\frac{1}{6}"),
+        (r"0.\dot{1}4\dot{2}", r"\frac{142}{999}"),  # the dots mark the first and last repeating digit
+        (r"0.\dot{1}\dot{2}", r"\frac{4}{33}"),
+        (r"0.\overline{9}", "1"),
+        (r"0.\overline{3}\ldots", r"\frac{1}{3}"),
+        (r"13 . \overline{3}", r"\frac{40}{3}"),  # spacing of olympiadbench.jsonl line 370 (id 2667, solution)
+        (r"x=0.\overline{3}", r"x=\frac{1}{3}"),
+        (r"(0.\overline{3},0.\overline{6})", r"(\frac{1}{3},\frac{2}{3})"),
+        (r"2^{0.\overline{3}}", r"2^{\frac{1}{3}}"),
+        ("0.(3)", r"\frac{1}{3}"),  # plain text, block right after the point, whole answer
+        ("-1.(142857)", r"-\frac{8}{7}"),
+        # left alone: no decimal point (digit notation, conjugates), a base subscript, letters, a product
+        (r"\overline{2008}", r"\overline{2008}"),
+        (r"\overline{AB}", r"\overline{AB}"),
+        (r"\overline{z}", r"\overline{z}"),
+        (r"0.\overline{z}", r"0.\overline{z}"),
+        # a repeating numeral in base n (math_train.jsonl line 4096, train/intermediate_algebra/1225.json, solution)
+        (r"133.\overline{133}_n", r"133.\overline{133}_n"),
+        (r"x.\overline{3}", r"x.\overline{3}"),
+        ("0.1(6)", "0.1(6)"),
+        # a product, 51.2 * 7 (math_train_12k.jsonl line 8863, test/counting_and_probability/788.json, solution)
+        ("51.2(7)", "51.2(7)"),
+        ("2.(3)+1", "2.(3)+1"),
+    ],
+)
+def test_repeating_decimal_rewrite(answer, rewritten):
+    assert rewrite_repeating_decimals(answer) == rewritten
+
+
+def test_repeating_decimal_normalization_and_unicode_overline():
+    assert normalize_math_answer(r"$0.\overline{36}$") == r"\frac{4}{11}"
+    assert normalize_math_answer(r"-0.1\overline{6}.") == r"-\frac{1}{6}"
+    assert normalize_math_answer("0.3\u0305") == r"\frac{1}{3}"  # combining overline
+    assert normalize_math_answer("0.13\u03056\u0305") == r"\frac{3}{22}"
+    assert normalize_math_answer("\u22120.1\u0304") == r"-\frac{1}{9}"  # Unicode minus, combining macron
+
+
+def test_repeating_decimal_gold_is_scorable():
+    for gold in (r"0.\overline{36}", r"0.1\overline{6}", r"1.\overline{142857}"):
+        v = math_success(correct_completion("7"), gold)
+        assert v.status is Status.WRONG, (gold, v)
+
+
+REPEATING = [
+    # (gold, prediction, expected): the decimal as gold
+    (r"0.\overline{36}", r"\frac{4}{11}", 1.0),
+    (r"0.\overline{36}", r"\frac{9}{25}", 0.0),  # 0.36 exactly
+    (r"0.\overline{36}", "0.36", 0.0),
+    (r"0.\overline{36}", r"0.\overline{3636}", 1.0),
+    (r"0.\overline{36}", r"0.3\overline{63}", 1.0),
+    (r"0.\overline{36}", r"0.\overline{63}", 0.0),
+    (r"0.1\overline{6}", r"\frac{1}{6}", 1.0),
+    (r"0.1\overline{6}", r"\frac{1}{10}", 0.0),
+    (r"0.1\overline{6}", "0.16", 0.0),
+    (r"0.1\overline{6}", r"0.6", 0.0),  # the old product reading 0.1 * 6
+    (r"1.\overline{142857}", r"\frac{8}{7}", 1.0),
+    (r"1.\overline{142857}", r"\frac{1}{7}", 0.0),
+    (r"-0.\overline{3}", r"-\frac{1}{3}", 1.0),
+    (r"-0.\overline{3}", r"\frac{1}{3}", 0.0),
+    # the decimal as prediction
+    (r"\frac{1}{3}", r"0.\overline{3}", 1.0),
+    (r"\frac{1}{3}", r"0.\overline{33}", 1.0),
+    (r"\frac{1}{3}", r"0.\overline{03}", 0.0),  # 1/33
+    (r"\frac{1}{3}", "0.3", 0.0),
+    (r"\frac{1}{3}", r"0.\dot{3}", 1.0),
+    (r"\frac{1}{3}", r"0.\bar{3}", 1.0),
+    (r"\frac{1}{3}", r".\overline{3}", 1.0),
+    (r"\frac{1}{3}", "0.(3)", 1.0),
+    (r"\frac{1}{3}", "0.3\u0305", 1.0),
+    (r"\frac{142}{999}", r"0.\dot{1}4\dot{2}", 1.0),
+    (r"\frac{142}{999}", r"0.\dot{1}\dot{2}", 0.0),
+    ("1", r"0.\overline{9}", 1.0),
+    (r"\left(\frac13,\frac23\right)", r"(0.\overline{3}, 0.\overline{6})", 1.0),
+    (r"\left(\frac13,\frac23\right)", r"(0.\overline{3}, 0.\overline{7})", 0.0),
+    # real golds whose problem states the repeating decimal (the model restating it in decimal form)
+    (r"\frac{73}{99}", r"0.\overline{73}", 1.0),  # math_train.jsonl line 845, train/algebra/1427.json
+    (r"\frac{73}{99}", "0.73", 0.0),
+    (r"\frac{161}{495}", r".3\overline{25}", 1.0),  # math_train.jsonl line 5700, train/prealgebra/184.json
+    (r"\frac{161}{495}", r"0.\overline{325}", 0.0),
+    (r"\dfrac{14}{11}", r"1.\overline{27}", 1.0),  # math_train.jsonl line 6065, train/prealgebra/618.json
+    (r"\dfrac{14}{11}", "1.27", 0.0),
+    (r"\frac{101}{198}", r"0.5\overline{10}", 1.0),  # math_train.jsonl line 5367, train/number_theory/1190.json
+    (r"\frac{101}{198}", r"0.5\overline{01}", 0.0),
+    (r"\frac{109}{150}", r"0.72\overline{6}", 1.0),  # math_train_12k.jsonl line 7807, test/algebra/862.json
+    (r"\frac{109}{150}", r"0.7\overline{26}", 0.0),
+    (r"\frac{8}{45}", r"0.1\overline{7}", 1.0),  # math_train_12k.jsonl line 8540, test/algebra/2784.json
+    (r"\frac{8}{45}", r"0.\overline{17}", 0.0),
+    (r"\frac{137}{111}", r"1.\overline{234}", 1.0),  # math_train_12k.jsonl line 11300, test/prealgebra/1695.json
+    (r"\frac{137}{111}", r"1.2\overline{34}", 0.0),
+]
+
+
+def test_repeating_decimals_are_graded_by_exact_value():
+    _check(REPEATING)
+
+
+# --- 2. plain-text mixed numbers ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer,rewritten",
+    [
+        ("11 5/6", r"\frac{71}{6}"),
+        ("2 2/3", r"\frac{8}{3}"),
+        ("-2 1/2", r"-\frac{5}{2}"),
+        ("11  5 / 6", r"\frac{71}{6}"),
+        ("(1 1/2, 3)", r"(\frac{3}{2}, 3)"),
+        ("1 1/2, 2 1/3", r"\frac{3}{2}, \frac{7}{3}"),
+        ("x = 11 5/6", r"x = \frac{71}{6}"),
+        ("3 + 1 1/2", r"3 + \frac{3}{2}"),
+        (r"11 5/6 \text{ cups}", r"\frac{71}{6} \text{ cups}"),
+        (r"2 1/2\%", r"\frac{5}{2}\%"),
+        (r"11\ 5/6", r"\frac{71}{6}"),  # LaTeX spaces
+        ("11~5/6", r"\frac{71}{6}"),
+        # left alone
+        (r"2 \cdot 3/4", r"2 \cdot 3/4"),  # an operator between
+        ("x 1/2", "x 1/2"),  # no whole number
+        ("x 2 1/2", "x 2 1/2"),  # the number follows a letter
+        ("1, 2/3", "1, 2/3"),  # a list
+        ("3 7/5", "3 7/5"),  # improper: not a mixed number
+        ("1 0/2", "1 0/2"),
+        ("16:00 2/3", "16:00 2/3"),  # a time (gsm8k_test.jsonl line 730, id 729, solution)
+        ("1 1/2x", "1 1/2x"),
+        ("1 1/2^2", "1 1/2^2"),
+        ("1 2/3/4", "1 2/3/4"),
+        ("12 34/56.7", "12 34/56.7"),
+        (r"2 1/2\pi", r"2 1/2\pi"),
+        (r"\text{11 5/6}", r"\text{11 5/6}"),
+        (r"12\,345/678", r"12\,345/678"),  # a thin space also separates digit groups
+    ],
+)
+def test_mixed_number_rewrite(answer, rewritten):
+    assert rewrite_mixed_numbers(answer) == rewritten
+
+
+def test_mixed_number_normalization():
+    assert normalize_math_answer("11 5\u20446") == r"\frac{71}{6}"  # Unicode fraction slash
+    assert normalize_math_answer(r"$11 5/6$.") == r"\frac{71}{6}"
+    assert normalize_math_answer(r"x = 2 1/2") == r"x=\frac{5}{2}"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [r"0.\overline{36}", r"-0.1\dot{6}", "0.(3)", "11 5/6", "(1 1/2, 3)", r"\text{(C) Plane}", "E: text", "2005!"],
+)
+def test_new_rewrites_are_idempotent(answer):
+    once = normalize_math_answer(answer)
+    assert normalize_math_answer(once) == once
+
+
+MIXED = [
+    (r"11 5/6", r"\frac{71}{6}", 1.0),
+    (r"11 5/6", r"\frac{8}{3}", 0.0),  # (11+5)/6: math-verify's reading of the gold before the fix
+    (r"11 5/6", r"11\frac{5}{6}", 1.0),
+    (r"11 5/6", r"11 5/6", 1.0),
+    (r"\frac{71}{6}", "11 5/6", 1.0),
+    (r"\frac{8}{3}", "11 5/6", 0.0),
+    ("2 2/3", r"2\frac{2}{3}", 1.0),
+    ("2 2/3", r"\frac{4}{3}", 0.0),
+    ("2 2/3", r"\frac{8}{3}", 1.0),
+    ("-2 1/2", r"-\frac{5}{2}", 1.0),
+    ("-2 1/2", r"-\frac{3}{2}", 0.0),
+    ("(1 1/2, 3)", r"\left(\frac{3}{2}, 3\right)", 1.0),
+    ("(1 1/2, 3)", r"\left(1, 3\right)", 0.0),
+    # real golds of "express your answer as a mixed number" problems, predicted in plain text
+    (r"137 \frac{1}{2}", "137 1/2", 1.0),  # math500.jsonl line 473, test/algebra/2470.json
+    (r"137 \frac{1}{2}", "69", 0.0),  # (137+1)/2
+    (r"11 \frac{2}{3}", "11 2/3", 1.0),  # math_train_12k.jsonl line 11263, test/prealgebra/1605.json
+    (r"11 \frac{2}{3}", r"\frac{13}{3}", 0.0),
+    (r"11 \frac{2}{3}", "11 1/3", 0.0),
+    (r"1\frac{4}{5}", "1 4/5", 1.0),  # math500.jsonl line 265, test/geometry/826.json
+    (r"1\frac{4}{5}", "1 3/5", 0.0),
+    (r"-15\frac{3}{5}", "-15 3/5", 1.0),  # math_train.jsonl line 6482, train/prealgebra/1406.json
+    (r"-15\frac{3}{5}", "15 3/5", 0.0),
+    # not mixed numbers: read as before
+    (r"\frac{3}{2}", r"2 \cdot 3/4", 1.0),
+    (r"\frac{5}{3}", "1, 2/3", 0.0),
+]
+
+
+def test_mixed_numbers_are_one_value():
+    _check(MIXED)
+
+
+# --- 3. a multiple-choice letter followed by its option text -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer,letter",
+    [
+        ("E: A polygenic risk score", "E"),
+        ("(E) A polygenic risk score", "E"),
+        ("(E): A polygenic risk score", "E"),
+        ("E. A polygenic risk score", "E"),
+        ("E) A polygenic risk score", "E"),
+        ("E - A polygenic risk score", "E"),
+        ("E \u2014 A polygenic risk score", "E"),
+        (r"\text{(C) Plane}", "C"),
+        (r"\textbf{(B)}\ 3(1 + r/10)^x = 7", "B"),
+        (r"\text{E: text}", "E"),
+        ("**(E)** text", "E"),
+        ("(C) f(A)", "C"),  # a letter inside the option text is not another label
+        ("E:", "E"),
+        ("(E)", "E"),
+        # not one choice label
+        ("E-1", None),
+        ("E -1", None),
+        (r"C \cdot 2", None),
+        ("E.5", None),
+        ("E.g.", None),
+        ("(E)text", None),
+        ("e) text", None),  # lower case
+        ("(A) or (B)", None),  # a hedge
+        ("A: 1, B: 2", None),
+        ("(A) 5 or B", None),
+        ("(A)(B)", None),
+        ("A, B", None),
+        ("A polygenic risk score", None),
+    ],
+)
+def test_choice_letter_with_option_text(answer, letter):
+    assert choice_letter(answer, option_text=True) == letter
+
+
+def test_choice_letter_without_option_text_is_the_bare_label():
+    for s in ("E", "(E)", r"\text{E}", r"\text{(E)}", r"\textbf{(E)}", " (E) "):
+        assert choice_letter(s) == "E", s
+    for s in ("E: text", "(E) text", "e", "EE", "5", "E_1"):
+        assert choice_letter(s) is None, s
+
+
+CHOICES = [
+    ("E", "E: A polygenic risk score", 1.0),
+    ("E", "D: A polygenic risk score", 0.0),
+    ("E", "(E) A polygenic risk score", 1.0),
+    ("E", "E. A polygenic risk score", 1.0),
+    ("E", "E) A polygenic risk score", 1.0),
+    ("E", "E - A polygenic risk score", 1.0),
+    ("E", r"\text{(E) A polygenic risk score}", 1.0),
+    ("E", r"(A) \text{ or } (E)", 0.0),  # a hedge stays wrong
+    ("E", r"\text{A polygenic risk score}", 0.0),  # the text alone cannot be matched to a letter
+    # real golds with the option text their problem lists
+    (r"\text{(C)}", r"\text{(C) Plane}", 1.0),  # math500.jsonl line 228, test/precalculus/819.json
+    (r"\text{(C)}", r"\text{(D) Sphere}", 0.0),
+    (r"\text{(E)}", "(E) Hyperbola", 1.0),  # math500.jsonl line 256, test/precalculus/452.json
+    (r"\text{(E)}", "(C) Parabola", 0.0),
+    (r"\text{(B)}", r"\textbf{(B)}\ 3(1 + r/10)^x = 7", 1.0),  # math500.jsonl line 297, test/intermediate_algebra/754
+    (r"\text{(B)}", r"\textbf{(A)}\ 3(1 + r)^x = 7", 0.0),
+    ("C", "C) 65.1339999", 1.0),  # math_train.jsonl line 5985, train/prealgebra/521.json
+    ("C", "B) 65.138", 0.0),
+    (r"\text{C}", r"C. 34 \text{ dollars}", 1.0),  # math_train_12k.jsonl line 10970, test/prealgebra/1105.json
+    (r"\text{C}", r"D. 26 \text{ dollars}", 0.0),
+    ("F", "F) 10^5", 1.0),  # math_train_12k.jsonl line 11464, test/prealgebra/2011.json
+    ("F", "E) 10^4", 0.0),
+    (r"\text{(P)}", "(P) parabola", 1.0),  # math_train_12k.jsonl line 9476, test/intermediate_algebra/68.json
+    (r"\text{(P)}", "(E) ellipse", 0.0),
+    # bare labels keep their verdicts
+    (r"\text{(C)}", "C", 1.0),
+    (r"\text{(C)}", r"\textbf{(C)}", 1.0),
+    (r"\text{(C)}", "D", 0.0),
+]
+
+
+def test_choice_label_with_option_text_is_its_letter():
+    _check(CHOICES)
+
+
+def test_choice_label_in_an_answer_phrase_and_reason():
+    comps = ["So the final answer is (E) A polygenic risk score", "So the final answer is (D) A linkage map"]
+    assert math_reward(comps, answer=["E", "E"]) == [1.0, 0.0]
+    v = math_success(r"Thus $\boxed{E: A polygenic risk score}$", "E")
+    assert v.status is Status.CORRECT and v.reason == "choice_letter"
+
+
+def test_choice_rule_needs_a_letter_gold():
+    # a numeric gold is not a choice: "(E) 5" is not reduced to a letter, and a letter gold with a non-letter
+    # alternative leaves a wrong letter to math-verify
+    assert math_reward([correct_completion("E: 5")], answer=["5"]) == [0.0]
+    out = math_reward(
+        [correct_completion("(E) text"), correct_completion("(D) text")],
+        answer=["E", "E"],
+        answer_alternatives=[["17"], ["17"]],
+    )
+    assert out == [1.0, 0.0]
+
+
+# --- 4. values beyond float64 ------------------------------------------------------------------------------------
+
+BEYOND_FLOAT = [
+    ("1/2004!", "1/2006!", 0.0),  # both about 1e-5750: 0.0 as floats
+    (r"\frac{1}{2004!}", r"\frac{1}{2006!}", 0.0),  # math_train_12k.jsonl line 9645, test/intermediate_algebra/568
+    (r"\frac{1}{2004!}", r"\frac{1}{2005!}", 0.0),
+    (r"\frac{1}{2004!}", r"\frac{1}{2004!}", 1.0),
+    (r"\frac{1}{2004!}", "1/2004!", 1.0),
+    (r"\frac{1}{2004!}", r"\frac{2005}{2005!}", 1.0),
+    (r"\frac{1}{2004!}", "0", 0.0),
+    (r"\frac{1}{2004!}", r"-\frac{1}{2004!}", 0.0),
+    (r"10^{-400}", r"2\cdot 10^{-400}", 0.0),
+    (r"2\cdot 10^{-400}", r"10^{-400}", 0.0),
+    (r"10^{-400}", r"10^{-401}", 0.0),
+    (r"10^{-400}", r"-10^{-400}", 0.0),
+    (r"10^{-400}", "0", 0.0),
+    (r"10^{-400}", r"10^{-400}", 1.0),
+    (r"10^{-400}", r"\frac{1}{10^{400}}", 1.0),
+    (r"2\cdot 10^{-400}", r"\frac{2}{10^{400}}", 1.0),
+    (r"1.5\times10^{-400}", r"1.6\times10^{-400}", 0.0),
+    (r"1.5\times10^{-400}", "1.5e-400", 1.0),
+    (r"1.5\times10^{-400}", r"1.50001\times10^{-400}", 1.0),  # within the 1e-4 relative tolerance
+    ("1e-320", "2e-320", 0.0),  # float64 subnormals
+    (r"10^{400}", r"2\cdot10^{400}", 0.0),
+    (r"10^{400}", r"10^{400}+1", 0.0),
+    (r"10^{400}", r"10^{401}", 0.0),
+    (r"10^{400}", r"10^{400}", 1.0),
+    (r"10^{400}", r"100^{200}", 1.0),
+    (r"1.5\times10^{400}", r"1.6\times10^{400}", 0.0),
+    ("2005!", "2006!", 0.0),
+    ("2005!", "2005!+1", 0.0),
+    ("2005!", "2005!", 1.0),
+    ("2005!", r"2005\cdot 2004!", 1.0),
+    (r"2^{4950}", r"2^{4951}", 0.0),  # math_train_12k.jsonl line 4017, train/intermediate_algebra/1088.json
+    (r"2^{4950}", r"4^{2475}", 1.0),
+    (r"3^{2007}", r"3^{2006}", 0.0),  # math_train_12k.jsonl line 11817, test/precalculus/818.json
+    (r"3^{2007}", r"3\cdot 3^{2006}", 1.0),
+    # the small-number check still accepts math-verify's percent readings
+    (r"25\%", "0.25", 1.0),
+    ("0.25", r"25\%", 1.0),
+]
+
+
+def test_numbers_beyond_float64_are_compared_exactly():
+    _check(BEYOND_FLOAT)
