@@ -144,13 +144,14 @@ def _sara_config_module() -> dict:
             raise PreviewUnavailable(f"{path.name} imports {name}")
         return builtins.__import__(name, globals, locals, fromlist, level)
 
-    namespace = {
-        "__name__": "sara_trl.trainer._config_preview",
-        "__file__": str(path),
-        "__builtins__": dict(vars(builtins), __import__=guarded_import),
-    }
+    # The module is loaded under a name of its own (never sara_trl.trainer.config, which stays the real one), with
+    # builtins whose __import__ hands it the stand-in trl.
+    spec = importlib.util.spec_from_file_location("sara_trl.trainer._config_preview", path)
+    module = importlib.util.module_from_spec(spec)
+    module.__builtins__ = dict(vars(builtins), __import__=guarded_import)
+    namespace = vars(module)
     try:
-        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        spec.loader.exec_module(module)
     except PreviewUnavailable:
         raise
     except Exception as err:  # an ImportError for another trl name, a refactored module, ...
@@ -181,10 +182,37 @@ _TYPE_NAMES = {"Optional": Optional, "Union": Union, "Literal": Literal, "Any": 
                "typing": typing}
 
 
+def _type_of(node: ast.expr, names: dict) -> Any:
+    """The value of an annotation's syntax tree: names looked up in ``names``, attributes, subscripts
+    (``Optional[int]``, ``Literal["a", "b"]``), ``X | Y``, constants, tuples and lists; nothing is run as code.
+
+    Raises
+    ------
+    ValueError
+        Any other syntax (a call, an operator other than ``|``).
+    """
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return names[node.id]
+    if isinstance(node, ast.Attribute):
+        return getattr(_type_of(node.value, names), node.attr)
+    if isinstance(node, ast.Subscript):
+        index = node.slice
+        args = (tuple(_type_of(e, names) for e in index.elts) if isinstance(index, ast.Tuple)
+                else _type_of(index, names))
+        return _type_of(node.value, names)[args]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _type_of(node.left, names) | _type_of(node.right, names)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        values = [_type_of(e, names) for e in node.elts]
+        return tuple(values) if isinstance(node, ast.Tuple) else values
+    raise ValueError(f"unsupported annotation syntax: {ast.unparse(node)}")
+
+
 def _annotation(node: ast.expr, names: dict) -> Any:
     try:
-        value = eval(compile(ast.Expression(node), "<annotation>", "eval"), {"__builtins__": {}},
-                     _TypeNames({**_TYPE_NAMES, **names}))
+        value = _type_of(node, _TypeNames({**_TYPE_NAMES, **names}))
     except Exception:
         return str
     return value if value is not None else str
