@@ -1,6 +1,8 @@
-"""Benchmarks of the SARA allocator against dynamic sampling and uniform allocation.
+"""Benchmarks of the SARA allocator against dynamic sampling and uniform allocation: one subpackage per study.
 
-Run ``python benchmarks/run.py`` (or ``--quick``) from the repository root; it regenerates ``benchmarks/RESULTS.md``
-and the PNG plots under ``benchmarks/plots/``. The modules here are importable (``from benchmarks import sim``) so the
-test suite can run the harness in quick mode.
+Each folder holds one study's scripts, its report and its result files; the modules at this top level are the code
+several studies share (``common``: intervals over seeds, tables, the environment stamp; ``sim``: simulated tasks and
+distributions; ``replay``: replay banks of real outcomes; ``real_task``: the real-training task). Scripts run from the
+repository root as modules, e.g. ``python -m benchmarks.simulated.run --quick``; the index of studies, commands and
+result files is ``benchmarks/README.md``.
 """

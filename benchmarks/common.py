@@ -14,7 +14,8 @@ from string import Template
 import numpy as np
 from scipy import stats as sps
 
-__all__ = ["Interval", "mean_ci", "fmt_ci", "md_table", "environment", "environment_lines", "TextBlocks"]
+__all__ = ["Interval", "mean_ci", "fmt_ci", "md_table", "environment", "environment_lines", "current_command",
+           "current_path", "TextBlocks"]
 
 
 @dataclass(frozen=True)
@@ -122,15 +123,78 @@ def environment() -> dict:
     }
 
 
+#: Each script's module since every study has its own folder, by the path it had before (``benchmarks/<old>.py``).
+_MODULES = {
+    "run": "simulated.run", "train_runs": "train_runs.train_runs", "beyond_paper": "beyond_paper.beyond_paper",
+    "quickstart_mix": "quickstart_task.quickstart_mix", "make_replay_bank": "quickstart_task.make_replay_bank",
+    "real_task_report": "real_task_survey.real_task_report", "gpu/task_survey": "real_task_survey.task_survey",
+    "vllm_vs_survey": "real_task_survey.vllm_vs_survey", "real_replay": "real_replay.real_replay",
+    "real_training": "real_training.real_training", "real_training_report": "real_training.real_training_report",
+    "headline": "headline.headline", "engine_step": "engine_step.engine_step",
+    "calibrate_cpu_latency": "cpu_latency.calibrate_cpu_latency",
+    "streaming_engine": "streaming_engine.streaming_engine",
+    "streaming_small_batch": "streaming_small_batch.streaming_small_batch", "reward_cost": "reward_cost.reward_cost",
+    "streaming_projection": "streaming_projection.streaming_projection", "data_report": "data_report.data_report",
+    "gpu/h200_check": "gpu.h200_check",
+}
+#: The folder of each result file that sat directly in ``benchmarks/`` before, by its name (or its name's start).
+_RESULT_FOLDERS = {
+    "results": "simulated", "train_results": "train_runs", "beyond_paper": "beyond_paper",
+    "real_task": "real_task_survey", "real_replay": "real_replay", "engine_step": "engine_step",
+    "cpu_latency": "cpu_latency",
+    "streaming_engine": "streaming_engine", "streaming_small_batch": "streaming_small_batch",
+    "reward_cost": "reward_cost", "streaming_projection": "streaming_projection",
+}
+_OLD_COMMAND = re.compile(r"python3? benchmarks/([a-z0-9_/]+)\.py(?=\s|$)")
+_OLD_RESULT = re.compile(r"(?<![\w/.-])benchmarks/([a-z0-9_]+)\.(json|md)\b")
+
+
+#: Scripts named in saved metadata (e.g. a bank's sidecar) that moved when the studies got their own folders.
+_MOVED_SCRIPTS = {"benchmarks/gpu/task_survey.py": "benchmarks/real_task_survey/task_survey.py",
+                  "benchmarks/make_replay_bank.py": "benchmarks/quickstart_task/make_replay_bank.py"}
+
+
+def current_path(path: str) -> str:
+    """A result file's repository path today: ``benchmarks/streaming_engine_seed1.json`` (a path recorded before
+    the studies had their own folders) -> ``benchmarks/streaming_engine/streaming_engine_seed1.json``, and the
+    scripts of :data:`_MOVED_SCRIPTS`; any other path (or text) is returned as is."""
+    for old, new in _MOVED_SCRIPTS.items():
+        path = path.replace(old, new)
+
+    def folder(m: re.Match) -> str:
+        name = m.group(1)
+        study = next((_RESULT_FOLDERS[key] for key in sorted(_RESULT_FOLDERS, key=len, reverse=True)
+                      if name == key or name.startswith(key + "_")), None)
+        return m.group(0) if study is None else f"benchmarks/{study}/{name}.{m.group(2)}"
+
+    return _OLD_RESULT.sub(folder, path)
+
+
+def current_command(command: str) -> str:
+    """``command`` in the form that runs it today: ``python benchmarks/run.py --quick`` (how result files saved
+    before the studies had their own folders record it) -> ``python -m benchmarks.simulated.run --quick``, with
+    the result files it names at their current paths (:func:`current_path`).
+
+    The result files keep the command as it was run; the reports rendered from them show this form. A command
+    already in the ``python -m benchmarks.<study>.<script>`` form, or naming no benchmark script, is returned as is.
+    """
+    def module(m: re.Match) -> str:
+        name = _MODULES.get(m.group(1))
+        return m.group(0) if name is None else f"python -m benchmarks.{name}"
+
+    return current_path(_OLD_COMMAND.sub(module, command))
+
+
 def environment_lines(command: str, seeds: str, env: dict | None = None) -> str:
     """The stamp printed under each result table: machine, versions, seeds, and the exact command.
 
+    ``command``: as recorded with the results; printed in its current form (:func:`current_command`).
     ``env``: an :func:`environment` dict saved with the results (default: this machine now).
     """
     e = environment() if env is None else env
     return (f"*Machine: {e['cpu']}, {e['cores']} cores (shared), {e['platform']}. Versions: Python {e['python']}, "
             f"numpy {e['numpy']}, scipy {e['scipy']}, sara_trl {e['sara_trl']}. Seeds: {seeds}. "
-            f"Command: `{command}`.*")
+            f"Command: `{current_command(command)}`.*")
 
 
 class TextBlocks:

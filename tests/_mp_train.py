@@ -46,7 +46,7 @@ from accelerate import PartialState  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-import sara_trl.trainer.mixin as sara_mixin  # noqa: E402
+import sara_trl.trainer.collect as sara_collect  # noqa: E402
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer  # noqa: E402
 
 # "always" / "never": success rate 1 / 0 (saturated); "coin": the parity of the first completion token (random model).
@@ -129,7 +129,7 @@ def spy(trainer, tokenizer, record: dict) -> None:
     trainer._tokenize_prompts = tokenize
 
     # The global request list of each round, as the allocator passed it to rollout_fn.
-    original_make = sara_mixin.make_rollout_fn
+    original_make = sara_collect.make_rollout_fn
 
     def make_rollout_fn(trainer_, cache, on_round=None):
         fn = original_make(trainer_, cache, on_round)
@@ -141,7 +141,7 @@ def spy(trainer, tokenizer, record: dict) -> None:
 
         return rollout_fn
 
-    sara_mixin.make_rollout_fn = make_rollout_fn
+    sara_collect.make_rollout_fn = make_rollout_fn
 
     # What TRL's pipeline returned for this process's share of each generation batch.
     original_generate = trainer._generate_and_score_completions
@@ -182,12 +182,12 @@ def train(name: str, model_dir: str, out: Path, fail_rank: int | None) -> dict:
                               train_dataset=data, processing_class=tokenizer)
     record = {"generation_batch_size": args.generation_batch_size, "num_generations": args.num_generations,
               "rounds": [], "batches": []}
-    original_make = sara_mixin.make_rollout_fn
+    original_make = sara_collect.make_rollout_fn
     spy(trainer, tokenizer, record)
     try:
         trainer.train()
     finally:
-        sara_mixin.make_rollout_fn = original_make
+        sara_collect.make_rollout_fn = original_make
     # sara/collect_seconds is wall-clock, the one sara/* value that differs between ranks by design
     record["logs"] = [{k: v for k, v in entry.items()
                        if (k.startswith("sara/") and k != "sara/collect_seconds") or k == "step"}

@@ -73,7 +73,7 @@ def test_sara_round_by_round_on_scripted_outcomes():
     seqs = [[1, 0, 1, 1, 1, 1, 1, 1], [0] * 8, [0, 0, 1, 0, 0, 0, 0, 0]]
     src = Scripted(seqs)
     alloc = Allocator(AllocationConfig(allocator="sara", yield_decay=1.0, refill_margin=0.0))
-    alloc._mix_num[0] = alloc._mix_den[0] = 1e9  # fresh-prompt mix rate 1: one fresh prompt per missing commit
+    alloc.refill.mix_num[0] = alloc.refill.mix_den[0] = 1e9  # fresh mix rate 1: one fresh prompt per missing commit
     res = alloc.collect(src, PromptStream(3, shuffle=False, wrap=False), B=2)
     assert src.calls[0] == ([0, 1], [2, 2])
     # Expected commits: 1 (mixed prompt 0) + p_eff(2, 0) = 6/9 (prompt 1) < 2 -> one fresh prompt is probed.
@@ -262,7 +262,7 @@ def test_unscorable_rollouts_cost_but_do_not_move_the_posterior():
     src = Scripted([[np.nan, np.nan, 0, 0], [1, 0, 1, 0]])
     cfg = AllocationConfig(k=4, n0=2, tau_low=0.3, yield_decay=1.0, refill_margin=0.0)
     alloc = Allocator(cfg)
-    alloc._mix_num[0] = alloc._mix_den[0] = 1e9
+    alloc.refill.mix_num[0] = alloc.refill.mix_den[0] = 1e9
     res = alloc.collect(src, PromptStream(2, shuffle=False, wrap=False), B=2)
     # After the probe prompt 0 has no scored outcome: p_eff(0, 0, k=2) = 1/3 (uniform prior) >= 0.3 -> continue.
     assert 0 in list(src.calls[1][0])

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-import sara_trl.allocation.stream as stream_module
+import sara_trl.allocation.prompt_stream as stream_module
 from sara_trl.allocation import (
     AllocationConfig,
     Allocator,
@@ -17,7 +17,7 @@ from sara_trl.allocation import (
     u_shaped_gammas,
 )
 
-LOGGER = "sara_trl.allocation.stream"
+LOGGER = "sara_trl.allocation.prompt_stream"
 
 
 @pytest.fixture

@@ -279,8 +279,11 @@ def test_collection_config_is_validated():
         AllocationConfig(collection="bogus")
     with pytest.raises(AllocationConfigError, match="allocator='uniform' has nothing to decide"):
         AllocationConfig(allocator="uniform", collection="streaming")
-    with pytest.raises(AllocationConfigError, match="not implemented together with ds_filter='score'"):
+    with pytest.raises(AllocationConfigError, match="cannot run ds_filter='score': a group's score spread is known "
+                       "only once all k scores are in"):
         AllocationConfig(collection="streaming", allocator="dynamic_sampling", ds_filter="score")
+    for options in ({"history_decay": 0.5}, {"history_decay": 0.5, "selection": "greedy"}):
+        assert AllocationConfig(collection="streaming", **options).collection == "streaming"
     assert AllocationConfig(collection="streaming", carry_over=True).carry_over
     with pytest.raises(ValueError, match="carry_over=False"):
         StreamingCollector(AllocationConfig(collection="streaming"), 1, PromptStream(10).take, max_in_flight=8,
@@ -348,3 +351,73 @@ def test_slots_freed_by_holding_go_to_the_top_ups_at_once():
     mixes = coll.complete(sub[1].rid, 0.0, 3)
     assert sorted(mixes.abort) == sorted(r.rid for r in cont.submit)
     assert [r.prompt_id for r in mixes.submit] == [a] * 6 and coll.in_flight == 6
+
+
+def _never_solved_share(options: dict, steps: int = 8) -> tuple[float, list]:
+    """Streaming SARA over a pool whose first half is never solved: the share of never-solved prompts among the
+    fresh prompts drawn in the last half of the steps, and the steps' results."""
+    gammas = np.r_[np.zeros(40), np.full(40, 0.5)]
+    task = SimulatedTask(gammas, seed=4)
+    alloc = Allocator(AllocationConfig(k=8, collection="streaming", **options))
+    stream = PromptStream(len(gammas), seed=4)
+    drawn, results = [], []
+    for step in range(steps):
+        res = run_streaming_step(alloc.streaming(stream, 8, 64), task, DecodeEngine(64))
+        res.stats.check()
+        assert len(res.groups) == 8 and res.stats.unfilled == 0
+        results.append(res)
+        if step >= steps // 2:
+            drawn.extend(res.prompt_table["prompt_id"].tolist())
+    return float(np.mean(np.asarray(drawn) < 40)), results
+
+
+def test_streaming_runs_history_and_selection():
+    """History warm-start and greedy selection run in streaming: the selector draws through the streaming
+    collector (its pool is logged), and it learns to avoid the prompts it has seen fail: in stream order about half
+    the fresh prompts are never solved; with history and greedy selection far fewer are."""
+    plain, _ = _never_solved_share({})
+    assert 0.35 < plain < 0.65
+    history, _ = _never_solved_share({"history_decay": 1.0})
+    assert 0.35 < history < 0.65  # history alone changes the priors, not which prompts are drawn
+    selected, results = _never_solved_share({"history_decay": 1.0, "selection": "greedy"})
+    assert selected < 0.5 * plain
+    again, results_again = _never_solved_share({"history_decay": 1.0, "selection": "greedy"})
+    assert again == selected  # deterministic
+    assert [r.prompt_table["prompt_id"].tolist() for r in results] == \
+        [r.prompt_table["prompt_id"].tolist() for r in results_again]
+
+
+def test_streaming_history_prior_changes_decisions():
+    """With history, a prompt's prior carries its past outcomes, so the rule in streaming is the history rule:
+    a prompt seen failing 16 times is abandoned after its first failed probe rollouts, where the paper's uniform
+    prior would continue it."""
+    alloc = Allocator(AllocationConfig(k=8, collection="streaming", history_decay=1.0))
+    stream = PromptStream(10, seed=0)
+    collector = alloc.streaming(stream, 1, 8)
+    ext = alloc._ext
+    ext.history.observe(np.array([3]), np.array([16]), np.array([0]))
+    pids = np.array([3, 4])
+    n = np.array([2, 2])
+    dec, p = collector._decide(pids, n, n, np.array([0, 0]))
+    paper = AllocationConfig(k=8)
+    from sara_trl.allocation.rules import decide
+
+    dec0, p0 = decide(n, n, np.array([0, 0]), k=8, tau_low=paper.tau_low, commit_min=paper.commit_floor)
+    assert p[0] < p0[0] and p[1] == pytest.approx(p0[1])
+    assert dec[0] == 2 and dec0[0] == 0  # ABANDON with history, CONTINUE under the paper's prior
+
+
+def test_streaming_history_and_selection_on_one_process_shard():
+    """Several processes stream on disjoint shards (ShardStream draws dataset indices): the history table covers
+    the dataset, and every prompt drawn belongs to the process's shard."""
+    from sara_trl.allocation import ShardStream
+
+    gammas = u_shaped_gammas(101, seed=2)
+    task = SimulatedTask(gammas, seed=2)
+    alloc = Allocator(AllocationConfig(k=8, collection="streaming", history_decay=0.5, selection="thompson"))
+    stream = ShardStream(101, rank=1, world=2, seed=2)
+    for _ in range(4):
+        res = run_streaming_step(alloc.streaming(stream, 4, 32), task, DecodeEngine(32))
+        res.stats.check()
+        assert len(res.groups) == 4 and (res.prompt_table["prompt_id"] % 2 == 1).all()
+    assert alloc._ext.history.num_prompts == 101 and alloc._ext.history.rows_with_history() > 0

@@ -1,6 +1,7 @@
 """The benchmark harness (benchmarks/): its closed forms, the replay source, the report templates, and quick
-end-to-end runs of ``benchmarks/run.py --quick`` and ``benchmarks/beyond_paper.py --quick`` (seconds, no warning
-allowed) so the harness cannot rot. Timing targets are judged in RESULTS.md, not here."""
+end-to-end runs of ``python -m benchmarks.simulated.run --quick`` and ``python -m benchmarks.beyond_paper.beyond_paper
+--quick`` (seconds, no warning allowed) so the harness cannot rot. Timing targets are judged in RESULTS.md, not here.
+The repository root is on the path through pytest's ``pythonpath`` (pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import ast
 import json
 import math
 import re
+import subprocess
 import sys
 from itertools import combinations
 from pathlib import Path
@@ -15,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from benchmarks import replay, sim
+from benchmarks.common import TextBlocks, current_command, current_path, mean_ci, md_table
+from benchmarks.simulated import overhead, run
+from sara_trl.allocation import AllocationConfig
 
-from benchmarks import overhead, replay, run, sim  # noqa: E402
-from benchmarks.common import TextBlocks, mean_ci, md_table  # noqa: E402
-from sara_trl.allocation import AllocationConfig  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "benchmarks"
 
 
 # ------------------------------------------------------------------------------------------------ statistics
@@ -198,18 +200,19 @@ def test_text_blocks_parse_fill_and_reject(tmp_path):
         TextBlocks(path)
 
 
-@pytest.mark.parametrize("template, module", [("results.md", "report.py"), ("beyond_paper.md", "beyond_paper.py")])
-def test_every_template_block_is_used(template, module):
+@pytest.mark.parametrize("study, template, module", [("simulated", "results.md", "report.py"),
+                                                     ("beyond_paper", "beyond_paper.md", "beyond_paper.py")])
+def test_every_template_block_is_used(study, template, module):
     """No dead prose: each block of a template is named by the module that renders it."""
-    source = (REPO / "benchmarks" / module).read_text()
-    blocks = TextBlocks(REPO / "benchmarks" / "templates" / template).blocks
+    source = (BENCH / study / module).read_text()
+    blocks = TextBlocks(BENCH / study / "templates" / template).blocks
     assert "document" in blocks and len(blocks) >= 5
     assert [name for name in blocks if f'"{name}"' not in source] == []
 
 
 @pytest.mark.filterwarnings("error")
 def test_beyond_paper_hit_rate_without_history_is_a_dash_not_a_warning():
-    from benchmarks import beyond_paper
+    from benchmarks.beyond_paper import beyond_paper
 
     runs = [beyond_paper.RunTotals(rollouts=100, tokens=1000, effective=10, groups=10, rounds=2, steps=1)
             for _ in range(2)]
@@ -242,10 +245,11 @@ def test_library_does_not_import_matplotlib():
 
 
 def test_committed_results_render_to_the_committed_report(tmp_path):
-    """benchmarks/RESULTS.md is exactly what the renderer makes of benchmarks/results.json (+ train_results.json):
-    the text is regenerable without rerunning the benchmarks, and a template edit that changes it shows here."""
-    assert run.main(["--render-only", str(REPO / "benchmarks" / "results.json"), "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "RESULTS.md").read_text() == (REPO / "benchmarks" / "RESULTS.md").read_text()
+    """benchmarks/simulated/RESULTS.md is exactly what the renderer makes of its results.json (+ the train_runs
+    study's train_results.json): the text is regenerable without rerunning the benchmarks, and a template edit that
+    changes it shows here."""
+    assert run.main(["--render-only", str(BENCH / "simulated" / "results.json"), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "RESULTS.md").read_text() == (BENCH / "simulated" / "RESULTS.md").read_text()
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -254,9 +258,10 @@ def test_quick_run_end_to_end(tmp_path):
     success, tokens = synthetic_bank(P=120)
     bank = tmp_path / "bank.npz"
     np.savez_compressed(bank, success=success, tokens=tokens)
-    # A minimal train_results.json in the shape benchmarks/train_runs.py writes (section 6 and its plot).
+    # A minimal train_results.json in the shape benchmarks/train_runs/train_runs.py writes (section 6 and its plot).
     fake = {"uniform": (64, 0.25), "DS": (250, 1.0), "SARA": (190, 1.0)}
-    train = {"command": "python benchmarks/train_runs.py --steps 2", "task": "arithmetic", "config": {"seed": 0},
+    train = {"command": "python -m benchmarks.train_runs.train_runs --steps 2", "task": "arithmetic",
+             "config": {"seed": 0},
              "environment": {"cpu": "test", "cores": 2, "torch": "x"},
              "runs": {n: {"step": [1, 2], "reward": [0.5, 0.5], "raw_success": [0.2, 0.3],
                           "cum_rollouts": [r, 2 * r], "cum_tokens": [10 * r, 20 * r], "effective_fraction": [f, f],
@@ -275,7 +280,7 @@ def test_quick_run_end_to_end(tmp_path):
     assert "| SARA | 2 | 380 | 0.76 | 3800 | 0.76 | 1.0 | 1.000 | 0.200 -> 0.300 | 0.100 -> 0.200 | 3 |" in md
     assert "Measured: SARA spent 0.76 of DS's rollouts and 0.76 of its tokens" in md
     assert "uniform trained 75.0% zero-advantage groups" in md
-    assert "Command: `python benchmarks/run.py --quick" in md
+    assert "Command: `python -m benchmarks.simulated.run --quick" in md
     for png in ("fig3a_decidability", "fig3c_effective_vs_rollouts", "fig6a_tau_sweep", "fig6b_n0_sweep",
                 "fig6c_fixed_budget", "fig6d_savings_vs_k", "overhead", "replay_cost", "train_runs"):
         assert (out / "plots" / f"{png}.png").stat().st_size > 1000
@@ -304,7 +309,7 @@ def test_quick_run_skips_replay_without_bank(tmp_path):
 
 @pytest.mark.filterwarnings("error")
 def test_beyond_paper_quick_run(tmp_path):
-    from benchmarks import beyond_paper
+    from benchmarks.beyond_paper import beyond_paper
 
     success, tokens = synthetic_bank(P=120)
     bank = tmp_path / "bank.npz"
@@ -322,7 +327,7 @@ def test_beyond_paper_quick_run(tmp_path):
 # ------------------------------------------------------------------------------------------------ GPU projection
 @pytest.mark.filterwarnings("error")
 def test_streaming_projection_quick_run_and_render_only(tmp_path):
-    from benchmarks import streaming_projection as sp
+    from benchmarks.streaming_projection import streaming_projection as sp
 
     out = tmp_path / "out"
     assert sp.main(["--quick", "--out", str(out)]) == 0
@@ -353,20 +358,20 @@ def test_streaming_projection_quick_run_and_render_only(tmp_path):
 
 
 def test_committed_projection_renders_to_the_committed_report(tmp_path):
-    from benchmarks import streaming_projection as sp
+    from benchmarks.streaming_projection import streaming_projection as sp
 
-    assert sp.main(["--render-only", str(REPO / "benchmarks" / "streaming_projection.json"), "--out",
+    assert sp.main(["--render-only", str(BENCH / "streaming_projection" / "streaming_projection.json"), "--out",
                     str(tmp_path)]) == 0
     assert (tmp_path / "STREAMING_PROJECTION.md").read_text() == \
-        (REPO / "benchmarks" / "STREAMING_PROJECTION.md").read_text()
+        (BENCH / "streaming_projection" / "STREAMING_PROJECTION.md").read_text()
 
 
 def test_projection_kernel_time_rows_are_reproducible():
     """The kernel-time rows (the earlier projection) come out of the simulation as committed: first step of seed 0
     for a round allocator and a streaming one."""
-    from benchmarks import streaming_projection as sp
+    from benchmarks.streaming_projection import streaming_projection as sp
 
-    doc = json.loads((REPO / "benchmarks" / "streaming_projection.json").read_text())
+    doc = json.loads((BENCH / "streaming_projection" / "streaming_projection.json").read_text())
     for label in ("SARA (rounds, paper)", "SARA (streaming)"):
         committed = dict(doc["legacy"]["runs"][f"{label}|k=8"]["0"][0])
         fresh = sp.run_one(label, 8, 0, 1)[0]
@@ -375,9 +380,9 @@ def test_projection_kernel_time_rows_are_reproducible():
 
 
 def test_projection_full_model_seed_is_reproducible():
-    from benchmarks import streaming_projection as sp
+    from benchmarks.streaming_projection import streaming_projection as sp
 
-    doc = json.loads((REPO / "benchmarks" / "streaming_projection.json").read_text())
+    doc = json.loads((BENCH / "streaming_projection" / "streaming_projection.json").read_text())
     steps = doc["model"]["settings"]["steps"]
     committed = doc["model"]["runs"]["SARA (rounds)|k=8|seqs=512"]["3"]
     fresh = sp.model_seed("SARA (rounds)", 8, 3, steps, 512, sp.reward_costs())
@@ -389,11 +394,11 @@ def test_projection_full_model_seed_is_reproducible():
 def test_projection_settings_follow_their_sources():
     """The overlapped lag is the trainer's streaming_reward_lag default; the measured reward cost is the committed
     reward_cost.json fit; the CPU calibration reads the committed engine measurements."""
-    from benchmarks import streaming_projection as sp
+    from benchmarks.streaming_projection import streaming_projection as sp
 
     config = (REPO / "src" / "sara_trl" / "trainer" / "config.py").read_text()
     assert re.search(r'\("streaming_reward_lag", int, field\(default=(\d+)', config).group(1) == str(sp.LAG)
-    fit = json.loads((REPO / "benchmarks" / "reward_cost.json").read_text())["fit"]
+    fit = json.loads((BENCH / "reward_cost" / "reward_cost.json").read_text())["fit"]
     measured = sp.measured_reward_cost()
     assert (measured.per_call, measured.per_item) == (fit["per_call"], fit["per_item"])
     rows = sp.calibrate_cpu_step_overhead()
@@ -404,7 +409,7 @@ def test_projection_settings_follow_their_sources():
 
 
 def test_reward_cost_fit_and_completions():
-    from benchmarks import reward_cost
+    from benchmarks.reward_cost import reward_cost
 
     fit = reward_cost.fit_call_cost([1, 1, 8, 8, 64], [0.011, 0.013, 0.026, 0.026, 0.14])
     assert fit["per_call"] == pytest.approx(0.01, abs=2e-3) and fit["per_item"] == pytest.approx(0.002, abs=2e-4)
@@ -414,3 +419,67 @@ def test_reward_cost_fit_and_completions():
     assert golds == ["5", "5", "7", "7"] and ok == [True, False, True, False]
     assert texts[0].endswith("The final answer is $\\boxed{5}$.") and texts[1].endswith("$\\boxed{7}$.")
     assert all(t.startswith("<think>\n") and "</think>" in t for t in texts)
+
+
+# ------------------------------------------------------------------------------------------------ layout
+#: every study's scripts, as modules (``python -m benchmarks.<study>.<script>`` from the repository root)
+SCRIPTS = sorted(p.relative_to(REPO).with_suffix("").as_posix().replace("/", ".")
+                 for p in BENCH.glob("*/*.py") if "__main__" in p.read_text(encoding="utf-8"))
+
+
+def test_each_study_is_a_package_and_no_script_patches_sys_path():
+    """One folder per study, each a package; a script imports the shared modules (``benchmarks.common``, ``sim``,
+    ``replay``, ``real_task``) and the other studies as ``benchmarks.<study>.<module>``, never through a
+    ``sys.path`` entry of its own."""
+    studies = sorted(p.parent.name for p in BENCH.glob("*/__init__.py"))
+    assert {"simulated", "beyond_paper", "real_training", "streaming_engine", "headline", "gpu"} <= set(studies)
+    assert [p.name for p in BENCH.glob("*.py") if "__main__" in p.read_text(encoding="utf-8")] == []  # shared only
+    patched = [str(p.relative_to(REPO)) for p in BENCH.rglob("*.py") if "sys.path" in p.read_text(encoding="utf-8")]
+    assert patched == []
+    assert len(SCRIPTS) >= 20 and "benchmarks.simulated.run" in SCRIPTS
+
+
+def test_recorded_commands_read_in_their_current_form():
+    """Result files saved before the studies had their own folders record ``python benchmarks/<script>.py``; the
+    reports show the command that runs the same script now, with the result files at their current paths."""
+    assert current_command("python benchmarks/run.py --quick") == "python -m benchmarks.simulated.run --quick"
+    assert current_command("python benchmarks/streaming_engine.py --steps 3 --out benchmarks/streaming_engine_seed1"
+                           ".json") == ("python -m benchmarks.streaming_engine.streaming_engine --steps 3 --out "
+                                        "benchmarks/streaming_engine/streaming_engine_seed1.json")
+    assert current_command("python benchmarks/gpu/task_survey.py") == \
+        "python -m benchmarks.real_task_survey.task_survey"
+    assert current_command("python -m benchmarks.simulated.run") == "python -m benchmarks.simulated.run"
+    assert current_path("benchmarks/cpu_latency_intel_xeon.json") == \
+        "benchmarks/cpu_latency/cpu_latency_intel_xeon.json"
+    assert current_path("/tmp/x/benchmarks/results.json") == "/tmp/x/benchmarks/results.json"
+    for old in re.findall(r'"command": "python benchmarks/([a-z0-9_/]+)\.py', "\n".join(
+            p.read_text(encoding="utf-8") for p in BENCH.rglob("*.json"))):
+        module = current_command(f"python benchmarks/{old}.py").removeprefix("python -m ")
+        assert module in SCRIPTS, old  # every recorded script maps to a module that exists
+
+
+def test_a_script_runs_as_a_module_from_the_repository_root():
+    """``python -m`` from the root needs no installed ``benchmarks`` and no path setup (its ``--help`` only)."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.simulated.run", "--help"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "--render-only" in out.stdout
+
+
+# ------------------------------------------------------------------------------------------------ schedule parity
+def test_schedule_parity_quick_run_and_the_committed_report(tmp_path):
+    """The study's ratios are the per-seed streaming / rounds ratios of its own per-seed rollouts, its "met" is the
+    3% rule on the interval, and the committed report is what its committed JSON renders to."""
+    from benchmarks.schedule_parity import schedule_parity as sp
+
+    result = sp.main(["--quick", "--out", str(tmp_path)])
+    assert list(result["settings"]) == list(sp.SETTINGS)[:3]
+    for r in result["settings"].values():
+        rounds, streaming = (np.array(r["per_seed"][c]["rollouts"]) for c in ("rounds", "streaming"))
+        assert r["rollouts_ratio"]["per_seed"] == pytest.approx((streaming / rounds).tolist())
+        assert r["met"] == (r["rollouts_ratio"]["lo"] >= 0.97 and r["rollouts_ratio"]["hi"] <= 1.03)
+    committed = BENCH / "schedule_parity"
+    sp.main(["--render-only", str(committed / "schedule_parity.json"), "--out", str(tmp_path / "again")])
+    assert (tmp_path / "again" / "SCHEDULE_PARITY.md").read_text() == (committed / "SCHEDULE_PARITY.md").read_text()
+    doc = json.loads((committed / "schedule_parity.json").read_text())
+    assert doc["meta"]["seeds"] == 20 and len(doc["settings"]) == len(sp.SETTINGS)

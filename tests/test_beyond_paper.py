@@ -23,7 +23,7 @@ from sara_trl.allocation import (
     u_shaped_gammas,
 )
 from sara_trl.allocation.empirical_bayes import OutcomeTable, PredictiveBuffer, fit_prior, fit_prior_counts
-from sara_trl.allocation.extensions import Extensions
+from sara_trl.allocation.beyond_paper import Extensions
 from sara_trl.allocation.history import PromptHistory, select_candidates
 from sara_trl.allocation.optimal_stopping import (
     MixturePrior,

@@ -4,7 +4,6 @@ README keeps the commands CI and users rely on. Nothing here imports torch or ru
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 import sys
@@ -13,8 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted([ROOT / "README.md", ROOT / "ARCHITECTURE.md", ROOT / "benchmarks" / "README.md",
-                *(ROOT / "docs").glob("*.md")])
+# README, the docs, and the benchmark studies' index and reports (not their templates: those links are relative to
+# the report a template renders)
+PAGES = sorted([ROOT / "README.md", ROOT / "ARCHITECTURE.md", *(ROOT / "docs").glob("*.md"),
+                *(p for p in (ROOT / "benchmarks").rglob("*.md") if "templates" not in p.parts)])
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
@@ -116,13 +117,13 @@ def _logged_metric_names() -> set[str]:
     names = set()
     for path in trainer.glob("*.py"):
         names |= set(re.findall(r"[\"']sara/([a-z0-9_]+)[\"']", path.read_text(encoding="utf-8")))
+    from sara_trl.trainer.metrics import STEP_METRICS  # derived from the StepStats fields
+
+    names |= set(STEP_METRICS)
     metrics = (trainer / "metrics.py").read_text(encoding="utf-8")
-    for node in ast.walk(ast.parse(metrics)):
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STEP_METRICS" for t in node.targets):
-            names |= {elt.value for elt in node.value.elts}
     barrier = metrics[metrics.index("def round_barrier_metrics"):]
     names |= set(re.findall(r"[\"'](round_[a-z_]+)[\"']\s*:", barrier))
-    ext = (ROOT / "src" / "sara_trl" / "allocation" / "extensions.py").read_text(encoding="utf-8")
+    ext = (ROOT / "src" / "sara_trl" / "allocation" / "beyond_paper.py").read_text(encoding="utf-8")
     body = ext[ext.index("def diagnostics"):ext.index("def state_dict")]
     names |= set(re.findall(r"[\"']([a-z0-9_]+)[\"']\s*:", body)) | set(re.findall(r"out\[[\"']([a-z0-9_]+)", body))
     return names
@@ -139,27 +140,31 @@ def test_metrics_reference_lists_every_logged_metric():
 
 def test_readme_headline_table_is_what_the_script_computes():
     """Every cell of the README's headline table (and its copy in docs/benchmarks.md) is recomputed from the
-    committed result files by benchmarks/headline.py, with intervals over seeds."""
-    headline = _load(ROOT / "benchmarks" / "headline.py", "benchmarks_headline")
+    committed result files by benchmarks/headline/headline.py, with intervals over seeds."""
+    from benchmarks.headline import headline
+
     table = headline.table()
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert table in readme, "README.md's headline table is stale: paste the output of python benchmarks/headline.py"
+    assert table in readme, \
+        "README.md's headline table is stale: paste the output of python -m benchmarks.headline.headline --no-plot"
     docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     assert table.replace("](benchmarks/", "](../benchmarks/") in docs
     assert len(table.splitlines()) - 2 <= 5  # at most 5 rows
-    assert (ROOT / "benchmarks" / "plots" / "headline.png").is_file()
+    assert headline.FIGURE == ROOT / "benchmarks" / "headline" / "plots" / "headline.png" and headline.FIGURE.is_file()
 
 
 def test_headline_cells_are_intervals_over_seeds():
-    headline = _load(ROOT / "benchmarks" / "headline.py", "benchmarks_headline")
+    from benchmarks.headline import headline
+
     rt = headline.real_training()
     iv, note = rt["SARA-auto"]["tokens"]
     assert iv.n == 5 and note == "0.61 without seed 3"  # DS's seed 3 carries part of the saving
     eng = headline.engine()  # SARA streaming (its default collection) over DS in rounds, one ratio per seed
     assert eng["generation_seconds"].n == 3
     assert headline.fmt2(eng["generation_seconds"]) == "0.94 [0.22, 1.66]"  # over the 3 seeds, not over steps
-    old = headline.engine(files=(ROOT / "benchmarks" / "streaming_engine.json",
-                                 ROOT / "benchmarks" / "streaming_engine_seed1.json"))  # blocking scoring, 10 steps
+    engine_dir = ROOT / "benchmarks" / "streaming_engine"
+    old = headline.engine(files=(engine_dir / "streaming_engine.json",
+                                 engine_dir / "streaming_engine_seed1.json"))  # blocking scoring, 10 steps
     assert old["generation_seconds"].n == 2 and headline.fmt2(old["generation_seconds"]) == "0.77 [0.47, 1.07]"
 
 

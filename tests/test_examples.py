@@ -91,7 +91,7 @@ def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys):
     summary = quickstart.main([
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "out"), "--max_steps", "1",
         "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
-        "--max_completion_length", "4", "--num_prompts", "24", "--torch_threads", "1",
+        "--max_completion_length", "4", "--num_prompts", "24", "--torch_threads", "1", "--use_vllm", "False",
         "--summary_file", str(summary_file),
     ])
     out = capsys.readouterr().out
@@ -118,6 +118,43 @@ def test_quickstart_comparison_lines():
     assert lines[0].startswith("For 2 steps x 4 effective groups of 8")
     assert "  150 rollouts   1500 tokens" in lines[1] and "  200 rollouts   2000 tokens" in lines[2]
     assert lines[3].split() == ["SARA", "/", "DS", "0.75", "rollouts", "0.75", "tokens", "0.75", "of", "the", "time"]
+
+
+def test_quickstart_defaults_to_the_vllm_engine_when_installed():
+    """The quickstart generates on TRL's colocated vLLM engine whenever vLLM is installed (SARA then streams, the
+    default collection='auto'), else with transformers generate; --use_vllm False picks transformers."""
+    import importlib.util
+
+    from sara_trl import quickstart
+
+    installed = importlib.util.find_spec("vllm") is not None
+    _, args = quickstart.parse_args([])
+    assert args.use_vllm == installed and args.vllm_mode == "colocate"
+    assert args.collection == ("streaming" if installed else "rounds") and args.collection_auto
+    _, args = quickstart.parse_args(["--use_vllm", "False"])
+    assert not args.use_vllm and args.collection == "rounds"
+    _, args = quickstart.parse_args(["--allocator", "dynamic_sampling"])
+    assert args.collection == "rounds"  # the baseline stays in rounds on either engine
+
+
+def test_quickstart_lines_name_streaming_collection():
+    """With collection='streaming' (the default on the vLLM engine for SARA) a step has no rounds: the step line,
+    the legend and the comparison say "streaming" instead of "0 rounds"."""
+    from sara_trl import quickstart
+
+    row = dict(step=1, rollouts_generated=95, tokens_generated=1166, rounds=0, collect_seconds=15.8, prompts_drawn=22,
+               committed=4, surplus=0, abandoned=10, active_left=8, unfilled=0, effective_fraction=1.0,
+               raw_success_rate=0.3, loss=0.09)
+    assert "  95 rollouts  1166 tokens streaming   15.8 s | " in quickstart.AllocationReport(streaming=True).line(row)
+    assert "  95 rollouts  1166 tokens  0 rounds   15.8 s | " in quickstart.AllocationReport().line(row)
+    text = " ".join(quickstart.legend("sara", 8, 4, 2, 0.45, False, streaming=True).split())
+    assert "streaming = no rounds: each completion is scored and decided as it finishes" in text
+    assert "then one more once its completions are in" in text and "per round" not in text
+    assert "rounds = batched generation calls" in " ".join(quickstart.legend("sara", 8, 4, 2, 0.45, False).split())
+    sara = dict(steps=2, rollouts=150, tokens=1500, rounds=0, collect_seconds=15.0, collection="streaming")
+    ds = dict(sara, rollouts=200, tokens=2000, rounds=4, collect_seconds=20.0, collection="rounds")
+    lines = quickstart.comparison_lines(sara, ds, k=8, num_groups=4)
+    assert "1500 tokens  streaming   15.0 s" in lines[1] and "2000 tokens   4 rounds   20.0 s" in lines[2]
 
 
 def test_quickstart_dataset_file_picks_the_reward(fixture_data_dir):
@@ -254,8 +291,8 @@ def test_quickstart_carry_over_accounts_each_rollout_once(tmp_path, tiny_model_d
     summary = quickstart.main([
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "out"), "--max_steps", "3",
         "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
-        "--max_completion_length", "4", "--num_prompts", "24", "--torch_threads", "1", "--carry_over", "True",
-        "--refill_margin", "2.0",
+        "--max_completion_length", "4", "--num_prompts", "24", "--torch_threads", "1", "--use_vllm", "False",
+        "--carry_over", "True", "--refill_margin", "2.0",
         "--compare_dynamic_sampling", "False",
     ])
     out = capsys.readouterr().out

@@ -53,7 +53,7 @@ def test_trl_calls_to_renamed_model_methods_are_silent(tiny_model_dir):
         assert model.is_gradient_checkpointing is False
     assert any("`is_gradient_checkpointing` is deprecated" in str(w.message) for w in caught)
     with warnings.catch_warnings(record=True) as caught:
-        hide_renamed_checkpointing_warnings()  # what importing sara_trl.trainer does (pytest resets filters per test)
+        hide_renamed_checkpointing_warnings()  # what constructing a SARA trainer does (pytest resets filters)
         assert model.is_gradient_checkpointing is False
         warnings.warn("`something_else` is deprecated", FutureWarning)
     assert [str(w.message) for w in caught] == ["`something_else` is deprecated"]

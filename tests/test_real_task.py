@@ -1,26 +1,25 @@
-"""The real-training task (benchmarks/real_task.py), its bank (benchmarks/real_task_report.py) and its replay
-(benchmarks/real_replay.py --quick): the bank reproduces the GPU survey exactly, the mixture's shares are exact, and
-the replay's accounting holds step by step."""
+"""The real-training task (benchmarks/real_task.py), its bank (benchmarks/real_task_survey/real_task_report.py) and
+its replay (benchmarks/real_replay/real_replay.py --quick): the bank reproduces the GPU survey exactly, the mixture's
+shares are exact, and the replay's accounting holds step by step."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks import real_task, replay
+from benchmarks.real_replay import real_replay
+from benchmarks.real_task import REAL_TASK, mixture_copies, mixture_rows
+from benchmarks.real_task_survey import real_task_report
+
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from benchmarks import real_replay, real_task, real_task_report, replay  # noqa: E402
-from benchmarks.real_task import REAL_TASK, mixture_copies, mixture_rows  # noqa: E402
-
-SURVEY = REPO / "benchmarks" / "data" / "survey"
-SURVEY_LARGE = REPO / "benchmarks" / "data" / "survey_large"
-BANK = REPO / "benchmarks" / "data" / "real_task_bank.npz"
+DATA = REPO / "benchmarks" / "real_task_survey" / "data"
+SURVEY = DATA / "survey"
+SURVEY_LARGE = DATA / "survey_large"
+BANK = DATA / "real_task_bank.npz"
 
 
 def _bank():
@@ -187,7 +186,7 @@ def test_report_regenerates_the_committed_bank(tmp_path):
 
 
 def test_vllm_comparison_statistics_without_vllm():
-    from benchmarks import vllm_vs_survey as vs
+    from benchmarks.real_task_survey import vllm_vs_survey as vs
 
     s, t, _ = real_task.load_survey_cell(REAL_TASK.cell)
     f = list(real_task.FAMILIES).index("add_0_2")
@@ -203,7 +202,7 @@ def test_vllm_comparison_statistics_without_vllm():
 
 
 def test_streaming_small_batch_quick_run(tmp_path):
-    from benchmarks import streaming_small_batch as ssb
+    from benchmarks.streaming_small_batch import streaming_small_batch as ssb
     from sara_trl.allocation.latency import call_cost
 
     # one call of lengths 2, 10, 3: 10 decode steps for 15 tokens; spread over 3 slots: 5, over 2 slots: 7.5
@@ -235,7 +234,7 @@ def test_streaming_engine_ratios_over_seeds():
     interval over the seeds, and the leave-one-seed-out time ratio that moves most."""
     from scipy import stats
 
-    from benchmarks import streaming_engine as se
+    from benchmarks.streaming_engine import streaming_engine as se
 
     def rows(seed, seconds, rollouts, wait=None):
         return [{"seed": seed, "seconds": s, "rollouts": r, "tokens": 10 * r, **({} if wait is None else
@@ -259,7 +258,7 @@ def test_streaming_engine_ratios_over_seeds():
 def test_streaming_engine_summary_from_its_json(tmp_path):
     """The real-engine table is rebuilt from its JSON (``--render``): means, completed = rollouts - aborted, ratios,
     and a bootstrap interval of the time ratio that brackets the point estimate and stays within the ratio's bounds."""
-    from benchmarks import streaming_engine as se
+    from benchmarks.streaming_engine import streaming_engine as se
 
     def run(config, seconds, rollouts, aborted):
         return {"config": config, "steps": [

@@ -1,5 +1,5 @@
-"""benchmarks/real_training.py (issue 15's training runs) and its report: the arithmetic of the report on hand-made
-run records, and the ``--quick`` form end to end (a real SmolLM2-135M training run, marked slow)."""
+"""benchmarks/real_training/real_training.py (issue 15's training runs) and its report: the arithmetic of the report on
+hand-made run records, and the ``--quick`` form end to end (a real SmolLM2-135M training run, marked slow)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.real_training import ALLOCATORS, parse_args, run_path  # noqa: E402
-from benchmarks.real_training_report import (  # noqa: E402
+from benchmarks.real_training.real_training import ALLOCATORS, parse_args, run_path
+from benchmarks.real_training.real_training_report import (
     barrier_rows, cost_to_reach, curve, load_runs, mean_curve, render, runs_command, totals,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(allocator, seed, per_step, accs, eval_steps=(0, 2, 4)):
@@ -59,7 +58,7 @@ def _meta(cpu):
     """A settings.json document as real_training.py writes it (4 steps, evaluation every 2), first run on ``cpu``."""
     return {"settings": {"steps": 4, "groups": 8, "k": 8, "lr": 1e-5, "budget-cap": 8.0, "prompts": 2048,
                          "eval-every": 2, "eval-prompts": 64, "eval-samples": 4, "engine": "vllm", "threads": 2},
-            "allocators": ALLOCATORS, "command": "python benchmarks/real_training.py",
+            "allocators": ALLOCATORS, "command": "python -m benchmarks.real_training.real_training",
             "environment": {"cpu": cpu, "cores": 2, "torch_threads": 2, "torch": "t", "transformers": "t",
                             "trl": "t", "vllm": "v", "sara_trl": "s"}}
 
@@ -123,14 +122,18 @@ def test_barrier_rows_apply_the_latency_fit_to_logged_round_lengths():
 
 def test_report_names_the_seeds_and_allocators_that_ran():
     # settings.json keeps the first invocation; the report's command lists every finished run instead.
-    first = "python benchmarks/real_training.py --seeds 0 --allocators DS --steps 8 --lr 2e-5"
+    first = "python -m benchmarks.real_training.real_training --seeds 0 --allocators DS --steps 8 --lr 2e-5"
     runs = {"DS": {1: {}, 0: {}}, "SARA": {0: {}}}
     assert runs_command(first, runs) == \
-        "python benchmarks/real_training.py --seeds 0,1 --allocators DS,SARA --steps 8 --lr 2e-5"
-    assert runs_command("python benchmarks/real_training.py --quick", {"DS": {0: {}}}) == \
-        "python benchmarks/real_training.py --seeds 0 --allocators DS --quick"
-    assert runs_command("python benchmarks/real_training.py --seeds=0 --allocators=DS --steps 8", runs) == \
-        "python benchmarks/real_training.py --seeds 0,1 --allocators DS,SARA --steps 8"
+        "python -m benchmarks.real_training.real_training --seeds 0,1 --allocators DS,SARA --steps 8 --lr 2e-5"
+    assert runs_command("python -m benchmarks.real_training.real_training --quick", {"DS": {0: {}}}) == \
+        "python -m benchmarks.real_training.real_training --seeds 0 --allocators DS --quick"
+    module = "python -m benchmarks.real_training.real_training"
+    assert runs_command(f"{module} --seeds=0 --allocators=DS --steps 8", runs) == \
+        f"{module} --seeds 0,1 --allocators DS,SARA --steps 8"
+    # a settings.json written before the studies had their own folders: the command in its current form
+    assert runs_command("python benchmarks/real_training.py --seeds 0 --allocators DS --steps 8", runs) == \
+        "python -m benchmarks.real_training.real_training --seeds 0,1 --allocators DS,SARA --steps 8"
 
 
 def test_quick_flag_sets_smoke_sizes_and_keeps_explicit_choices(tmp_path):
@@ -143,8 +146,8 @@ def test_quick_flag_sets_smoke_sizes_and_keeps_explicit_choices(tmp_path):
 def test_quick_run_trains_and_reports(tmp_path):
     """The --quick form end to end: two real SmolLM2-135M runs (DS and SARA, 2 steps each) and the report."""
     out = tmp_path / "runs"
-    subprocess.run([sys.executable, "benchmarks/real_training.py", "--quick", f"--out-dir={out}"], cwd=ROOT,
-                   check=True, timeout=1800)
+    subprocess.run([sys.executable, "-m", "benchmarks.real_training.real_training", "--quick", f"--out-dir={out}"],
+                   cwd=ROOT, check=True, timeout=1800)
     meta, runs = load_runs(out)
     assert list(runs) == ["DS", "SARA"]
     for name, by_seed in runs.items():
@@ -163,15 +166,15 @@ def test_quick_run_trains_and_reports(tmp_path):
     # same seed, same initial weights, same evaluation seeds: the step-0 evaluations agree exactly
     assert runs["DS"][0]["evals"][0]["pass_at_1"] == runs["SARA"][0]["evals"][0]["pass_at_1"]
     report = tmp_path / "REPORT.md"
-    subprocess.run([sys.executable, "benchmarks/real_training_report.py", f"--runs={out}", f"--out={report}"],
-                   cwd=ROOT, check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "benchmarks.real_training.real_training_report", f"--runs={out}",
+                    f"--out={report}"], cwd=ROOT, check=True, timeout=300)
     assert "| DS | 1 |" in report.read_text() and (tmp_path / "plots" / "real_training.png").stat().st_size > 0
 
 
 def test_latency_calibration_fit_recovers_a_known_line():
-    """benchmarks/calibrate_cpu_latency.py: timings made from a = 0.13 s, b = 0.01 s per sequence, c = 0.5 s and
-    0.1 s of prefill per request are fitted back exactly (no residual)."""
-    from benchmarks.calibrate_cpu_latency import fit
+    """benchmarks/cpu_latency/calibrate_cpu_latency.py: timings made from a = 0.13 s, b = 0.01 s per sequence, c = 0.5 s
+    and 0.1 s of prefill per request are fitted back exactly (no residual)."""
+    from benchmarks.cpu_latency.calibrate_cpu_latency import fit
 
     rows = [{"concurrency": r, "step_seconds": 0.13 + 0.01 * r, "seconds_1": 0.5 + 0.1 * r} for r in (1, 2, 4, 8, 64)]
     got = fit(rows)

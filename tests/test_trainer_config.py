@@ -190,9 +190,10 @@ def test_collection_auto_picks_streaming_wherever_it_runs(monkeypatch):
     assert SaraRLOOConfig(**colocate).collection == "streaming"
     assert SaraConfig(**colocate, allocator="dynamic_sampling", collection="streaming").collection == "streaming"
     for other in (dict(allocator="uniform"), dict(allocator="dynamic_sampling"), dict(vllm_mode="server"),
-                  dict(vllm_tensor_parallel_size=2), dict(history_decay=0.5),
-                  dict(history_decay=0.5, selection="greedy")):
+                  dict(vllm_tensor_parallel_size=2)):
         assert SaraConfig(**{**colocate, **other}).collection == "rounds", other
+    for options in (dict(history_decay=0.5), dict(history_decay=0.5, selection="greedy")):  # both schedules run them
+        assert SaraConfig(**{**colocate, **options}).collection == "streaming", options
     carry = SaraConfig(**colocate, carry_over=True)
     assert carry.collection == "streaming"
     # carry_over in streaming runs on one process only (the rule alone: building a config under WORLD_SIZE=2 would
@@ -218,8 +219,9 @@ def test_streaming_collection_needs_the_colocated_vllm_engine():
         SaraConfig(**BASE, allocator="uniform", collection="streaming")
     colocate = dict(BASE, collection="streaming", use_vllm=True, vllm_mode="colocate")
     assert SaraConfig(**colocate, stopping_rule="bayes_optimal").to_allocation_config().tau_low == "auto"
-    with pytest.raises(ValueError, match="not implemented together with history_decay yet"):
-        SaraConfig(**colocate, carry_over=True, history_decay=0.5)
+    with pytest.raises(ValueError, match="cannot run ds_filter='score'"):
+        SaraConfig(**colocate, allocator="dynamic_sampling", ds_filter="score")
+    assert SaraConfig(**colocate, carry_over=True, history_decay=0.5).to_allocation_config().history_decay == 0.5
     assert SaraConfig(**colocate, carry_over=True).to_allocation_config().carry_over
 
 

@@ -17,8 +17,8 @@ from datasets import Dataset
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
 from sara_trl.trainer.hooks import HOOKS, SaraTrainerBase, check_trainer_class
-from sara_trl.trainer.metrics import ROW_METRIC_PADDING, correct_loss_metrics, global_masked_mean
-from sara_trl.trainer.mixin import PADDING_KEY
+from sara_trl.trainer.metric_repair import ROW_METRIC_PADDING, correct_loss_metrics, global_masked_mean
+from sara_trl.trainer.replay import PADDING_KEY
 
 NAN = float("nan")
 

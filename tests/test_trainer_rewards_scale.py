@@ -22,8 +22,9 @@ from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTraine
 from sara_trl.allocation import StepStats
 from sara_trl.allocation.labels import SuccessRule, score_scale
 from sara_trl.allocation.types import Group
-from sara_trl.trainer import mixin as sara_mixin
-from sara_trl.trainer.metrics import collection_warning, log_step_metrics, masked_group_counts, numeric_logs
+from sara_trl.trainer import collect as sara_collect
+from sara_trl.trainer.metric_repair import numeric_logs
+from sara_trl.trainer.metrics import collection_warning, log_step_metrics, masked_group_counts
 
 NAN = float("nan")
 SOURCE = "the reward function 'length_reward'"
@@ -254,7 +255,7 @@ def test_binary_rewards_are_unaffected(kind, tiny_model_dir, tokenizer, cpu_trai
 
 def test_all_unscorable_step_names_the_reward_functions(tiny_model_dir, tokenizer, cpu_trainer_kwargs, monkeypatch):
     messages = []
-    monkeypatch.setattr(sara_mixin.logger, "warning", lambda message, *a, **k: messages.append(str(message)))
+    monkeypatch.setattr(sara_collect.logger, "warning", lambda message, *a, **k: messages.append(str(message)))
     trainer = make("grpo", none_reward, tiny_model_dir, tokenizer, cpu_trainer_kwargs, max_steps=1, max_rounds=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -10,19 +10,15 @@ import pytest
 import torch
 
 from sara_trl.allocation import Group, StepStats
+from sara_trl.trainer.metric_repair import correct_padding_metrics
 from sara_trl.trainer.metrics import (
     STEP_METRICS,
-    correct_padding_metrics,
     log_step_metrics,
     round_barrier_metrics,
 )
-from sara_trl.trainer.mixin import build_row_plan
-from sara_trl.trainer.rollout import (
-    RolloutCache,
-    binarize,
-    reward_score,
-    std_mixed_labels,
-)
+from sara_trl.trainer.replay import build_row_plan
+from sara_trl.allocation.labels import score_spread_labels, success_labels
+from sara_trl.trainer.rollout import RolloutCache, reward_score
 
 NAN = float("nan")
 
@@ -36,20 +32,20 @@ def test_reward_score_weighted_sum_and_named_function():
     np.testing.assert_allclose(named.numpy(), [0.5, NAN, NAN, 1.0])
 
 
-def test_binarize_strict_threshold_and_unscorable():
-    labels = binarize(np.array([0.5, 0.51, 0.0, NAN, 1.0]), threshold=0.5)
+def test_success_labels_strict_threshold_and_unscorable():
+    labels = success_labels(np.array([0.5, 0.51, 0.0, NAN, 1.0]), threshold=0.5)
     np.testing.assert_array_equal(labels, [0.0, 1.0, 0.0, NAN, 1.0])
 
 
-def test_std_mixed_labels_follow_trl_zero_std_criterion():
+def test_score_spread_labels_follow_trl_zero_std_criterion():
     # Three prompt blocks: shaped rewards with non-zero std but all below the threshold (mixed for DS), constant
     # rewards above the threshold (saturated), and a block with one scorable value (saturated, NaN kept).
     score = np.array([0.1, 0.3, 0.1, 0.7, 0.7, NAN, 0.2])
-    labels = std_mixed_labels(score, np.array([3, 2, 2]), threshold=0.5)
+    labels = score_spread_labels(score, np.array([3, 2, 2]), threshold=0.5)
     np.testing.assert_array_equal(labels, [0.0, 1.0, 0.0, 1.0, 1.0, NAN, 0.0])
     # For binary rewards the labels are the threshold labels.
     binary = np.array([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0])
-    np.testing.assert_array_equal(std_mixed_labels(binary, np.array([3, 2, 2]), 0.5), binarize(binary, 0.5))
+    np.testing.assert_array_equal(score_spread_labels(binary, np.array([3, 2, 2]), 0.5), success_labels(binary, 0.5))
 
 
 def test_build_row_plan_pads_short_and_fill_groups():

@@ -165,15 +165,16 @@ def test_request_finishing_in_the_step_of_its_abort_is_scored_once_and_surplus()
 def test_requests_asked_for_and_aborted_in_one_step_never_reach_the_engine():
     # B=2, mix 0.5, cap 4: prompts 0 (rids 0,1) and 1 (rids 2,3), all finish at step 1 in id order. rid 1 commits
     # prompt 0; the refill then asks for a fresh prompt 2 (rids 4, 5: expected commits 0.5 < need 1). rid 3 commits
-    # prompt 1: the batch is full, rids 4 and 5 are aborted before they were sent (0 tokens).
+    # prompt 1: the batch is full, rids 4 and 5 are given up before they were sent: withdrawn, they are no rollouts
+    # (nothing was generated) and the budget gets them back. Prompt 2 was drawn and ends the step with no rollout.
     outcomes = {0: (1, 1), 1: (0, 1), 2: (1, 1), 3: (0, 1)}
     collector = ds_collector(B=2, mix=0.5)
     result, engine, scorer, steps = run(collector, outcomes)
     assert steps == 1 and engine.added == [0, 1, 2, 3] and engine.aborted == []
-    assert collector.submitted == 6 and collector.aborted_rollouts == 2
+    assert collector.submitted == 4 and collector.aborted_rollouts == 0
     st = result.stats
-    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_surplus, st.tokens_surplus) == (6, 4, 2, 0)
-    assert st.prompts_drawn == 3
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_surplus, st.tokens_surplus) == (4, 4, 0, 0)
+    assert st.prompts_drawn == 3 and result.prompt_table["n"].tolist() == [2, 2, 0]
 
 
 # ------------------------------------------------------------------------------------------------ overlapped scoring

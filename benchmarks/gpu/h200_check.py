@@ -8,7 +8,7 @@ This is transformers, not vLLM: no CUDA graphs and no paged attention, so the fi
 is an upper bound for what vLLM pays. Part 2: SaraGRPOTrainer / SaraRLOOTrainer train 2 steps on CUDA in bf16
 (tiny random Llama, transformers generation), allocator in {sara, dynamic_sampling}: the trainer on a GPU device.
 
-Usage: python benchmarks/gpu/h200_check.py OUT_DIR TOKENIZER_DIR [--tiny]   (--tiny: CPU dry run of the script)
+Usage: python -m benchmarks.gpu.h200_check OUT_DIR TOKENIZER_DIR [--tiny]   (--tiny: CPU dry run of the script)
 """
 
 from __future__ import annotations

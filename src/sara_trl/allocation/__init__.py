@@ -5,8 +5,8 @@ Modules, each with one job: :mod:`~sara_trl.allocation.config` (every option, it
 :mod:`~sara_trl.allocation.labels` (success labels and the one ``is_mixed`` test), :mod:`~sara_trl.allocation.predictor`
 and :mod:`~sara_trl.allocation.rules` (Eq. 2 and 3), :mod:`~sara_trl.allocation.ledger` (one step's bookkeeping),
 :mod:`~sara_trl.allocation.strategies` (uniform, dynamic sampling, SARA, registered by name),
-:mod:`~sara_trl.allocation.scheduler` (the :class:`Allocator` and its cross-step state),
-:mod:`~sara_trl.allocation.stream` (the seeded prompt stream, over a map-style or an iterable dataset),
+:mod:`~sara_trl.allocation.allocator` (the :class:`Allocator` and its cross-step state),
+:mod:`~sara_trl.allocation.prompt_stream` (the seeded prompt stream, over a map-style or an iterable dataset),
 :mod:`~sara_trl.allocation.simulate`.
 Beyond the paper: :mod:`~sara_trl.allocation.streaming` (decide per completion on a running engine,
 ``collection="streaming"``), :mod:`~sara_trl.allocation.event_loop` (the one loop that drives it on an engine, with
@@ -16,7 +16,7 @@ engine).
 Beyond the paper (off by default, see :class:`AllocationConfig`): Bayes-optimal stopping (``tau_low="auto"``,
 :mod:`~sara_trl.allocation.optimal_stopping`), its empirical-Bayes prior fit
 (:mod:`~sara_trl.allocation.empirical_bayes`) and the per-prompt history (:mod:`~sara_trl.allocation.history`),
-wired in by :mod:`~sara_trl.allocation.extensions`. The names a user calls directly (to inspect a boundary, fit a
+wired in by :mod:`~sara_trl.allocation.beyond_paper`. The names a user calls directly (to inspect a boundary, fit a
 prior to logged outcomes, or evaluate a policy) are exported here.
 
 Depends on numpy and scipy only; never imports torch, TRL or transformers.
@@ -45,11 +45,11 @@ from sara_trl.allocation.optimal_stopping import (
 )
 from sara_trl.allocation.predictor import abandon_point_uniform, p_eff
 from sara_trl.allocation.rules import decide
-from sara_trl.allocation.scheduler import Allocator
+from sara_trl.allocation.allocator import Allocator
 from sara_trl.allocation.latency import DecodeCost, DecodeEngine, EngineTally, call_cost
 from sara_trl.allocation.simulate import SimulatedTask, phi, psi, u_shaped_gammas
 from sara_trl.allocation.strategies import STRATEGIES, StepContext, StrategyResult
-from sara_trl.allocation.stream import (
+from sara_trl.allocation.prompt_stream import (
     DEFAULT_SHUFFLE_BUFFER,
     IterablePromptStream,
     PromptStream,

@@ -16,8 +16,7 @@ from typing import Optional, Union
 
 from sara_trl.allocation.labels import DS_FILTERS
 from sara_trl.allocation.strategies import STRATEGIES
-from sara_trl.allocation.strategies.sara import ROUND_TO_DECISION
-from sara_trl.allocation.streaming import STREAMING_ALLOCATORS
+from sara_trl.allocation.types import ROUND_TO_DECISION, STREAMING_ALLOCATORS
 
 __all__ = [
     "ALLOCATORS",
@@ -112,7 +111,7 @@ class AllocationConfig:
 
     With the defaults the allocator is the paper's SARA, decision for decision. ``carry_over``, the options from
     ``auto_prior`` on, and ``tau_low="auto"`` go beyond the paper (all off by default; see
-    :mod:`sara_trl.allocation.extensions`); ``ds_filter`` chooses how the dynamic-sampling baseline labels groups.
+    :mod:`sara_trl.allocation.beyond_paper`); ``ds_filter`` chooses how the dynamic-sampling baseline labels groups.
     Each option's meaning is its ``help`` metadata, listed in full under Parameters below (the same text
     ``HfArgumentParser`` prints for the trainer configs).
     """
@@ -177,10 +176,12 @@ class AllocationConfig:
         """How a step's rollouts reach the allocator: 'rounds' (the paper's batched rounds: each generation call
         ends before any decision) or 'streaming' (beyond the paper: each completion is decided as soon as it
         finishes on a continuously running engine, freed budget is refilled at once, and requests still in flight
-        when B groups are committed are aborted and counted as surplus; no round barrier). 'streaming' needs
-        allocator 'sara' or 'dynamic_sampling' and is not yet combined with ds_filter='score', history_decay or
-        selection (tau_low='auto' works: the prior is refitted between steps; so does carry_over: the prompts
-        undecided when the batch fills keep their finished rollouts, their requests in flight are aborted).""",
+        when B groups are committed are aborted and counted as surplus; no round barrier). Both schedules decide
+        with the same rules (sara_trl.allocation.refill), so every option works in both except two: 'streaming'
+        needs allocator 'sara' or 'dynamic_sampling' (uniform sampling decides nothing), and refuses
+        ds_filter='score' (a group's score spread is known only once all k scores are in, while streaming labels
+        each completion as it finishes). With carry_over, the prompts undecided when the batch fills keep their
+        finished rollouts and their requests in flight are aborted.""",
         choices=list(COLLECTIONS)))
     auto_prior: str = field(default="mixture", metadata=_help(
         """Family of the prior fitted for tau_low='auto': 'mixture' (point masses at gamma = 0 and 1 plus a Beta)
@@ -225,13 +226,10 @@ class AllocationConfig:
         if self.allocator not in STREAMING_ALLOCATORS:
             _fail(f"collection='streaming' decides prompts one completion at a time; allocator={self.allocator!r} "
                   f"has nothing to decide (use one of {STREAMING_ALLOCATORS})")
-        unsupported = [name for name, on in (
-            ("ds_filter='score'", self.ds_filter != "success"),
-            ("history_decay", self.history_decay is not None), ("selection", self.selection is not None)) if on]
-        if unsupported:
-            _fail(f"collection='streaming' is not implemented together with {', '.join(unsupported)} yet: streaming "
-                  "decides each prompt from the success labels of its completions one at a time (not from a group's "
-                  "scores), and draws fresh prompts in stream order with one prior for every prompt")
+        if self.ds_filter != "success":
+            _fail(f"collection='streaming' cannot run ds_filter={self.ds_filter!r}: a group's score spread is known "
+                  "only once all k scores are in, while streaming labels each completion as it finishes (use "
+                  "ds_filter='success', or collection='rounds')", "collection='rounds'")
 
     def _check_paper_options(self) -> None:
         if self.allocator not in STRATEGIES:  # the registry, so that a strategy registered later is accepted

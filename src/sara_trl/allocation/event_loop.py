@@ -198,8 +198,8 @@ def drive_streaming_engine(collector: StreamingCollector, engine: StreamingEngin
             for rid, tokens in zip(live, engine.abort(live)):
                 collector.aborted(rid, tokens)
         for rid in abort:
-            if rid in submit_ids:  # asked for and given up within one engine step: never reaches the engine
-                collector.aborted(rid, 0)
+            if rid in submit_ids:  # asked for and given up by one batch of events: never reaches the engine
+                collector.withdrawn(rid)
         aborted = set(abort)
         for req in submit:
             if req.rid not in aborted:

@@ -2,7 +2,7 @@
 
 Every allocator decides from binary success labels, so one rule turns scores into labels and one predicate says
 whether a prompt's outcomes are mixed. The trainer calls :func:`allocator_labels` once per round; the decision rule,
-the extensions, the scheduler and :class:`~sara_trl.allocation.types.Group` all call :func:`is_mixed`.
+the beyond-paper options, the allocator and :class:`~sara_trl.allocation.types.Group` all call :func:`is_mixed`.
 
 A score that is not a 0/1 success label (a reward model's score, a length or format score on another scale) is
 binarized at ``success_threshold`` (paper App. F). :class:`SuccessRule` does that labelling for the trainer and, on

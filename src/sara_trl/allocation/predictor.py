@@ -36,7 +36,7 @@ def _as_int_array(name: str, value) -> np.ndarray:
 
 
 def p_eff_unchecked(n: np.ndarray, s: np.ndarray, k: np.ndarray, alpha0, beta0) -> np.ndarray:
-    """Vectorized Eq. 2 without input validation (the hot path of the scheduler).
+    """Vectorized Eq. 2 without input validation (the hot path of the allocator).
 
     Inputs broadcast together; ``k`` here is the number of *scorable* slots of the group, so callers that saw
     unscorable rollouts pass ``k - n_unscorable``. Requires 0 <= s <= n <= k and positive prior parameters.

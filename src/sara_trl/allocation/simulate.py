@@ -1,7 +1,8 @@
 """A simulated rollout source: prompts with latent success rates and token lengths, no model needed.
 
 Used by the tests and benchmarks to drive the allocators exactly as the trainer does (one call per round), and, with
-:func:`run_streaming_step`, to drive a streaming collector through a simulated engine.
+:func:`run_streaming_step`, to drive a streaming collector through a simulated engine on the trainer's own event
+loop.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sara_trl.allocation.event_loop import Finished, drive_streaming_engine
 from sara_trl.allocation.latency import DecodeEngine
-from sara_trl.allocation.streaming import StreamActions, StreamingCollector
+from sara_trl.allocation.streaming import StreamingCollector
 from sara_trl.allocation.types import RoundOutcome, StepResult
 
-__all__ = ["SimulatedTask", "u_shaped_gammas", "phi", "psi", "run_streaming_step"]
+__all__ = ["SimulatedEngine", "SimulatedTask", "u_shaped_gammas", "phi", "psi", "run_streaming_step"]
 
 
 def phi(gammas: np.ndarray, k: int) -> float:
@@ -123,22 +125,92 @@ class SimulatedTask:
         return RoundOutcome(success=success, tokens=tokens)
 
 
+class SimulatedEngine:
+    """A :class:`~sara_trl.allocation.event_loop.StreamingEngine` over a :class:`DecodeEngine` and a rollout source.
+
+    The requests added since the last :meth:`step` (or :meth:`abort`) get their outcomes and lengths from ONE
+    ``rollout_fn`` call (counts of 1 each, in the order they were added), so every request the collector submitted
+    is one rollout the source was asked for; each then runs on ``engine`` for its length in decode steps.
+    One :meth:`step` decodes up to the next decode step at which some request finishes (not one decode step), and
+    returns those requests, in id order. A finished request's ``completion_ids`` is ``range(tokens)``: only its
+    length is simulated.
+
+    Parameters
+    ----------
+    rollout_fn : RolloutFn
+        ``rollout_fn(prompt_ids, counts) -> RoundOutcome`` (e.g. :class:`SimulatedTask`); prompt ids arrive as the
+        one-element token list that :func:`run_streaming_step` passes as ``prompt_tokens``.
+    engine : DecodeEngine
+        Its :attr:`DecodeEngine.tally` accumulates the decode steps (the caller adds the call overhead).
+    max_tokens : int, optional
+        Completion length cap: longer completions are cut to it (outcome unchanged).
+
+    Attributes
+    ----------
+    success : dict of int to float
+        Request id -> its simulated success label, for the scorer.
+    """
+
+    def __init__(self, rollout_fn, engine: DecodeEngine, max_tokens: int | None = None):
+        self._rollout_fn = rollout_fn
+        self._engine = engine
+        self._max_tokens = max_tokens
+        self._added: list[tuple[int, int]] = []  # (rid, prompt id) not yet given outcomes
+        self.success: dict[int, float] = {}
+
+    @property
+    def pending(self) -> int:
+        return len(self._added) + self._engine.in_flight
+
+    def add(self, rid: int, prompt_ids: list[int]) -> None:
+        self._added.append((rid, int(prompt_ids[0])))
+
+    def _start_added(self) -> None:
+        if not self._added:
+            return
+        pids = np.array([pid for _, pid in self._added], np.int64)
+        out = RoundOutcome.coerce(self._rollout_fn(pids, np.ones(len(pids), np.int64)), len(pids))
+        tokens = out.tokens if self._max_tokens is None else np.minimum(out.tokens, self._max_tokens)
+        for (rid, _), succ, tok in zip(self._added, out.success.tolist(), tokens.tolist()):
+            self.success[rid] = succ
+            self._engine.submit(rid, max(1, int(tok)))
+        self._added = []
+
+    def step(self) -> list[Finished]:
+        self._start_added()
+        return [Finished(rid, range(tokens)) for rid, tokens in self._engine.run_to_next_finish()]
+
+    def abort(self, rids: list[int]) -> list[int]:
+        self._start_added()  # every request the collector submitted gets its outcome drawn, aborted or not
+        return [self._engine.abort(rid) for rid in rids]
+
+
+class _OutcomeScorer:
+    """The :class:`~sara_trl.allocation.event_loop.Scorer` of a simulation: each completion's simulated label."""
+
+    def __init__(self, engine: SimulatedEngine):
+        self._engine = engine
+
+    def score(self, prompt_ids: list[int], batch: list[Finished]) -> np.ndarray:
+        return np.array([self._engine.success.pop(f.rid) for f in batch], np.float64)
+
+    def keep(self, positions: list[int]) -> None:
+        pass
+
+
 def run_streaming_step(collector: StreamingCollector, rollout_fn, engine: DecodeEngine,
                        max_tokens: int | None = None) -> StepResult:
-    """Drive ``collector`` through one step on a simulated continuous-batching engine.
-
-    Each batch of submitted requests asks ``rollout_fn`` (the round contract, e.g. :class:`SimulatedTask`) for its
-    outcomes and lengths at once; a request then runs on ``engine`` for its length in decode steps and is reported
-    to the collector when it finishes, in finishing order (ties by request id). Aborts go to the engine at once and
-    their decoded tokens back to the collector; a request that finished in the same decode step as its abort is
-    delivered as a completion (the collector counts it as surplus).
+    """Drive ``collector`` through one step on a simulated continuous-batching engine, through the same event loop
+    as the trainer (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`, blocking scoring: each finish
+    event's completions are decided before the engine decodes on).
 
     Parameters
     ----------
     collector : StreamingCollector
         A fresh collector (:meth:`StreamingCollector.start` not yet called).
     rollout_fn : RolloutFn
-        ``rollout_fn(prompt_ids, counts) -> RoundOutcome``; called with counts of 1.
+        ``rollout_fn(prompt_ids, counts) -> RoundOutcome``; called with counts of 1, once per finish event for the
+        requests submitted since the last one (:class:`SimulatedEngine`).
     engine : DecodeEngine
         Its :attr:`DecodeEngine.tally` accumulates the decode steps (the caller adds the call overhead).
     max_tokens : int, optional
@@ -154,33 +226,6 @@ def run_streaming_step(collector: StreamingCollector, rollout_fn, engine: Decode
     RuntimeError
         The engine ran dry while the collector still waited (a collector bug).
     """
-    pending: dict[int, tuple[float, int]] = {}  # rid -> (success, tokens) of a request on the engine
-    finished_now: set[int] = set()
-
-    def apply(actions: StreamActions) -> None:
-        for rid in actions.abort:
-            if rid in finished_now:
-                continue  # finished in this decode step: delivered below as a (surplus) completion
-            pending.pop(rid)
-            collector.aborted(rid, engine.abort(rid))
-        if actions.submit:
-            pids = np.array([r.prompt_id for r in actions.submit], np.int64)
-            out = RoundOutcome.coerce(rollout_fn(pids, np.ones(len(pids), np.int64)), len(pids))
-            tokens = out.tokens if max_tokens is None else np.minimum(out.tokens, max_tokens)
-            for req, succ, tok in zip(actions.submit, out.success.tolist(), tokens.tolist()):
-                pending[req.rid] = (succ, int(tok))
-                engine.submit(req.rid, max(1, int(tok)))
-
-    apply(collector.start())
-    while not collector.done:
-        done = engine.run_to_next_finish()
-        if not done:
-            raise RuntimeError("the engine has nothing in flight but the streaming collector is not done")
-        finished_now = {rid for rid, _ in done}
-        for rid, _ in done:
-            succ, tok = pending.pop(rid)
-            finished_now.discard(rid)
-            apply(collector.complete(rid, succ, tok))
-        finished_now = set()
-    # Requests the last completion aborted that had finished in the same decode step were delivered above.
+    sim = SimulatedEngine(rollout_fn, engine, max_tokens)
+    drive_streaming_engine(collector, sim, lambda pid: [pid], _OutcomeScorer(sim), reward_lag=0)
     return collector.finish()

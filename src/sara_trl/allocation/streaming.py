@@ -10,13 +10,13 @@ floor, fresh probes of ``n0`` for freed budget) within a concurrency cap, and, o
 requests still in flight to abort. Once the undecided mixed prompts alone complete the batch (each commits when
 topped up to its floor, paper Prop. 2), SARA holds the unmixed prompts: no continuation, no fresh probes, and
 their requests still in flight are aborted, since all of it could only become surplus (beyond the paper;
-benchmarks/STREAMING_SMALL_BATCH.md measures it on replayed outcomes). Bookkeeping goes through the same
-:class:`~sara_trl.allocation.ledger.Ledger`, so the batch, the per-prompt table and the accounting are built exactly
-as for rounds; aborted requests (and requests that finish after the batch is full) are accounted as surplus rollouts
-and tokens; held prompts end the step undecided (``active_left``).
+benchmarks/streaming_small_batch/STREAMING_SMALL_BATCH.md measures it on replayed outcomes). Bookkeeping goes through
+the same :class:`~sara_trl.allocation.ledger.Ledger`, so the batch, the per-prompt table and the accounting are built
+exactly as for rounds; aborted requests (and requests that finish after the batch is full) are accounted as surplus
+rollouts and tokens; held prompts end the step undecided (``active_left``).
 
-The driver's loop (simulated in :func:`~sara_trl.allocation.simulate.run_streaming_step`; on vLLM in
-:mod:`sara_trl.trainer.streaming`)::
+The driver's loop (one implementation, :func:`~sara_trl.allocation.event_loop.drive_streaming_engine`, which the
+trainer runs on vLLM and :func:`~sara_trl.allocation.simulate.run_streaming_step` on a simulated engine)::
 
     actions = collector.start()
     while not collector.done:
@@ -29,31 +29,32 @@ The driver's loop (simulated in :func:`~sara_trl.allocation.simulate.run_streami
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sara_trl.allocation.labels import is_mixed
 from sara_trl.allocation.ledger import Ledger
-from sara_trl.allocation.predictor import p_eff_unchecked
-from sara_trl.allocation.rules import decide as rule_decide
-from sara_trl.allocation.strategies.base import ceil_count
-from sara_trl.allocation.strategies.sara import ROUND_TO_DECISION, steps_to_decision
-from sara_trl.allocation.types import ABANDON, COMMIT, Fate, Group, StepResult, StepStats
+from sara_trl.allocation.refill import (
+    RefillModel,
+    config_rule,
+    continuation,
+    expected_commits,
+    feed_resolved,
+    fresh_affordable,
+    fresh_to_draw,
+    judge_full_groups,
+    step_budget,
+)
+from sara_trl.allocation.types import ABANDON, COMMIT, STREAMING_ALLOCATORS, Fate, Group, StepResult, StepStats
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.allocation.config import AllocationConfig
 
 __all__ = ["STREAMING_ALLOCATORS", "Request", "StreamActions", "StreamingCollector", "merge_step_results"]
-
-STREAMING_ALLOCATORS = ("sara", "dynamic_sampling")
-"""Allocators that :class:`StreamingCollector` runs (uniform sampling has nothing to decide)."""
-
 
 @dataclass(frozen=True)
 class Request:
@@ -123,7 +124,8 @@ class StreamingCollector:
     stop_reason : str
         ``"filled"``, ``"budget"`` or ``"stream"`` once done, else ``""``.
     submitted : int
-        Requests submitted (the budget cap, paper App. D, bounds it by ``floor(budget_cap * B * k)``).
+        Requests submitted, less those withdrawn (:meth:`withdrawn`); the budget cap (paper App. D) bounds it by
+        ``floor(budget_cap * B * k)``.
     aborted_rollouts, aborted_tokens : int
         Requests aborted (or finished after the batch was full) and their tokens: surplus.
     carry : dict or None
@@ -162,17 +164,14 @@ class StreamingCollector:
         self.max_in_flight = int(max_in_flight)
         self._sara = cfg.allocator == "sara"
         self._draw = draw
-        self._decide = decide or (lambda pids, n, nsc, s: rule_decide(
-            n, nsc, s, k=cfg.k, tau_low=cfg.tau_low, commit_min=cfg.commit_floor, alpha0=cfg.prior_alpha,
-            beta0=cfg.prior_beta))
-        prior = p_eff_unchecked(np.arange(cfg.k + 1), 0, cfg.k, cfg.prior_alpha, cfg.prior_beta)
-        self._mix_rate = mix_rate or (lambda: np.clip(prior, 1.0 / 64, 1.0))
-        prior_cost = float(cfg.n0 + prior[0] * (cfg.commit_floor - cfg.n0))
-        self._fresh_cost = fresh_cost or (lambda: prior_cost)
+        self._decide = decide or config_rule(cfg)
+        prior = RefillModel(cfg)  # with nothing learned: the prior's mix rates and fresh-prompt cost
+        self._mix_rate = mix_rate or prior.mix_rate
+        self._fresh_cost = fresh_cost or prior.fresh_cost
         self._resolved = resolved
         self._on_finish = on_finish
         self.ledger = Ledger(rollout_fn=None)
-        self.budget = int(math.floor(cfg.budget_cap * self.B * cfg.k))
+        self.budget = step_budget(cfg, self.B)
         self.submitted = 0
         self.aborted_rollouts = 0
         self.aborted_tokens = 0
@@ -188,7 +187,6 @@ class StreamingCollector:
         self._queued: dict[int, int] = {}  # slot -> entries in the queue
         self._started = False
         self._finished = False
-        self._ctx = SimpleNamespace(config=cfg, decide=self._decide)  # what steps_to_decision reads
 
     # ------------------------------------------------------------------------------------------------ events
     @property
@@ -329,6 +327,21 @@ class StreamingCollector:
         self.aborted_rollouts += 1
         self.aborted_tokens += int(tokens)
 
+    def withdrawn(self, rid: int) -> None:
+        """Report that a request named in :attr:`StreamActions.abort` never reached the engine: it was submitted
+        and given up by the same batch of events, before the driver applied them. It is no rollout (nothing was
+        generated): it leaves the accounting and the budget gets it back.
+
+        Raises
+        ------
+        ValueError
+            ``rid`` was not asked to abort (or was already reported).
+        """
+        if rid not in self._aborting:
+            raise ValueError(f"request {rid} was not asked to abort, or its abort was already reported")
+        self._aborting.discard(rid)
+        self.submitted -= 1
+
     # ------------------------------------------------------------------------------------------------ decisions
     def _decide_sara(self, slot: int, was_mixed: bool, actions: StreamActions) -> None:
         cfg, led = self.config, self.ledger
@@ -337,41 +350,37 @@ class StreamingCollector:
         led.p[slot] = p[0]
         n = int(led.n[slot])
         mixed = bool(is_mixed(led.s[slot], led.nsc[slot]))
-        if mixed and not was_mixed and self._resolved is not None:
-            self._resolved(np.array([n - 1]), np.array([True]), np.array([max(n, cfg.commit_floor)]))
+        feed_resolved(self._resolved, np.array([n - 1]), np.array([n]), np.array([mixed and not was_mixed]),
+                      dec == ABANDON, cfg.commit_floor)
         if dec[0] == COMMIT:
             self._close(slot, Fate.COMMITTED, actions)
         elif dec[0] == ABANDON:
             self.expected_lost += float(p[0])
-            if self._resolved is not None:
-                self._resolved(np.array([n]), np.array([False]), np.array([n]))
             self._close(slot, Fate.ABANDONED, actions)
         elif mixed:  # top up to the commit floor (certain to be effective, paper Prop. 2)
             self._enqueue(slot, cfg.commit_floor - n - self._out[slot] - self._queued.get(slot, 0))
         elif self._out[slot] == 0 and self._queued.get(slot, 0) == 0 and not self._covered():
             # unmixed, all its requests are in, and the batch still needs prompts that are not yet mixed
-            if cfg.round_increment == ROUND_TO_DECISION:
-                inc = int(steps_to_decision(self._ctx, led.pid[sl], led.n[sl], led.nsc[sl], led.s[sl])[0])
-            else:
-                inc = min(cfg.round_increment, cfg.k - n)
-            self._enqueue(slot, inc)
+            self._enqueue(slot, int(continuation(cfg, self._decide, led.pid[sl], led.n[sl], led.nsc[sl],
+                                                 led.s[sl])[0]))
 
     def _decide_ds(self, slot: int, actions: StreamActions) -> None:
         led, k = self.ledger, self.config.k
         if led.n[slot] < k:
             return
-        mixed = bool(is_mixed(led.s[slot], led.nsc[slot]))
-        led.p[slot] = float(mixed)
-        if self._resolved is not None:
-            self._resolved(np.array([0]), np.array([mixed]), np.array([k]))
-        self._close(slot, Fate.COMMITTED if mixed else Fate.ABANDONED, actions)
+        judge_full_groups(led, np.array([slot]), k, self._resolved, keep_all=False)
+        self._after_close(slot, actions)
 
     def _close(self, slot: int, fate: Fate, actions: StreamActions) -> None:
-        """Mark ``slot`` decided, abort its requests still in flight, drop its queued ones; abort everything once
-        B groups are committed."""
+        """Mark ``slot`` decided, then :meth:`_after_close`."""
         self.ledger.mark(np.array([slot]), fate)
+        self._after_close(slot, actions)
+
+    def _after_close(self, slot: int, actions: StreamActions) -> None:
+        """``slot`` was just decided: abort its requests still in flight, drop its queued ones; abort everything
+        once B groups are committed."""
         self._drop(slot, actions)
-        if fate == Fate.COMMITTED and self.committed >= self.B:
+        if self.ledger.status[slot] == Fate.COMMITTED and self.committed >= self.B:
             for rid in list(self._req):
                 self._abort(rid, actions)
             self._queue.clear()
@@ -418,18 +427,17 @@ class StreamingCollector:
         return int(is_mixed(led.s[act], led.nsc[act]).sum()) >= self.B - self.committed
 
     def _expected_commits(self, need: int) -> tuple[float, float]:
-        """Expected commits among the undecided prompts (mixed: 1 each, at most ``need``; unmixed: the learned mix
-        rate at its rollout count, a prompt below its probe counting as fresh) and their variance."""
+        """:func:`~sara_trl.allocation.refill.expected_commits` of the undecided prompts, an unmixed one at the
+        learned mix rate of its rollout count (a prompt below its probe counting as fresh)."""
         led = self.ledger
         act = led.active()
-        rate = self._mix_rate()
         if len(act) == 0:
             return 0.0, 0.0
+        rate = self._mix_rate()
         mixed = is_mixed(led.s[act], led.nsc[act])
         n = led.n[act]
         probe = self.config.n0 if self._sara else self.config.k
-        q = rate[np.where(n < probe, 0, n)][~mixed]
-        return min(int(mixed.sum()), need) + float(q.sum()), float((q * (1 - q)).sum())
+        return expected_commits(int(mixed.sum()), need, rate[np.where(n < probe, 0, n)][~mixed])
 
     def _reserved(self) -> float:
         """Rollouts the undecided prompts are expected to need beyond what is submitted or queued: a mixed prompt
@@ -467,14 +475,11 @@ class StreamingCollector:
         if not self._queue and free > 0 and not covered:
             need = self.B - self.committed
             expected, var = self._expected_commits(need)
-            rate0 = float(self._mix_rate()[0])
-            margin = cfg.refill_margin * math.sqrt(var + need * (1 - rate0))
-            wanted = ceil_count(max(0.0, need - expected + margin) / rate0)
+            wanted = fresh_to_draw(need, expected, var, float(self._mix_rate()[0]), cfg.refill_margin)
             per_prompt = cfg.n0 if self._sara else cfg.k
             # Fresh prompts only as many as the budget left after the undecided prompts' expected remaining cost
-            # can see through (as the round allocator keeps the mixed prompts' top-ups): without this reserve, a
-            # wide engine fills the budget with probes whose mixed groups then cannot be topped up.
-            completable = int(max(0.0, left - self._reserved()) // self._fresh_cost())
+            # can see through (rounds reserve the mixed prompts' top-ups the same way).
+            completable = fresh_affordable(left, self._reserved(), self._fresh_cost())
             fresh = min(wanted, free // per_prompt, completable, left // per_prompt)
             if wanted > 0 and fresh <= 0 and free >= per_prompt:
                 blocked = "budget"

@@ -18,6 +18,12 @@ from sara_trl.allocation.labels import is_mixed
 # Per-prompt decisions of paper Eq. 3, as small integers so rounds can be vectorized.
 CONTINUE, COMMIT, ABANDON = 0, 1, 2
 
+ROUND_TO_DECISION = "to_decision"
+"""The ``round_increment`` that gives an unmixed prompt every rollout up to its next abandon point at once."""
+
+STREAMING_ALLOCATORS = ("sara", "dynamic_sampling")
+"""Allocators that decide per completion (``collection="streaming"``); uniform sampling has nothing to decide."""
+
 
 class Fate(IntEnum):
     """Where a drawn prompt (and every rollout of it) stands within one step.

@@ -521,8 +521,8 @@ def load_minerva(
     alternatives : bool, default False
         Also add the column ``answer_alternatives`` (DeepScaleR's rewritten answers, carried in the offline file),
         which ``math_reward`` accepts as correct too. Off by default: about a fifth of them do not verify against the
-        gold answer (often the answer to a different sub-question; see ``benchmarks/DATA_REPORT.md``), and the
-        format variants they were meant for (``4.5e33`` vs ``4.5 \\times 10^{33}``) are already handled by the
+        gold answer (often the answer to a different sub-question; see ``benchmarks/data_report/DATA_REPORT.md``),
+        and the format variants they were meant for (``4.5e33`` vs ``4.5 \\times 10^{33}``) are already handled by the
         verifier's normalization.
 
     Returns

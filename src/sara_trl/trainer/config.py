@@ -50,7 +50,7 @@ _FIELD_CHANGES = {
     "collection": (str, "auto", (
         "'auto' (the default) resolves, in __post_init__, to the collection measured faster: 'streaming' for "
         "allocator='sara' wherever streaming runs (use_vllm=True, vllm_mode='colocate', vllm_tensor_parallel_size=1, "
-        "none of history_decay and selection, carry_over only on one process), 'rounds' everywhere else, including "
+        "carry_over only on one process), 'rounds' everywhere else, including "
         "dynamic sampling, whose few large rounds streaming did not speed up (docs/collection-modes.md). Set "
         "'rounds' for the paper's Algorithm 1 exactly.")),
 }
@@ -334,7 +334,7 @@ class _SaraArguments(_SaraFields):
         real engine over seeds; dynamic sampling was not), where streaming runs (the rules :meth:`_check_streaming`
         and :class:`AllocationConfig` enforce for it)."""
         return (bool(self.use_vllm) and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size == 1
-                and self.allocator == "sara" and self.history_decay is None and self.selection is None
+                and self.allocator == "sara"
                 and not (self.carry_over and int(os.environ.get("WORLD_SIZE", "1")) > 1))
 
     def _resolve_collection(self) -> None:

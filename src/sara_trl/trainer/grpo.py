@@ -8,10 +8,9 @@ import torch
 from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
 from trl.data_utils import is_conversational
-from trl.trainer.utils import nanmax, nanmin
 
 from sara_trl.trainer.config import SaraConfig
-from sara_trl.trainer.metrics import CLIP_RATIO_METRICS, replace_last
+from sara_trl.trainer.metric_repair import CLIP_RATIO_METRICS, repair_grpo_sampling_metrics
 from sara_trl.trainer.mixin import SaraTrainerMixin
 from sara_trl.trainer.model_card import SaraModelCardMixin, sara_paper
 from sara_trl.trainer.progress import use_numeric_logs
@@ -155,38 +154,6 @@ quantization_config, peft_config
         return names
 
     def _sara_fix_replay_metrics(self, output: dict, is_padding_local: torch.Tensor, replay_logps: list) -> None:
-        """Recompute the vLLM importance-sampling metrics (``sampling/*``) over real tokens.
-
-        TRL computes them in ``_generate_and_score_completions`` over every row's tokens: a padding row has no
-        sampling log-prob (NaN), so its importance ratio is exactly 1 and entered the min/mean/max, and a process
-        holding only padding rows reported 0. Here, as in TRL: per process the mean and max of
-        ``|old log-prob - sampling log-prob|`` and the min/mean/max of the importance ratio (per token, or per
-        sequence in the ``sequence_*`` modes), then the mean / max / min over processes; a process without a real
-        token is left out (NaN), and each value is NaN when no process has one.
-        """
-        uses_is = self.use_vllm and self.vllm_importance_sampling_correction
-        if not uses_is or "importance_sampling_ratio" not in output:
-            return
-        mask = output["completion_mask"].bool()
-        if "tool_mask" in output:
-            mask = mask & output["tool_mask"].bool()
-        metrics = self._metrics["train"]
-        nan = torch.tensor(float("nan"), device=mask.device)
-        old, sampling = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")
-        if old is not None and sampling is not None:
-            delta = (old - sampling).abs()
-            delta = delta[mask & ~torch.isnan(delta)]
-            local = torch.stack([delta.mean(), delta.max()]) if delta.numel() else torch.stack([nan, nan])
-            gathered = self.accelerator.gather(local.unsqueeze(0)).view(-1, 2)
-            replace_last(metrics, "sampling/sampling_logp_difference/mean", gathered[:, 0].nanmean().item())
-            replace_last(metrics, "sampling/sampling_logp_difference/max", nanmax(gathered[:, 1]).item())
-        ratio = output["importance_sampling_ratio"]
-        if self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate"):
-            ratio = ratio[~is_padding_local].flatten()  # (N, 1): one ratio per sequence
-        else:
-            ratio = ratio[mask]
-        local = torch.stack([ratio.min(), ratio.mean(), ratio.max()]) if ratio.numel() else torch.stack([nan] * 3)
-        gathered = self.accelerator.gather(local.unsqueeze(0)).view(-1, 3)
-        replace_last(metrics, "sampling/importance_sampling_ratio/min", nanmin(gathered[:, 0]).item())
-        replace_last(metrics, "sampling/importance_sampling_ratio/mean", gathered[:, 1].nanmean().item())
-        replace_last(metrics, "sampling/importance_sampling_ratio/max", nanmax(gathered[:, 2]).item())
+        """Recompute the vLLM importance-sampling metrics (``sampling/*``) over real tokens
+        (:func:`sara_trl.trainer.metric_repair.repair_grpo_sampling_metrics`)."""
+        repair_grpo_sampling_metrics(self, output, is_padding_local)

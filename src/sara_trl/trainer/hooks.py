@@ -195,10 +195,11 @@ class SaraTrainerBase(RoundTrainer, Protocol):
         """*Hook.* Names of the TRL metrics that ``_compute_loss`` averages over rows (sequences) without the
         completion mask, under the current settings.
 
-        A padding row is in those averages; :func:`sara_trl.trainer.metrics.correct_loss_metrics` removes it (every
-        name must be a key of :data:`sara_trl.trainer.metrics.ROW_METRIC_PADDING`). TRL 1.16: every ``clip_ratio/*``
-        of RLOO (one ratio per sequence); GRPO's ``clip_ratio/*`` with ``importance_sampling_level="sequence"`` and
-        ``vespo/phi_seq_mean``. Token-level metrics are masked by TRL itself and are not listed.
+        A padding row is in those averages; :func:`sara_trl.trainer.metric_repair.correct_loss_metrics` removes it
+        (every name must be a key of :data:`sara_trl.trainer.metric_repair.ROW_METRIC_PADDING`). TRL 1.16: every
+        ``clip_ratio/*`` of RLOO (one ratio per sequence); GRPO's ``clip_ratio/*`` with
+        ``importance_sampling_level="sequence"`` and ``vespo/phi_seq_mean``. Token-level metrics are masked by TRL
+        itself and are not listed.
 
         Returns
         -------
@@ -208,7 +209,8 @@ class SaraTrainerBase(RoundTrainer, Protocol):
         ...
 
     def _sara_fix_replay_metrics(self, output: dict, is_padding_local: torch.Tensor, replay_logps: list) -> None:
-        """*Hook.* Recompute, over real rows only, the metrics the base logged during the replay from every row.
+        """*Hook.* Recompute, over real rows only, the metrics the base logged during the replay from every row (the
+        implementations live with the other metric corrections, in :mod:`sara_trl.trainer.metric_repair`).
 
         Called on every process after padding rows were masked out of ``output`` (its ``completion_mask`` is zero
         on them), only for a batch that holds padding rows. Replaces the last value of each such metric in

@@ -1,4 +1,4 @@
-"""SARA's per-step metrics (``sara/*``) and the corrections that keep TRL's own metrics honest under padding.
+"""SARA's per-step metrics (``sara/*``): what one step collected and what it cost.
 
 TRL logs through ``trainer._metrics[mode][name]``, a list averaged (NaN-free) over each logging window. SARA appends
 one value per generation batch, so a logged ``sara/x`` is the mean per generation batch over the window; the
@@ -6,55 +6,46 @@ one value per generation batch, so a logged ``sara/x`` is the mean per generatio
 
 Every logged metric is a number. A metric with no valid value in its window (TRL's ``reward`` when no group was
 committed, ``kl`` or ``entropy`` when every row was padding) is logged as ``float("nan")``, where TRL 1.16 logs None
-(:func:`numeric_logs`): a callback can do arithmetic on any logged value, and must test ``math.isnan`` (not ``is
-None``) for "nothing to report".
+(:func:`~sara_trl.trainer.metric_repair.numeric_logs`): a callback can do arithmetic on any logged value, and must test
+``math.isnan`` (not ``is None``) for "nothing to report". The corrections SARA makes to TRL's own metrics (padding
+rows) are in :mod:`sara_trl.trainer.metric_repair`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
-import torch
 
 from sara_trl.allocation import StepStats
 
-__all__ = ["CLIP_RATIO_METRICS", "CUMULATIVE_DIAGNOSTICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "STEP_METRICS",
-           "collection_warning", "correct_loss_metrics", "correct_padding_metrics", "global_masked_mean",
-           "log_step_metrics", "masked_group_counts", "numeric_logs", "replace_last", "round_barrier_metrics",
-           "zero_padding_rows"]
+__all__ = ["CUMULATIVE_DIAGNOSTICS", "STEP_METRICS", "collection_warning", "log_collected_step", "log_step_metrics",
+           "masked_group_counts", "round_barrier_metrics", "truncation_masked_rollouts"]
+
+# StepStats fields that only make up ``effective_fraction`` (effective groups / B): logged as that fraction, in the
+# place of the first of them.
+_FRACTION_PARTS = ("effective_in_batch", "batch_groups")
+
+
+def _step_metrics() -> tuple[str, ...]:
+    """Every numeric field of :class:`~sara_trl.allocation.StepStats`, in declaration order, with
+    ``effective_fraction`` in the place of :data:`_FRACTION_PARTS` (``stop_reason``, a string, is not a metric)."""
+    names = []
+    for f in dataclasses.fields(StepStats):
+        if f.name == _FRACTION_PARTS[0]:
+            names.append("effective_fraction")
+        elif f.name not in _FRACTION_PARTS and f.type in (int, float, "int", "float"):
+            names.append(f.name)
+    return tuple(names)
+
 
 # Per-step counters logged as `sara/<name>`, read from StepStats (units: rollouts, tokens = completion tokens,
 # groups = prompts, rounds = batched generation calls).
-STEP_METRICS = (
-    "rollouts_generated",
-    "rollouts_trained",
-    "rollouts_abandoned",
-    "rollouts_surplus",
-    "rollouts_active_left",
-    "tokens_generated",
-    "tokens_trained",
-    "tokens_abandoned",
-    "tokens_surplus",
-    "tokens_active_left",
-    "committed",
-    "abandoned",
-    "surplus",
-    "active_left",
-    "unfilled",
-    "rounds",
-    "prompts_drawn",
-    "effective_fraction",
-    "expected_lost",
-    "unscorable",
-    "rollouts_carried_in",
-    "tokens_carried_in",
-    "carried_in",
-    "rollouts_aborted",
-    "tokens_aborted",
-)
+STEP_METRICS = _step_metrics()
 
 # Beyond-paper diagnostics (``Allocator.diagnostics()``) that are running totals since the start of training: logged
 # like ``sara/cumulative_*`` (latest value), not averaged over the logging window.
@@ -201,37 +192,17 @@ def collection_warning(step: int, allocator: str, stats: StepStats, success_labe
             + " or change the data.")
 
 
-def numeric_logs(metrics: dict[str, list], logs: dict, prefix: str = "") -> None:
-    """Move every metric with no valid value in the window out of ``metrics`` and into ``logs`` as NaN (in place).
-
-    TRL's ``log`` averages each metric's non-NaN values and logs None when there is none; called just before it,
-    this logs ``float("nan")`` for those metrics instead, so every logged metric stays a number.
-
-    Parameters
-    ----------
-    metrics : dict
-        ``trainer._metrics[mode]``.
-    logs : dict
-        The dict about to be logged.
-    prefix : str
-        ``"eval_"`` in evaluation (TRL's prefix), else ``""``.
-    """
-    for name in [name for name, values in metrics.items() if all(math.isnan(float(v)) for v in values)]:
-        del metrics[name]
-        logs[prefix + name] = float("nan")
-
-
 def round_barrier_metrics(round_index: np.ndarray, tokens: np.ndarray) -> dict[str, float]:
     """What the round barriers of one step cost, in decode steps (the input of a waiting-share estimate).
 
     Each round is one batched generation call, and a call runs until its longest completion ends: it takes as many
     decode steps as that completion has tokens, while its shorter completions have already finished. Under the
     linear per-step latency model ``step time = a + b x sequences still running`` (:mod:`sara_trl.allocation.latency`,
-    calibrated in ``benchmarks/cpu_latency.json``), a call of ``n`` completions with lengths ``L_1..L_n`` (``n`` at
-    most the engine's concurrent sequences, vLLM's ``max_num_seqs``) takes ``a max(L) + b sum(L)`` seconds of
-    decoding, and the same tokens decoded in lockstep (every completion as long as the mean) take
-    ``a mean(L) + b sum(L)``: the barrier costs ``a (max(L) - mean(L))`` seconds. Summed over rounds. A larger call
-    runs in waves, which these two numbers do not see (``benchmarks/streaming_small_batch.py`` models the queue).
+    calibrated in ``benchmarks/cpu_latency/cpu_latency.json``), a call of ``n`` completions with lengths ``L_1..L_n``
+    (``n`` at most the engine's concurrent sequences, vLLM's ``max_num_seqs``) takes ``a max(L) + b sum(L)`` seconds of
+    decoding, and the same tokens decoded in lockstep (every completion as long as the mean) take ``a mean(L) + b
+    sum(L)``: the barrier costs ``a (max(L) - mean(L))`` seconds. Summed over rounds. A larger call runs in waves, which
+    these two numbers do not see (``benchmarks/streaming_small_batch/streaming_small_batch.py`` models the queue).
 
     Parameters
     ----------
@@ -268,190 +239,50 @@ def round_barrier_metrics(round_index: np.ndarray, tokens: np.ndarray) -> dict[s
     return {"round_longest_tokens": float(longest.sum()), "round_tail_tokens": float((longest - mean).sum())}
 
 
-def replace_last(metrics: dict[str, list], name: str, value: float) -> None:
-    """Overwrite the value TRL appended last to ``metrics[name]`` (nothing happens if TRL logged none)."""
-    if metrics.get(name):
-        metrics[name][-1] = float(value)
+def truncation_masked_rollouts(trainer: Any, cache: Any) -> np.ndarray:
+    """``(rollouts,)`` bool by rollout id: TRL masks the completion out of the loss (``mask_truncated_completions``
+    and no EOS/pad at its end, TRL's own test)."""
+    if not getattr(trainer, "mask_truncated_completions", False):
+        return np.zeros(cache.num_rollouts, dtype=bool)
+    eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    return np.asarray([not ids or ids[-1] not in eos_and_pad for ids in cache.completion_ids], dtype=bool)
 
 
-_LENGTH_METRICS = tuple(f"completions/{m}" for m in (
-    "mean_length", "min_length", "max_length", "clipped_ratio", "mean_terminated_length", "min_terminated_length",
-    "max_terminated_length"))
+def log_collected_step(trainer: Any, step: Any) -> None:
+    """Append one collected step's ``sara/*`` values to ``trainer._metrics["train"]``.
 
-
-def correct_padding_metrics(
-    metrics: dict[str, list],
-    lengths: np.ndarray,
-    truncated: np.ndarray,
-    is_padding: np.ndarray,
-    unfilled: int,
-    num_groups: int,
-) -> None:
-    """Recompute TRL's completion-length metrics over real rows only, and count fill groups as zero-std groups.
-
-    TRL computed ``completions/*`` over every row of the batch it was handed, padding rows (a single EOS token)
-    included, and counts a fill group (all rewards NaN, so its std is NaN) as a group with non-zero reward std.
-    This replaces the value TRL has just appended for the current batch (NaN when every row is padding).
+    The accounting (:func:`log_step_metrics`), the wall-clock of the collection (``sara/collect_seconds``: every
+    round's generation call and reward pass, plus the allocator: what a step's rollouts cost in time, beside
+    ``sara/rollouts_generated`` and ``sara/tokens_generated``), and what the collection mode cost: with streaming, the
+    slowest process's engine steps and reward passes (``sara/rounds`` is 0: there are no rounds); with rounds, the
+    decode steps each call spent on its longest completion (the round barrier's cost, :func:`round_barrier_metrics`).
 
     Parameters
     ----------
-    metrics : dict
-        ``trainer._metrics["train"]``.
-    lengths : numpy.ndarray
-        ``(B*k,)`` completion lengths of the global batch in tokens, in row order.
-    truncated : numpy.ndarray
-        ``(B*k,)`` bool, the completion did not end with EOS/pad.
-    is_padding : numpy.ndarray
-        ``(B*k,)`` bool, padding row (short-group padding or fill group).
-    unfilled : int
-        Number of fill groups in the batch.
-    num_groups : int
-        B.
+    trainer : SaraTrainerBase
+        The SARA trainer (its allocator and ``_metrics``).
+    step : sara_trl.trainer.collect.CollectedStep
+        The step as collected.
     """
-    real = ~is_padding
-    if real.any():
-        real_lengths = lengths[real].astype(np.float64)
-        replace_last(metrics, "completions/mean_length", real_lengths.mean())
-        replace_last(metrics, "completions/min_length", real_lengths.min())
-        replace_last(metrics, "completions/max_length", real_lengths.max())
-        replace_last(metrics, "completions/clipped_ratio", truncated[real].mean())
-        term = real_lengths[~truncated[real]]
-        term = term if term.size else np.zeros(1)
-        replace_last(metrics, "completions/mean_terminated_length", term.mean())
-        replace_last(metrics, "completions/min_terminated_length", term.min())
-        replace_last(metrics, "completions/max_terminated_length", term.max())
-    else:  # an all-padding batch (every group a fill group): no real completion to measure
-        for name in _LENGTH_METRICS:
-            replace_last(metrics, name, float("nan"))
-    if unfilled and metrics.get("frac_reward_zero_std"):
-        # TRL's value is a mean over rows of isclose(group std, 0); fill-group rows (std NaN) counted as False.
-        metrics["frac_reward_zero_std"][-1] += unfilled / num_groups
-
-
-def zero_padding_rows(output: dict, is_padding_local: torch.Tensor) -> None:
-    """Mask padding rows out of the loss in TRL's output dict (in place).
-
-    ``completion_mask`` rows are zeroed (so the loss and TRL's token-masked metrics ignore them), and RLOO's
-    sequence-level ``old_logps`` is zeroed to match (its ratio becomes exp(0) = 1, with a zero advantage).
-    ``num_items_in_batch`` is recomputed by the caller (it is a collective).
-
-    Parameters
-    ----------
-    output : dict
-        TRL's batch dict for this process's ``(N, T)`` rows.
-    is_padding_local : torch.Tensor
-        ``(N,)`` bool, this process's padding rows.
-    """
-    keep = (~is_padding_local).to(output["completion_mask"].dtype).unsqueeze(1)
-    output["completion_mask"] = output["completion_mask"] * keep
-    if "old_logps" in output:
-        output["old_logps"] = output["old_logps"].masked_fill(is_padding_local, 0.0)
-
-
-# Metrics TRL 1.16 appends in `_compute_loss` as a mean over the micro-batch's completion tokens (masked): a padding
-# row is already out of them (its completion_mask is zero), but a micro-batch without any real token is reported as
-# 0 (TRL divides by max(count, 1)).
-LOSS_TOKEN_METRICS = ("kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
-                      "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio", "vespo/phi_seq_mean")
-
-# TRL's clip-ratio metrics (GRPO and RLOO), each one value per micro-batch.
-CLIP_RATIO_METRICS = ("clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
-                      "clip_ratio/region_mean")
-
-# Metrics some settings make TRL average over rows (one value per sequence, no mask), with the value one padding
-# row contributes. A padding row has advantage exactly 0, so no clip flag is ever set on it (TRL's flags require
-# advantage < 0 or > 0); its sequence log-ratio is 0 (its mask is zero), so VESPO's weight phi(w=1) is exactly 1.
-ROW_METRIC_PADDING = {
-    "clip_ratio/low_mean": 0.0,
-    "clip_ratio/high_mean": 0.0,
-    "clip_ratio/region_mean": 0.0,
-    "clip_ratio/low_min": 0.0,
-    "clip_ratio/high_max": 0.0,
-    "cispo_clip_ratio": 0.0,
-    "vespo/phi_seq_mean": 1.0,
-}
-
-
-def correct_loss_metrics(
-    metrics: dict[str, list],
-    appended: set[str],
-    real_tokens: int,
-    real_rows: int,
-    rows: int,
-    row_metrics: tuple[str, ...] = (),
-) -> None:
-    """Remove padding rows from the metrics TRL has just appended for one micro-batch (in place).
-
-    Rules, with counts summed over all processes for this micro-batch:
-
-    - a name in ``row_metrics`` (a mean over rows, see :data:`ROW_METRIC_PADDING`): ``(value * rows - c * padding)
-      / real_rows``, where ``c`` is a padding row's contribution and ``padding = rows - real_rows``. For the row
-      flags' extremes: ``clip_ratio/high_max`` over rows is unchanged by padding rows (flags are 0 or 1, padding
-      adds a 0); ``clip_ratio/low_min`` over the real rows is 1 exactly when every real row is low-clipped, i.e.
-      when the corrected ``clip_ratio/low_mean`` counts ``real_rows`` clipped rows. NaN when ``real_rows == 0``.
-    - any other name of :data:`LOSS_TOKEN_METRICS`: TRL's masked token mean already excludes padding rows; NaN when
-      ``real_tokens == 0`` (TRL reports 0 there).
-
-    Other metrics (``policy_loss``, ``aux_loss``, ``entropy_coef``) describe the loss itself and are left alone.
-    TRL's ``log`` drops NaN values from the logging-window mean; when nothing is left the SARA trainers log NaN
-    (:func:`numeric_logs`).
-
-    Parameters
-    ----------
-    metrics : dict
-        ``trainer._metrics["train"]``.
-    appended : set of str
-        Names TRL appended a value to during this micro-batch's ``_compute_loss``.
-    real_tokens : int
-        Completion tokens in the loss mask of the micro-batch, all processes.
-    real_rows, rows : int
-        Non-padding rows and all rows of the micro-batch, all processes.
-    row_metrics : tuple of str, optional
-        Names TRL averaged over rows under the current settings (the trainer's ``_sara_row_metrics()``).
-
-    Raises
-    ------
-    KeyError
-        A name of ``row_metrics`` has no entry in :data:`ROW_METRIC_PADDING`.
-    """
-    padding = rows - real_rows
-    corrected: dict[str, float] = {}
-    for name in sorted(appended & set(row_metrics), key=lambda n: n.endswith(("_min", "_max"))):  # means first
-        value = metrics[name][-1]
-        if real_rows == 0:
-            corrected[name] = float("nan")
-        elif name == "clip_ratio/low_min":
-            clipped = round(corrected.get("clip_ratio/low_mean", float("nan")) * real_rows)
-            corrected[name] = 1.0 if clipped == real_rows else 0.0
-        elif name == "clip_ratio/high_max":
-            corrected[name] = value
-        else:
-            corrected[name] = (value * rows - ROW_METRIC_PADDING[name] * padding) / real_rows
-    for name in appended & set(LOSS_TOKEN_METRICS) - set(row_metrics):
-        if real_tokens == 0:
-            corrected[name] = float("nan")
-    for name, value in corrected.items():
-        replace_last(metrics, name, value)
-
-
-def global_masked_mean(accelerator, values: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of ``values`` over the positions where ``mask`` is set, over all processes; NaN when there is none.
-
-    Parameters
-    ----------
-    accelerator : accelerate.Accelerator
-        Its ``reduce`` sums over processes (every process must call this function at the same point).
-    values : torch.Tensor
-        ``(N, T)`` per-token values of this process's rows.
-    mask : torch.Tensor
-        ``(N, T)`` 0/1 (or bool) mask of the same shape.
-
-    Returns
-    -------
-    float
-        ``sum(values * mask) / sum(mask)`` over all processes, or NaN when ``sum(mask) == 0``.
-    """
-    mask = mask.bool()
-    local = torch.stack([torch.where(mask, values, 0.0).sum(), mask.sum()]).float()
-    total, count = accelerator.reduce(local, reduction="sum").tolist()
-    return total / count if count > 0 else float("nan")
+    metrics = trainer._metrics["train"]
+    allocator, result, cache = trainer.sara_allocator, step.result, step.cache
+    log_step_metrics(
+        metrics,
+        result.stats,
+        step.new_labels,
+        cumulative_rollouts=allocator.total_rollouts,
+        cumulative_tokens=allocator.total_tokens,
+        diagnostics=allocator.diagnostics(),
+        masked=masked_group_counts(result.groups, truncation_masked_rollouts(trainer, cache)),
+    )
+    metrics["sara/collect_seconds"].append(step.seconds)
+    run = step.stream_run
+    if run is not None:
+        metrics["sara/engine_steps"].append(run.engine_steps)
+        metrics["sara/reward_passes"].append(run.reward_passes)
+        metrics["sara/reward_seconds"].append(run.reward_seconds)
+        metrics["sara/reward_wait_seconds"].append(run.reward_wait_seconds)
+    else:
+        tokens = np.concatenate(cache.tokens) if cache.tokens else np.zeros(0, np.int64)
+        for name, value in round_barrier_metrics(np.asarray(cache.round_index), tokens).items():
+            metrics[f"sara/{name}"].append(value)

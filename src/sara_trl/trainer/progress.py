@@ -1,5 +1,6 @@
 """What a SARA run shows on the console: a one-line progress display of the generation rounds within a step (main
-process only), and each logging step's metrics printed as numbers (:func:`use_numeric_logs`)."""
+process only), each logging step's metrics printed as numbers (:func:`use_numeric_logs`), and no FutureWarning the
+user cannot act on (:func:`hide_renamed_checkpointing_warnings`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-__all__ = ["RoundProgress", "console_logs", "quiet_progress_logs", "use_numeric_logs"]
+__all__ = ["RoundProgress", "console_logs", "hide_renamed_checkpointing_warnings", "quiet_progress_logs",
+           "use_numeric_logs"]
 
 
 def _console_loggers() -> list[logging.Logger]:
@@ -43,6 +45,10 @@ def _warnings_above_bar():
         warnings.showwarning = previous
 
 
+ALLOCATOR_LABELS = {"sara": "SARA", "dynamic_sampling": "DS", "uniform": "uniform"}
+"""The short name of each allocator in progress lines (an allocator registered beyond these shows its own name)."""
+
+
 class RoundProgress:
     """tqdm line counting rounds: ``SARA step 12: 3 rounds [rollouts=40, success=0.42]``.
 
@@ -57,11 +63,14 @@ class RoundProgress:
         The 1-based training step shown in the line.
     enabled : bool
         Whether to show the line.
+    label : str
+        Who collects, at the start of the line (``"SARA"``, ``"DS"``, ...; see :data:`ALLOCATOR_LABELS`).
     """
 
-    def __init__(self, step: int, enabled: bool):
+    def __init__(self, step: int, enabled: bool, label: str = "SARA"):
         self.enabled = enabled
         self.step = step
+        self.label = label
         self.rollouts = 0
         self.successes = 0.0
         self.scored = 0
@@ -73,7 +82,7 @@ class RoundProgress:
             self._redirect = contextlib.ExitStack()
             self._redirect.enter_context(logging_redirect_tqdm(loggers=_console_loggers()))
             self._redirect.enter_context(_warnings_above_bar())
-            self._bar = tqdm(desc=f"SARA step {self.step}", unit="round", leave=False, dynamic_ncols=True)
+            self._bar = tqdm(desc=f"{self.label} step {self.step}", unit="round", leave=False, dynamic_ncols=True)
         return self
 
     def __call__(self, round_number: int, rollouts: int, success: np.ndarray) -> None:
@@ -173,3 +182,21 @@ def quiet_progress_logs(trainer) -> None:
             callback.write_logs = False
         elif isinstance(callback, PrinterCallback):
             callbacks.remove(callback)
+
+
+def hide_renamed_checkpointing_warnings() -> None:
+    """Hide the FutureWarnings recent transformers raise when TRL 1.16 calls their renamed checkpointing methods.
+
+    TRL calls ``is_gradient_checkpointing`` and ``gradient_checkpointing_enable``/``_disable`` (renamed
+    ``*activation_checkpointing*`` in recent transformers releases, e.g. 5.24) around every generation and loss pass;
+    the user can neither act on the warning nor avoid it by a setting. Only those three messages are filtered (by
+    exact message and category); every other warning still shows. Called when a SARA trainer is constructed
+    (:func:`sara_trl.trainer.prepare.prepare_arguments`), not when :mod:`sara_trl.trainer` is imported. Installing it
+    again changes nothing (``warnings.filterwarnings`` replaces the identical filter).
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)` is "
+        r"deprecated",
+        category=FutureWarning,
+    )

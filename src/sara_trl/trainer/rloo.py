@@ -9,7 +9,7 @@ from trl import RLOOTrainer
 from trl.data_utils import is_conversational
 
 from sara_trl.trainer.config import SaraRLOOConfig
-from sara_trl.trainer.metrics import CLIP_RATIO_METRICS, global_masked_mean, replace_last
+from sara_trl.trainer.metric_repair import CLIP_RATIO_METRICS, repair_rloo_kl
 from sara_trl.trainer.mixin import SaraTrainerMixin
 from sara_trl.trainer.model_card import SaraModelCardMixin, sara_paper
 from sara_trl.trainer.progress import use_numeric_logs
@@ -116,26 +116,6 @@ quantization_config, peft_config
         return CLIP_RATIO_METRICS
 
     def _sara_fix_replay_metrics(self, output: dict, is_padding_local: torch.Tensor, replay_logps: list) -> None:
-        """Recompute RLOO's ``kl`` metric over real tokens (NaN when there is none).
-
-        TRL logs it in ``_generate_and_score_completions`` as the mean over completion tokens of RLOO's first-order
-        estimate ``old log-prob - reference log-prob`` (Ahmadian et al., 2024), before SARA masks padding rows: every
-        padding row's EOS tokens were in it. Both log-prob tensors are the replay's two forward passes (policy, then
-        reference model); nothing is logged when ``beta == 0``.
-
-        Raises
-        ------
-        RuntimeError
-            The replay made fewer than two forward passes with ``beta != 0`` (a TRL version that computes the
-            reference log-probs elsewhere).
-        """
-        if self.beta == 0.0:
-            return
-        if len(replay_logps) < 2:
-            raise RuntimeError(
-                f"RLOO replay made {len(replay_logps)} forward passes; SARA expects the policy's and the reference "
-                "model's (TRL 1.16) to recompute the `kl` metric without padding rows."
-            )
-        old, ref = replay_logps[0], replay_logps[1]
-        kl = global_masked_mean(self.accelerator, old - ref, output["completion_mask"])
-        replace_last(self._metrics["train"], "kl", kl)
+        """Recompute RLOO's ``kl`` metric over real tokens, NaN when there is none
+        (:func:`sara_trl.trainer.metric_repair.repair_rloo_kl`)."""
+        repair_rloo_kl(self, output, replay_logps)

@@ -30,7 +30,7 @@ import torch
 from accelerate.utils import gather_object
 
 from sara_trl.allocation import RoundOutcome
-from sara_trl.allocation.labels import SuccessRule, allocator_labels, score_spread_labels, success_labels
+from sara_trl.allocation.labels import SuccessRule, allocator_labels
 from sara_trl.trainer.distributed import (
     match_reward_gather,
     raise_if_any_failed,
@@ -40,8 +40,8 @@ from sara_trl.trainer.distributed import (
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer.hooks import RoundTrainer
 
-__all__ = ["RolloutCache", "binarize", "make_rollout_fn", "make_success_rule", "reward_score", "score_source",
-           "std_mixed_labels", "success_rule", "trainer_scores"]
+__all__ = ["RolloutCache", "make_rollout_fn", "make_success_rule", "reward_score", "score_source", "success_rule",
+           "trainer_scores"]
 
 
 @dataclass
@@ -199,11 +199,6 @@ def reward_score(
     score = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
     score[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")
     return score
-
-
-# The labelling rules live in the allocation core; these names stay importable from here.
-binarize = success_labels
-std_mixed_labels = score_spread_labels
 
 
 def score_source(trainer: Any) -> str:

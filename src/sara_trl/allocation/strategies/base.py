@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from sara_trl.allocation.ledger import Ledger
+from sara_trl.allocation.refill import ceil_count, step_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.allocation.config import AllocationConfig
@@ -19,11 +19,6 @@ __all__ = ["STOP_REASONS", "StepContext", "Strategy", "StrategyResult", "ceil_co
 STOP_REASONS = ("filled", "budget", "max_rounds", "stream")
 """Why a step ended: B groups committed; the budget cap (or the per-round capacity) left no room; ``max_rounds``
 rounds were used; the stream had no fresh prompt left (``wrap=False``), or uniform sampling drew fewer than B."""
-
-
-def ceil_count(x: float) -> int:
-    """Ceiling that ignores float noise (``2.0000000004 -> 2``), so refill sizes do not flicker."""
-    return math.ceil(x - 1e-9)
 
 
 @dataclass(frozen=True)
@@ -83,7 +78,7 @@ class StepContext:
     @property
     def budget(self) -> int:
         """Rollouts the step may generate: ``floor(budget_cap * B * k)`` (paper App. D)."""
-        return int(math.floor(self.config.budget_cap * self.B * self.config.k))
+        return step_budget(self.config, self.B)
 
     @property
     def need(self) -> int:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sara_trl.allocation.labels import is_mixed
-from sara_trl.allocation.strategies.base import StepContext, StrategyResult, ceil_count
-from sara_trl.allocation.types import Fate
+from sara_trl.allocation.refill import fresh_to_draw, judge_full_groups
+from sara_trl.allocation.strategies.base import StepContext, StrategyResult
 
 
 def collect_dynamic_sampling(ctx: StepContext) -> StrategyResult:
@@ -27,7 +26,7 @@ def collect_dynamic_sampling(ctx: StepContext) -> StrategyResult:
         room = budget - ledger.generated
         if cfg.max_rollouts_per_round is not None:
             room = min(room, cfg.max_rollouts_per_round)
-        want = min(ceil_count(need / float(ctx.mix_rate()[0])), room // k)
+        want = min(fresh_to_draw(need, 0.0, 0.0, float(ctx.mix_rate()[0]), 0.0), room // k)
         if want <= 0:
             return StrategyResult("budget")
         pids = ctx.draw(want)
@@ -35,7 +34,4 @@ def collect_dynamic_sampling(ctx: StepContext) -> StrategyResult:
             return StrategyResult("stream")
         slots = ledger.add(pids)
         ledger.generate(slots, np.full(len(slots), k, np.int64))
-        mixed = is_mixed(ledger.s[slots], ledger.nsc[slots])
-        ledger.mark(slots, np.where(mixed, Fate.COMMITTED, Fate.ABANDONED))
-        ledger.p[slots] = mixed.astype(np.float64)
-        ctx.resolved(np.zeros(len(slots), np.int64), mixed, np.full(len(slots), k))
+        judge_full_groups(ledger, slots, k, ctx.resolved, keep_all=False)

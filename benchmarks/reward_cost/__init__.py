@@ -1,0 +1,1 @@
+"""Reward-pass cost: seconds per ``math_reward`` call of n completions."""

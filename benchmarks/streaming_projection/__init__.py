@@ -1,0 +1,1 @@
+"""Streaming vs rounds on a GPU, projected from kernel-latency fits."""

@@ -1,0 +1,148 @@
+"""SARA's state in a checkpoint: the allocator and prompt stream (``sara_state.json``), written and restored.
+
+Beside TRL's own files: ``sara_state.json`` (allocator, stream, allocation config; with streaming collection on
+several processes every process's own allocator and stream shard under ``"ranks"``), ``sara_carry.pt`` (with
+``carry_over``: the completions of the prompts carried into the next step) and ``sara_stream_rows.pt`` (with an
+iterable ``train_dataset``: the rows its prompt stream holds, any Python values).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from typing import Any
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from sara_trl.allocation import IterablePromptStream, ShardStream
+from sara_trl.trainer.rollout import RolloutCache
+
+__all__ = ["SARA_CARRY_NAME", "SARA_ROWS_NAME", "SARA_STATE_NAME", "load_sara_state", "rank_states", "save_sara_state",
+           "sara_state_dict"]
+
+SARA_STATE_NAME = "sara_state.json"
+SARA_CARRY_NAME = "sara_carry.pt"  # carry_over: completions of the prompts carried into the next step
+SARA_ROWS_NAME = "sara_stream_rows.pt"  # iterable train set: the rows its prompt stream holds (buffer, carried)
+
+
+def _stream_states(state: dict) -> list[dict]:
+    """The prompt-stream states in a ``sara_state.json`` dict: the main one, then each process's (``"ranks"``)."""
+    return [state["stream"], *(entry["stream"] for entry in state.get("ranks") or [])]
+
+
+def _pop_stream_rows(state: dict) -> list | None:
+    """Take the held rows out of an iterable stream's states (they go to ``sara_stream_rows.pt``, in the order of
+    :func:`_stream_states`); None for a map-style stream, which holds none."""
+    streams = _stream_states(state)
+    if streams[0].get("kind") != "iterable":
+        return None
+    return [stream.pop("rows") for stream in streams]
+
+
+def sara_state_dict(trainer: Any, ranks: list[dict] | None = None) -> dict:
+    """The allocator, stream and allocation config as JSON-ready data (written to ``sara_state.json``).
+
+    ``ranks``: with streaming collection on several processes, every process's own allocator and stream shard
+    (:func:`rank_states`), saved under ``"ranks"`` in process order.
+    """
+    state = {
+        "version": 1,
+        "allocator": trainer.sara_allocator.state_dict(),
+        "stream": trainer.sara_stream.state_dict(),
+        "allocation_config": trainer.args.to_allocation_config().__dict__,
+    }
+    if ranks is not None:
+        state["ranks"] = ranks
+    return state
+
+
+def rank_states(trainer: Any) -> list[dict] | None:
+    """Streaming collection on several processes: every process's allocator and stream shard (they differ per
+    process), gathered on every process (a collective: call it on all of them). None otherwise."""
+    if trainer.args.collection != "streaming" or trainer.accelerator.num_processes == 1:
+        return None
+    from accelerate.utils import gather_object
+
+    return gather_object([{"allocator": trainer.sara_allocator.state_dict(),
+                           "stream": trainer.sara_stream.state_dict()}])
+
+
+def save_sara_state(trainer: Any, trial: Any) -> None:
+    """Write ``sara_state.json`` (and ``sara_carry.pt`` / ``sara_stream_rows.pt`` when needed) into the checkpoint
+    folder TRL is about to save (call it on every process, before TRL's own save, so that a ``push_to_hub`` of the
+    checkpoint includes it)."""
+    ranks = rank_states(trainer)  # every process takes part
+    if not trainer.args.should_save:
+        return
+    folder = os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+    os.makedirs(folder, exist_ok=True)
+    state = sara_state_dict(trainer, ranks)
+    rows = _pop_stream_rows(state)
+    with open(os.path.join(folder, SARA_STATE_NAME), "w") as handle:
+        json.dump(state, handle, indent=2)
+    if rows is not None:
+        torch.save(rows, os.path.join(folder, SARA_ROWS_NAME))
+    if trainer._sara_carry is not None:  # the carried prompts' completions, for the next step
+        torch.save(trainer._sara_carry.state(), os.path.join(folder, SARA_CARRY_NAME))
+
+
+def load_sara_state(trainer: Any, checkpoint: str | None) -> None:
+    """Restore the allocator and stream state :func:`save_sara_state` wrote into ``checkpoint`` (None: nothing).
+
+    A checkpoint without ``sara_state.json`` (e.g. from a plain TRL run) starts a fresh stream, with a warning.
+
+    Raises
+    ------
+    FileNotFoundError
+        The state carries undecided prompts into the next step but ``sara_carry.pt`` is missing, or was saved
+        from an iterable dataset without its ``sara_stream_rows.pt``.
+    ValueError
+        The state was saved with another process count or collection mode than streaming needs to resume.
+    """
+    if checkpoint is None:
+        return
+    path = os.path.join(checkpoint, SARA_STATE_NAME)
+    if not os.path.isfile(path):
+        warnings.warn(
+            f"{checkpoint} has no {SARA_STATE_NAME}; the SARA prompt stream and allocator restart from scratch.",
+            stacklevel=3,  # the caller of the trainer's _load_optimizer_and_scheduler
+        )
+        return
+    with open(path) as handle:
+        state = json.load(handle)
+    if _stream_states(state)[0].get("kind") == "iterable":
+        rows_path = os.path.join(checkpoint, SARA_ROWS_NAME)
+        if not os.path.isfile(rows_path):
+            raise FileNotFoundError(f"{path} was saved from an iterable dataset but {rows_path} with the rows its "
+                                    "prompt stream held is missing; restore the whole checkpoint folder.")
+        for stream_state, rows in zip(_stream_states(state), torch.load(rows_path, weights_only=False)):
+            stream_state["rows"] = rows
+    world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
+    stream = trainer.sara_stream
+    sharded = isinstance(stream, ShardStream) or (isinstance(stream, IterablePromptStream) and stream.world > 1)
+    if sharded:  # streaming on several processes: this process's own state
+        ranks = state.get("ranks")
+        if ranks is None or len(ranks) != world:
+            raise ValueError(
+                f"{path} holds no per-process state for {world} processes (saved with "
+                f"{'one process or rounds' if ranks is None else f'{len(ranks)} processes'}); streaming "
+                "collection on several processes resumes only with the process count it was saved with."
+            )
+        state = {**state, **ranks[rank]}
+    elif "ranks" in state:
+        raise ValueError(f"{path} was saved by streaming collection on {len(state['ranks'])} processes; resume it "
+                         f"with collection='streaming' on {len(state['ranks'])} processes.")
+    trainer.sara_allocator.load_state_dict(state["allocator"])
+    trainer.sara_stream.load_state_dict(state["stream"])
+    trainer._sara_carry = None
+    if trainer.sara_allocator.carried_rollouts:
+        carry_path = os.path.join(checkpoint, SARA_CARRY_NAME)
+        if not os.path.isfile(carry_path):
+            raise FileNotFoundError(
+                f"{path} carries {trainer.sara_allocator.carried_prompts} undecided prompts into the next step "
+                f"(carry_over) but {carry_path} with their completions is missing; restore the whole checkpoint "
+                "folder."
+            )
+        trainer._sara_carry = RolloutCache.from_state(torch.load(carry_path, weights_only=False))

@@ -1,0 +1,180 @@
+"""Collecting one training step's B groups: rounds of ``rollout_fn`` calls, or streaming on the colocated engine.
+
+Rounds (``collection="rounds"``): :meth:`sara_trl.allocation.Allocator.collect` runs rounds over SARA's own prompt
+stream; each round is ONE call of the step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`). Streaming
+(``collection="streaming"``): each process collects its share through its colocated vLLM engine, request by request
+(:mod:`sara_trl.trainer.streaming`), then one exchange merges the shares. Either way the result is exactly B groups
+(committed ones first, then fill groups) and a :class:`~sara_trl.trainer.rollout.RolloutCache` of every rollout, ids
+as in the result. With ``carry_over`` the rollouts carried from the previous step take the first ids.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from transformers.utils import logging
+from trl.extras.profiling import profiling_context
+
+from sara_trl.allocation import StepResult
+from sara_trl.trainer.engine import sync_weights_once, vllm_awake
+from sara_trl.trainer.metrics import collection_warning
+from sara_trl.trainer.progress import ALLOCATOR_LABELS, RoundProgress
+from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn, score_source, trainer_scores
+from sara_trl.trainer.streaming import (
+    StreamRun,
+    TrainerScorer,
+    VLLMStreamingEngine,
+    colocate_sampling_params,
+    default_max_in_flight,
+    drive_streaming_engine,
+    gather_streaming_step,
+    shard_groups,
+    slowest_stream_run,
+)
+
+__all__ = ["CollectedStep", "collect_step", "collect_streaming"]
+
+logger = logging.get_logger(__name__)
+
+
+@dataclass
+class CollectedStep:
+    """One collected step.
+
+    Attributes
+    ----------
+    result : StepResult
+        Exactly B groups and the step's accounting.
+    cache : RolloutCache
+        Every rollout of the step, ids as in ``result``.
+    new_labels : numpy.ndarray
+        ``(rollouts generated this step,)`` success labels, NaN = unscorable (carried rollouts left out).
+    seconds : float
+        Wall-clock of the collection.
+    stream_run : StreamRun or None
+        Streaming: engine steps and reward seconds of the slowest process; None with rounds.
+    """
+
+    result: StepResult
+    cache: RolloutCache
+    new_labels: np.ndarray
+    seconds: float
+    stream_run: StreamRun | None
+
+
+def collect_step(trainer: Any) -> CollectedStep:
+    """Collect one training step's B groups (rounds or streaming), and hand the undecided ones to the next step.
+
+    Sets ``trainer.sara_last_step`` and, with ``carry_over``, ``trainer._sara_carry``; checks on the first step with
+    scores that they are success labels; logs a warning for a step that ended short of B groups or scored nothing.
+
+    Parameters
+    ----------
+    trainer : SaraTrainerBase
+        The SARA trainer, in training mode.
+
+    Returns
+    -------
+    CollectedStep
+    """
+    args = trainer.args
+    num_groups = args.num_groups
+    cache = trainer._sara_carry if trainer._sara_carry is not None else RolloutCache()
+    trainer._sara_carry = None
+    if cache.num_rollouts != trainer.sara_allocator.carried_rollouts:  # pragma: no cover - kept in step by design
+        raise RuntimeError(f"SARA carry-over out of sync: {cache.num_rollouts} cached rollouts for "
+                           f"{trainer.sara_allocator.carried_rollouts} carried by the allocator")
+    show = trainer.accelerator.is_main_process and not args.disable_tqdm
+    start = time.perf_counter()
+    stream_run = None
+    if args.collection == "streaming":
+        with vllm_awake(trainer):
+            result, cache, stream_run = collect_streaming(trainer, num_groups, cache)
+    else:
+        label = ALLOCATOR_LABELS.get(args.allocator, args.allocator)
+        with RoundProgress(trainer.state.global_step + 1, show, label) as progress, vllm_awake(trainer):
+            result = trainer.sara_allocator.collect(make_rollout_fn(trainer, cache, progress), trainer.sara_stream,
+                                                    num_groups)
+    seconds = time.perf_counter() - start
+    trainer.sara_last_step = result
+    if len(result.carry_rollout_ids):
+        trainer._sara_carry = cache.carry(result.carry_rollout_ids)
+    new_labels = cache.success_labels()[cache.carried:]
+    if len(new_labels):  # the first step with scores: are they success labels? (same on every process)
+        trainer._sara_success_rule.end_step(trainer_scores(trainer, cache.reward_matrix()[cache.carried:]))
+    unscorable_by = (score_source(trainer) if args.success_reward_func is not None
+                     else f"every reward function ({trainer.reward_func_names})")
+    message = collection_warning(trainer.state.global_step + 1, args.allocator, result.stats, new_labels, num_groups,
+                                 unscorable_by, tau_low_hint=args.allocator == "sara")
+    if message and trainer.accelerator.is_main_process:
+        logger.warning(message)
+    return CollectedStep(result, cache, new_labels, seconds, stream_run)
+
+
+def collect_streaming(
+    trainer: Any, num_groups: int, cache: RolloutCache
+) -> tuple[StepResult, RolloutCache, StreamRun]:
+    """``collection="streaming"``: this process's share of the batch through its colocated vLLM engine, request
+    by request (:func:`sara_trl.trainer.streaming.drive_streaming_engine`), then, with several processes, the one
+    exchange that gives every process the merged batch and rollouts.
+
+    Parameters
+    ----------
+    trainer : SaraTrainerBase
+        The SARA trainer (``use_vllm=True, vllm_mode="colocate"``).
+    num_groups : int
+        B, the groups of the whole batch.
+    cache : RolloutCache
+        Receives this process's rollouts; with ``carry_over`` it starts with the carried ones (one process).
+
+    Returns
+    -------
+    result : StepResult
+        Exactly ``num_groups`` groups (this process's share first on process 0, in process order).
+    cache : RolloutCache
+        Every recorded rollout, ids as in ``result``.
+    run : StreamRun
+        Engine steps and reward seconds of the slowest process (the one with the most engine steps).
+    """
+    args = trainer.args
+    world = trainer.accelerator.num_processes
+    k = trainer.num_generations
+    groups = shard_groups(num_groups, world)
+    gen = trainer.vllm_generation
+    sync_weights_once(trainer)
+    max_in_flight = args.streaming_max_in_flight or default_max_in_flight(
+        groups, k, getattr(gen, "max_num_seqs", None)
+    )
+    collector = trainer.sara_allocator.streaming(trainer.sara_stream, groups, max_in_flight)
+    tokens: dict[int, list[int]] = {}
+
+    def prompt_tokens(prompt_id: int) -> list[int]:
+        if prompt_id not in tokens:
+            ids, _, _ = trainer._tokenize_prompts([trainer._sara_row(prompt_id)["prompt"]])
+            tokens[prompt_id] = list(ids[0])
+        return tokens[prompt_id]
+
+    engine = VLLMStreamingEngine(gen.llm, colocate_sampling_params(gen), keep_logprobs=trainer._sara_returns_logprobs,
+                                 tag=f"sara-{trainer.state.global_step}-")
+    result, error, run = None, None, StreamRun()
+    try:
+        with profiling_context(trainer, "vLLM.stream"):
+            run = drive_streaming_engine(collector, engine, prompt_tokens,
+                                         TrainerScorer(trainer, cache, prompt_tokens),
+                                         reward_lag=args.streaming_reward_lag)
+        result = collector.finish()
+    except Exception as exc:  # with several processes, fail every process at the exchange below
+        if world == 1:
+            raise
+        error = exc
+    if world == 1:
+        return result, cache, run
+    local = None if result is None else result.stats  # None only on a failed process, which raises below
+    result, payloads = gather_streaming_step(trainer.accelerator, result, collector.recorded, (cache, run), error)
+    # The cumulative totals count every process's rollouts (this process's allocator saw only its own).
+    trainer.sara_allocator.total_rollouts += result.stats.rollouts_generated - local.rollouts_generated
+    trainer.sara_allocator.total_tokens += result.stats.tokens_generated - local.tokens_generated
+    return result, RolloutCache.concat([c for c, _ in payloads]), slowest_stream_run([r for _, r in payloads])

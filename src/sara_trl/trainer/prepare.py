@@ -1,0 +1,215 @@
+"""A SARA trainer's construction: the checks before TRL's (slow) ``__init__``, and the allocator and prompt stream
+after it.
+
+Before (:func:`prepare_arguments`): the class has every member SARA drives, no TRL feature SARA cannot replay was
+passed, the config is a SARA config, and the dataset can feed SARA's prompt stream (:func:`check_iterable` for a
+``datasets.IterableDataset``). After (:func:`setup`): the success rule, the :class:`~sara_trl.allocation.Allocator`
+and the prompt stream (``PromptStream``; ``ShardStream`` per process for streaming on several processes;
+``IterablePromptStream`` over an iterable dataset).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datasets import Dataset, IterableDataset
+from transformers import ProcessorMixin
+from transformers.utils import logging
+from trl.trainer.utils import get_config_model_id
+
+from sara_trl.allocation import DEFAULT_SHUFFLE_BUFFER, Allocator, IterablePromptStream, PromptStream, ShardStream
+from sara_trl.trainer.hooks import check_trainer_class
+from sara_trl.trainer.iterable import DatasetRows
+from sara_trl.trainer.progress import hide_renamed_checkpointing_warnings
+from sara_trl.trainer.rollout import make_success_rule
+from sara_trl.trainer.streaming import shard_groups
+from sara_trl.trainer.vllm_cpu import repack_after_sync
+
+__all__ = ["check_iterable", "prepare_arguments", "setup"]
+
+logger = logging.get_logger(__name__)
+
+
+def prepare_arguments(
+    cls: type, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict
+) -> Any:
+    """Validate what can be validated before TRL's (slow) construction; return the args to use.
+
+    Parameters
+    ----------
+    cls : type
+        The SARA trainer class (checked against :class:`~sara_trl.trainer.hooks.SaraTrainerBase`).
+    model : str or transformers.PreTrainedModel
+        As passed to the trainer (names the default output folder when ``args`` is None).
+    args : config_class or None
+        The trainer's config; None builds a default one.
+    config_class : type
+        The SARA config class of this trainer (e.g. ``SaraConfig``).
+    train_dataset : datasets.Dataset or datasets.IterableDataset
+        The training data (an iterable one needs ``max_steps``, and its rows are checked as they are read).
+    processing_class : tokenizer or processor
+        As passed to the trainer.
+    unsupported : dict
+        ``{argument name: value}`` of TRL features SARA cannot replay; a truthy value raises.
+
+    Returns
+    -------
+    config_class
+        ``args``, or a default config when it was None.
+
+    Raises
+    ------
+    ValueError
+        An unsupported feature was passed (tools, environment_factory, rollout_func, multimodal input), or the
+        dataset cannot feed SARA's prompt stream.
+    TypeError
+        ``args`` is not a ``config_class``, or the class lacks a member of
+        :class:`~sara_trl.trainer.hooks.SaraTrainerBase`.
+    """
+    check_trainer_class(cls)
+    hide_renamed_checkpointing_warnings()  # TRL's calls of renamed transformers methods, in this run
+    for name, value in unsupported.items():
+        if value:
+            raise ValueError(
+                f"{cls.__name__} does not support `{name}` yet: SARA replays single-turn completions and their "
+                f"rewards through TRL's pipeline, and `{name}` changes how rollouts are generated. Use the plain "
+                f"TRL trainer for `{name}`."
+            )
+    if args is None:
+        model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+        args = config_class(f"{str(model_name).split('/')[-1]}-{cls._name}")
+    elif not isinstance(args, config_class):
+        raise TypeError(
+            f"{cls.__name__} needs a `{config_class.__name__}` (it carries the allocation settings), got "
+            f"`{type(args).__name__}`. Replace your config class with `{config_class.__name__}`; it accepts "
+            "the same fields."
+        )
+    if isinstance(processing_class, ProcessorMixin):
+        raise ValueError(
+            f"{cls.__name__} does not support multimodal (vision-language) models yet: pass a text tokenizer "
+            "as `processing_class`."
+        )
+    if train_dataset is None:
+        raise ValueError(f"{cls.__name__} needs a `train_dataset`: SARA draws fresh prompts from it.")
+    if isinstance(train_dataset, IterableDataset):
+        check_iterable(cls, train_dataset, args)
+        return args
+    if not isinstance(train_dataset, Dataset):
+        raise ValueError(
+            f"{cls.__name__} needs a `datasets.Dataset` or `datasets.IterableDataset` as `train_dataset` (got "
+            f"{type(train_dataset).__name__})."
+        )
+    columns = set(train_dataset.column_names)
+    if "prompt" not in columns:
+        raise ValueError(f"`train_dataset` must have a 'prompt' column, found {sorted(columns)}.")
+    if columns & {"image", "images"}:
+        raise ValueError(
+            f"{cls.__name__} does not support multimodal input yet: remove the 'image'/'images' columns."
+        )
+    num_groups = args.num_groups
+    if len(train_dataset) < num_groups:
+        raise ValueError(
+            f"`train_dataset` has {len(train_dataset)} prompts but one generation batch needs B = "
+            f"generation_batch_size / num_generations = {num_groups} distinct prompts; TRL's sampler would "
+            "yield no batch."
+        )
+    return args
+
+
+def check_iterable(cls: type, train_dataset: IterableDataset, args: Any) -> None:
+    """What an iterable ``train_dataset`` needs (its columns, when known; rows are checked as they are read).
+
+    Raises
+    ------
+    ValueError
+        No ``max_steps``, a dataset split by process, a known column set without ``prompt`` or with images, or
+        an option that needs the dataset size (``history_decay``, ``selection``).
+    """
+    if args.max_steps <= 0:
+        raise ValueError(
+            f"{cls.__name__} with an IterableDataset needs `max_steps` > 0 (as TRL): its length is unknown, and "
+            "SARA's stream re-reads it epoch after epoch."
+        )
+    if getattr(train_dataset, "_distributed", None) is not None:
+        raise ValueError(
+            f"{cls.__name__} needs every process to read the same iterable dataset (SARA's stream makes the same "
+            "decisions on every process, and shards it itself for collection='streaming'): pass it without "
+            "`split_dataset_by_node`."
+        )
+    for name in ("history_decay", "selection"):
+        if getattr(args, name, None) is not None:
+            raise ValueError(
+                f"{name}={getattr(args, name)!r} keeps a table indexed by prompt over the whole dataset, which "
+                "an IterableDataset (unknown size) does not have: use a map-style `datasets.Dataset`, or leave "
+                f"{name} unset."
+            )
+    columns = train_dataset.column_names  # None when unknown (e.g. after map): then checked row by row
+    if columns is not None and "prompt" not in columns:
+        raise ValueError(f"`train_dataset` must have a 'prompt' column, found {sorted(columns)}.")
+    if columns is not None and set(columns) & {"image", "images"}:
+        raise ValueError(
+            f"{cls.__name__} does not support multimodal input yet: remove the 'image'/'images' columns."
+        )
+
+
+def setup(trainer: Any) -> None:
+    """Create the allocator and the prompt stream (after TRL's construction).
+
+    Raises
+    ------
+    ValueError
+        A vision-language processor was resolved, or ``success_reward_func`` names no reward function.
+    """
+    if getattr(trainer, "_is_vlm", False):
+        raise ValueError(
+            f"{type(trainer).__name__} does not support multimodal (vision-language) models yet: the resolved "
+            "processing class is a processor, not a tokenizer."
+        )
+    args = trainer.args
+    if args.success_reward_func is not None and args.success_reward_func not in trainer.reward_func_names:
+        raise ValueError(
+            f"success_reward_func={args.success_reward_func!r} names no reward function of this trainer; "
+            f"available: {trainer.reward_func_names}."
+        )
+    trainer._sara_success_rule = make_success_rule(trainer)  # labels; checks the scores' scale on the first step
+    if getattr(args, "collection_auto", False) and trainer.accelerator.is_main_process:
+        logger.info(f"{type(trainer).__name__}: collection='auto' runs {args.collection!r} collection"
+                    + (" (the colocated vLLM engine, driven request by request)" if args.collection == "streaming"
+                       else " (streaming needs use_vllm=True with vllm_mode='colocate'); set collection "
+                       "explicitly to choose"))
+    if getattr(trainer, "use_vllm", False):  # vLLM's CPU platform: repack its kernels after every weight sync
+        repack_after_sync(trainer.vllm_generation)
+    trainer.sara_allocator = Allocator(args.to_allocation_config())
+    seed = args.seed if args.stream_seed is None else args.stream_seed
+    world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
+    if isinstance(trainer.train_dataset, IterableDataset):
+        # Read in order through a bounded buffer by every process (sara_trl.trainer.iterable); with streaming
+        # collection on several processes, each keeps its own share (positions % world == rank).
+        shard = args.collection == "streaming" and world > 1
+        trainer.sara_stream = IterablePromptStream(
+            DatasetRows(trainer.train_dataset), seed=seed, shuffle=bool(args.shuffle_dataset),
+            buffer_size=DEFAULT_SHUFFLE_BUFFER, wrap=True, rank=rank if shard else 0, world=world if shard else 1)
+    elif args.collection == "streaming" and world > 1:
+        # Each process collects its own B / world groups from its own shard of the prompts (no collective
+        # during the step; see sara_trl.trainer.streaming).
+        groups = shard_groups(args.num_groups, world)
+        trainer.sara_stream = ShardStream(len(trainer.train_dataset), rank, world, seed=seed,
+                                          shuffle=bool(args.shuffle_dataset), wrap=True)
+        if trainer.sara_stream.num_prompts < groups:
+            raise ValueError(
+                f"`train_dataset` has {len(trainer.train_dataset)} prompts; split over {world} processes for "
+                f"collection='streaming', process {rank} holds {trainer.sara_stream.num_prompts}, fewer than the "
+                f"{groups} distinct prompts its share of the batch needs."
+            )
+    else:
+        trainer.sara_stream = PromptStream(num_prompts=len(trainer.train_dataset), seed=seed,
+                                           shuffle=bool(args.shuffle_dataset), wrap=True)
+    if args.max_steps <= 0:
+        logger.warning(
+            "SARA draws prompts from its own stream; the dataloader only counts steps, so `num_train_epochs` "
+            "counts batches of B prompts, not passes over the data. Set `max_steps` to fix the training length."
+        )
+    trainer.sara_last_step = None  # StepResult of the latest step
+    trainer._sara_replay = None  # the Replay in progress, set only inside sara_trl.trainer.replay.replaying
+    trainer._sara_row_cache = {}  # {prompt id: dataset row} of the current step
+    trainer._sara_carry = None  # carry_over: the RolloutCache of the rollouts handed to the next step
