@@ -17,7 +17,7 @@ from sara_trl.allocation import (
 from sara_trl.allocation.latency import DecodeCost, DecodeEngine, call_cost
 from sara_trl.allocation.simulate import run_streaming_step
 from sara_trl.allocation.streaming import StreamActions
-from sara_trl.allocation.types import RoundOutcome
+from sara_trl.allocation.types import ABANDON, CONTINUE, RoundOutcome
 
 
 # ------------------------------------------------------------------------------------------------ latency model
@@ -279,9 +279,6 @@ def test_collection_config_is_validated():
         AllocationConfig(collection="bogus")
     with pytest.raises(AllocationConfigError, match="allocator='uniform' has nothing to decide"):
         AllocationConfig(allocator="uniform", collection="streaming")
-    with pytest.raises(AllocationConfigError, match="cannot run ds_filter='score': a group's score spread is known "
-                       "only once all k scores are in"):
-        AllocationConfig(collection="streaming", allocator="dynamic_sampling", ds_filter="score")
     for options in ({"history_decay": 0.5}, {"history_decay": 0.5, "selection": "greedy"}):
         assert AllocationConfig(collection="streaming", **options).collection == "streaming"
     assert AllocationConfig(collection="streaming", carry_over=True).carry_over
@@ -404,7 +401,7 @@ def test_streaming_history_prior_changes_decisions():
 
     dec0, p0 = decide(n, n, np.array([0, 0]), k=8, tau_low=paper.tau_low, commit_min=paper.commit_floor)
     assert p[0] < p0[0] and p[1] == pytest.approx(p0[1])
-    assert dec[0] == 2 and dec0[0] == 0  # ABANDON with history, CONTINUE under the paper's prior
+    assert dec[0] == ABANDON and dec0[0] == CONTINUE  # abandoned with history, continued under the paper's prior
 
 
 def test_streaming_history_and_selection_on_one_process_shard():
@@ -421,3 +418,45 @@ def test_streaming_history_and_selection_on_one_process_shard():
         res.stats.check()
         assert len(res.groups) == 4 and (res.prompt_table["prompt_id"] % 2 == 1).all()
     assert alloc._ext.history.num_prompts == 101 and alloc._ext.history.rows_with_history() > 0
+
+
+def test_streaming_dynamic_sampling_decides_on_score_spread():
+    """ds_filter='score' in streaming: a group's labels follow its scores' spread once all k are in, as in rounds
+    (score_spread_labels): all-wrong answers whose format scores differ are kept; identical scores are not. Every
+    recorded completion needs its score."""
+    cfg = AllocationConfig(k=4, allocator="dynamic_sampling", ds_filter="score", collection="streaming")
+    coll = StreamingCollector(cfg, 1, PromptStream(10, shuffle=False).take, max_in_flight=8,
+                              mix_rate=lambda: np.full(5, 0.5))
+    acts = coll.start()
+    assert [r.prompt_id for r in acts.submit] == [0] * 4 + [1] * 4
+    aborts = []
+    for rid, score in zip(range(4), (0.0, 0.0, 0.0, 0.0)):  # prompt 0: unanimous wrong, same score
+        aborts += coll.complete(rid, 0.0, 5, score).abort
+    assert coll.ledger.status[0] == 2  # abandoned (and a fresh prompt refills its place)
+    with pytest.raises(ValueError, match="ds_filter='score' needs each completion's score"):
+        coll.complete(4, 0.0, 5)
+    for rid, score in zip(range(4, 8), (0.1, 0.2, 0.1, float("nan"))):  # prompt 1: wrong, but the scores spread
+        aborts += coll.complete(rid, 0.0 if rid < 7 else float("nan"), 5, score).abort
+    assert coll.done and coll.committed == 1
+    for rid in aborts:  # the refill's requests, aborted once the batch is full
+        coll.aborted(rid, 0)
+    res = coll.finish()
+    assert [g.prompt_id for g in res.groups] == [1]
+    np.testing.assert_array_equal(res.groups[0].success, [0.0, 1.0, 0.0, np.nan])  # labels of the spread
+    res.stats.check()
+
+
+def test_streaming_score_filter_through_the_event_loop_equals_labels_on_binary_scores():
+    """Through the event loop (scores passed with the labels): on binary scores the spread is the labels' mix, so
+    ds_filter='score' makes exactly the decisions of ds_filter='success'."""
+    results = []
+    for ds_filter in ("success", "score"):
+        cfg = AllocationConfig(k=8, allocator="dynamic_sampling", ds_filter=ds_filter, collection="streaming")
+        alloc, stream = Allocator(cfg), PromptStream(500, seed=6)
+        task = SimulatedTask(u_shaped_gammas(500, seed=6), seed=6)
+        results.append([run_streaming_step(alloc.streaming(stream, 8, 64), task, DecodeEngine(64))
+                        for _ in range(3)])
+    for a, b in zip(*results):
+        b.stats.check()
+        assert a.prompt_table["prompt_id"].tolist() == b.prompt_table["prompt_id"].tolist()
+        assert a.stats == b.stats

@@ -14,6 +14,7 @@ from scipy.special import betaln
 
 from sara_trl.allocation import (
     ABANDON,
+    CONTINUE,
     COMMIT,
     AllocationConfig,
     Allocator,
@@ -428,13 +429,13 @@ def test_history_skews_the_prior_of_saturated_prompts():
     # A prompt seen all-fail at full size starts its next group with Beta(1, 1 + 8 lambda); under Beta(1, b) the
     # paper's p_eff after two failures is 1 - B(1, b + 8) / B(1, b + 2) = 6 / (b + 8): 6/9 without history,
     # 6/13 = 0.46 (continue) with lambda = 0.5 and 6/17 = 0.35 (abandon at tau_low = 0.45) with lambda = 1.
-    for lam, p_expected, d_expected in ((0.5, 6 / 13, 0), (1.0, 6 / 17, ABANDON)):
+    for lam, p_expected, d_expected in ((0.5, 6 / 13, CONTINUE), (1.0, 6 / 17, ABANDON)):
         ext = Extensions(AllocationConfig(history_decay=lam))
         ext.begin_step(PromptStream(10, seed=0))
         ext.end_step(np.array([3]), np.array([8]), np.array([0]), np.zeros(8), np.ones(8, np.int64))
         dec, p = ext.decide(np.array([3, 4]), np.array([2, 2]), np.array([2, 2]), np.array([0, 0]))
         assert p.tolist() == pytest.approx([p_expected, 6 / 9])
-        assert dec.tolist() == [d_expected, 0]
+        assert dec.tolist() == [d_expected, CONTINUE]
 
 
 def test_auto_never_abandons_a_mixed_group_and_commits_at_the_floor():

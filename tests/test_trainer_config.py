@@ -144,7 +144,6 @@ def prompts():
     "extra, message",
     [
         ({"tools": [constant_reward]}, "does not support `tools`"),
-        ({"rollout_func": lambda prompts, trainer: {}}, "does not support `rollout_func`"),
         ({"environment_factory": object}, "does not support `environment_factory`"),
     ],
 )
@@ -219,8 +218,8 @@ def test_streaming_collection_needs_the_colocated_vllm_engine():
         SaraConfig(**BASE, allocator="uniform", collection="streaming")
     colocate = dict(BASE, collection="streaming", use_vllm=True, vllm_mode="colocate")
     assert SaraConfig(**colocate, stopping_rule="bayes_optimal").to_allocation_config().tau_low == "auto"
-    with pytest.raises(ValueError, match="cannot run ds_filter='score'"):
-        SaraConfig(**colocate, allocator="dynamic_sampling", ds_filter="score")
+    assert SaraConfig(**colocate, allocator="dynamic_sampling", ds_filter="score").to_allocation_config().ds_filter \
+        == "score"  # dynamic sampling on its scores' spread streams too
     assert SaraConfig(**colocate, carry_over=True, history_decay=0.5).to_allocation_config().history_decay == 0.5
     assert SaraConfig(**colocate, carry_over=True).to_allocation_config().carry_over
 

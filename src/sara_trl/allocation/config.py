@@ -177,11 +177,9 @@ class AllocationConfig:
         ends before any decision) or 'streaming' (beyond the paper: each completion is decided as soon as it
         finishes on a continuously running engine, freed budget is refilled at once, and requests still in flight
         when B groups are committed are aborted and counted as surplus; no round barrier). Both schedules decide
-        with the same rules (sara_trl.allocation.refill), so every option works in both except two: 'streaming'
-        needs allocator 'sara' or 'dynamic_sampling' (uniform sampling decides nothing), and refuses
-        ds_filter='score' (a group's score spread is known only once all k scores are in, while streaming labels
-        each completion as it finishes). With carry_over, the prompts undecided when the batch fills keep their
-        finished rollouts and their requests in flight are aborted.""",
+        with the same rules (sara_trl.allocation.refill), so every option works in both; 'streaming' needs
+        allocator 'sara' or 'dynamic_sampling' (uniform sampling decides nothing). With carry_over, the prompts
+        undecided when the batch fills keep their finished rollouts and their requests in flight are aborted.""",
         choices=list(COLLECTIONS)))
     auto_prior: str = field(default="mixture", metadata=_help(
         """Family of the prior fitted for tau_low='auto': 'mixture' (point masses at gamma = 0 and 1 plus a Beta)
@@ -226,10 +224,6 @@ class AllocationConfig:
         if self.allocator not in STREAMING_ALLOCATORS:
             _fail(f"collection='streaming' decides prompts one completion at a time; allocator={self.allocator!r} "
                   f"has nothing to decide (use one of {STREAMING_ALLOCATORS})")
-        if self.ds_filter != "success":
-            _fail(f"collection='streaming' cannot run ds_filter={self.ds_filter!r}: a group's score spread is known "
-                  "only once all k scores are in, while streaming labels each completion as it finishes (use "
-                  "ds_filter='success', or collection='rounds')", "collection='rounds'")
 
     def _check_paper_options(self) -> None:
         if self.allocator not in STRATEGIES:  # the registry, so that a strategy registered later is accepted

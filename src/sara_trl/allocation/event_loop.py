@@ -84,9 +84,10 @@ class Scorer(Protocol):
     the next ``score`` may already run (on the scoring thread) before the last one's ``keep``, so a scorer holds its
     scored passes in a first-in, first-out queue."""
 
-    def score(self, prompt_ids: list[int], batch: list[Finished]) -> np.ndarray:
+    def score(self, prompt_ids: list[int], batch: list[Finished]):
         """ONE reward pass over ``batch`` (dataset index of each one's prompt in ``prompt_ids``); returns ``(len,)``
-        success labels in {0, 1, NaN}."""
+        success labels in {0, 1, NaN}, or ``(labels, scores)``, two ``(len,)`` arrays, where the collector decides on
+        scores too (dynamic sampling's ``ds_filter="score"``)."""
         ...
 
     def keep(self, positions: list[int]) -> None:
@@ -206,13 +207,14 @@ def drive_streaming_engine(collector: StreamingCollector, engine: StreamingEngin
                 prompt_of[req.rid] = req.prompt_id
                 engine.add(req.rid, prompt_tokens(req.prompt_id))
 
-    def score(batch: list[Finished]) -> np.ndarray:
+    def score(batch: list[Finished]) -> tuple[np.ndarray, np.ndarray | None]:
         start = time.perf_counter()
-        labels = np.asarray(scorer.score([prompt_of[f.rid] for f in batch], batch), dtype=np.float64)
+        out = scorer.score([prompt_of[f.rid] for f in batch], batch)
+        labels, scores = out if isinstance(out, tuple) else (out, None)
         run.reward_seconds += time.perf_counter() - start
         run.reward_passes += 1
         run.scored += len(batch)
-        return labels
+        return np.asarray(labels, dtype=np.float64), None if scores is None else np.asarray(scores, np.float64)
 
     def start_pass(due: int) -> None:
         """Send the window to a reward pass; completions of requests already given up are surplus at once."""
@@ -241,12 +243,14 @@ def drive_streaming_engine(collector: StreamingCollector, engine: StreamingEngin
                 labels.result()
                 run.reward_wait_seconds += time.perf_counter() - start
             labels = labels.result()
-        if labels.shape != (len(p.batch),):
+        labels, scores = labels
+        if labels.shape != (len(p.batch),) or (scores is not None and scores.shape != labels.shape):
             raise ValueError(f"the scorer returned {labels.shape} labels for {len(p.batch)} completions")
         submit, abort, kept = [], [], []
         for i, (done, label) in enumerate(zip(p.batch, labels)):
             before = collector.recorded
-            step_actions = collector.complete(done.rid, label, len(done.completion_ids))
+            step_actions = collector.complete(done.rid, label, len(done.completion_ids),
+                                              None if scores is None else float(scores[i]))
             if collector.recorded > before:
                 kept.append(i)
             submit.extend(step_actions.submit)

@@ -10,8 +10,6 @@ import numpy as np
 
 from sara_trl.allocation.labels import is_mixed
 from sara_trl.allocation.types import (
-    ABANDON,
-    COMMIT,
     Fate,
     Group,
     RolloutFn,
@@ -139,7 +137,8 @@ class Ledger:
         slots : ndarray of int64, shape (P,)
             Slots decided by the latest round's outcomes.
         fate : Fate or ndarray of int8, shape (P,)
-            ``Fate.COMMITTED``, ``Fate.ABANDONED`` or ``Fate.ACTIVE`` (no change) per slot. Committed slots join
+            ``Fate.COMMITTED``, ``Fate.ABANDONED`` or ``Fate.ACTIVE`` (no change) per slot; the rule's decisions
+            (``COMMIT``, ``ABANDON``, ``CONTINUE``) are these values. Committed slots join
             :attr:`kept_order` in the order given; decided slots record the round.
         """
         slots = np.asarray(slots, np.int64)
@@ -148,13 +147,6 @@ class Ledger:
         self.status[slots[decided]] = fate[decided]
         self.round_decided[slots[decided]] = self.rounds
         self.kept_order.extend(slots[fate == Fate.COMMITTED].tolist())
-
-    def mark_decisions(self, slots: np.ndarray, decision: np.ndarray) -> None:
-        """:meth:`mark` from the rule's decisions (``COMMIT`` -> committed, ``ABANDON`` -> abandoned)."""
-        fate = np.full(len(slots), Fate.ACTIVE, np.int8)
-        fate[decision == COMMIT] = Fate.COMMITTED
-        fate[decision == ABANDON] = Fate.ABANDONED
-        self.mark(slots, fate)
 
     # ------------------------------------------------------------------------------------------- rounds
     def generate(self, slots: np.ndarray, counts: np.ndarray) -> None:
@@ -208,6 +200,31 @@ class Ledger:
         self.r_success.append(np.array([success], np.float64))
         self.r_tokens.append(np.array([tokens], np.int64))
         self.generated += 1
+
+    def relabel(self, slot: int, labels: np.ndarray) -> None:
+        """Replace the success labels of ``slot``'s rollouts (in rollout-id order) and its counts: dynamic sampling's
+        ``ds_filter="score"`` in streaming, which can label a group from its scores only once all of them are in.
+
+        Parameters
+        ----------
+        slot : int
+        labels : ndarray of float64, shape (n[slot],)
+            1.0, 0.0 or NaN; NaN exactly where the recorded label is NaN (an unscorable rollout stays unscorable).
+
+        Raises
+        ------
+        ValueError
+            ``labels`` has the wrong length or moves a NaN.
+        """
+        rs, success, tokens = self.rollouts()
+        mine = np.flatnonzero(rs == slot)
+        labels = np.asarray(labels, np.float64)
+        if labels.shape != mine.shape or not np.array_equal(np.isnan(labels), np.isnan(success[mine])):
+            raise ValueError(f"relabel of slot {slot}: {labels.shape[0]} labels for {len(mine)} rollouts, or an "
+                             "unscorable rollout made scorable")
+        success[mine] = labels
+        self.r_slot, self.r_success, self.r_tokens = [rs], [success], [tokens]
+        self.s[slot] = int(np.sum(labels == 1.0))
 
     def rollouts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every rollout of the step by id: ``(slot, success, tokens)``, each ``(R,)`` (int64, float64, int64)."""

@@ -191,8 +191,9 @@ class _OutcomeScorer:
     def __init__(self, engine: SimulatedEngine):
         self._engine = engine
 
-    def score(self, prompt_ids: list[int], batch: list[Finished]) -> np.ndarray:
-        return np.array([self._engine.success.pop(f.rid) for f in batch], np.float64)
+    def score(self, prompt_ids: list[int], batch: list[Finished]) -> tuple[np.ndarray, np.ndarray]:
+        labels = np.array([self._engine.success.pop(f.rid) for f in batch], np.float64)
+        return labels, labels  # a simulated score is its label (for ds_filter="score")
 
     def keep(self, positions: list[int]) -> None:
         pass

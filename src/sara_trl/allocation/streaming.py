@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sara_trl.allocation.labels import is_mixed
+from sara_trl.allocation.labels import is_mixed, score_spread_labels, score_tolerance
 from sara_trl.allocation.ledger import Ledger
 from sara_trl.allocation.refill import (
     RefillModel,
@@ -163,6 +163,8 @@ class StreamingCollector:
         self.carry: dict | None = None
         self.max_in_flight = int(max_in_flight)
         self._sara = cfg.allocator == "sara"
+        # ds_filter="score": a group's scores, kept until all k are in (its labels then follow their spread)
+        self._scores: dict[int, list[float]] | None = {} if cfg.ds_filter == "score" else None
         self._draw = draw
         self._decide = decide or config_rule(cfg)
         prior = RefillModel(cfg)  # with nothing learned: the prior's mix rates and fresh-prompt cost
@@ -257,7 +259,7 @@ class StreamingCollector:
             if led.status[slot] == Fate.ACTIVE and not self.done:
                 self._decide_sara(slot, bool(is_mixed(led.s[slot], led.nsc[slot])), actions)
 
-    def complete(self, rid: int, success: float, tokens: int) -> StreamActions:
+    def complete(self, rid: int, success: float, tokens: int, score: float | None = None) -> StreamActions:
         """A request finished: record it, decide its prompt at once, and say what to submit and abort.
 
         Parameters
@@ -268,6 +270,10 @@ class StreamingCollector:
             1.0, 0.0, or NaN / None (unscorable: it costs a rollout but does not move the posterior).
         tokens : int
             Its completion tokens (>= 0).
+        score : float, optional
+            Its score (the weighted reward sum, NaN where ``success`` is NaN); required, and only read, with
+            dynamic sampling's ``ds_filter="score"``: once the group's k scores are in, its labels follow their
+            spread (:func:`~sara_trl.allocation.labels.score_spread_labels`), as in rounds.
 
         Returns
         -------
@@ -278,7 +284,7 @@ class StreamingCollector:
         ------
         ValueError
             ``rid`` was never submitted, or has already finished or been aborted (no request is scored twice); a
-            success value other than 0, 1 or NaN; a negative token count.
+            success value other than 0, 1 or NaN; a negative token count; with ``ds_filter="score"``, no score.
         RuntimeError
             :meth:`start` was not called, or the step is finished.
         """
@@ -297,8 +303,13 @@ class StreamingCollector:
         if rid not in self._req:
             why = "was never submitted" if not 0 <= rid < self._next_rid else "has already finished or been aborted"
             raise ValueError(f"completion for request {rid}, which {why}: a request is scored once")
+        if self._scores is not None and (score is None or np.isnan(float(score)) != np.isnan(success)):
+            raise ValueError(f"request {rid}: ds_filter='score' needs each completion's score (NaN exactly when its "
+                             f"success label is NaN), got {score!r}")
         slot = self._req.pop(rid)
         self._out[slot] -= 1
+        if self._scores is not None:
+            self._scores.setdefault(slot, []).append(float(score))
         led = self.ledger
         was_mixed = bool(is_mixed(led.s[slot], led.nsc[slot]))
         led.record(slot, success, int(tokens))
@@ -368,6 +379,11 @@ class StreamingCollector:
         led, k = self.ledger, self.config.k
         if led.n[slot] < k:
             return
+        if self._scores is not None:
+            scores = np.asarray(self._scores.pop(slot), np.float64)
+            values = scores[~np.isnan(scores)]
+            if values.size >= 2 and values.max() - values.min() > score_tolerance(values):  # the scores spread
+                led.relabel(slot, score_spread_labels(scores, [len(scores)], threshold=0.5))  # (threshold unused)
         judge_full_groups(led, np.array([slot]), k, self._resolved, keep_all=False)
         self._after_close(slot, actions)
 

@@ -15,9 +15,6 @@ import numpy as np
 
 from sara_trl.allocation.labels import is_mixed
 
-# Per-prompt decisions of paper Eq. 3, as small integers so rounds can be vectorized.
-CONTINUE, COMMIT, ABANDON = 0, 1, 2
-
 ROUND_TO_DECISION = "to_decision"
 """The ``round_increment`` that gives an unmixed prompt every rollout up to its next abandon point at once."""
 
@@ -46,6 +43,10 @@ class Fate(IntEnum):
         """The lower-case name (``"trained"``, ...): what :attr:`PromptRecord.fate` holds."""
         return self.name.lower()
 
+
+# The rule's decisions (paper Eq. 3) are the fates they give a prompt, as small integers so rounds are vectorized:
+# one encoding, so a decision array is marked on the ledger as it is (Ledger.mark).
+CONTINUE, COMMIT, ABANDON = int(Fate.ACTIVE), int(Fate.COMMITTED), int(Fate.ABANDONED)
 
 # Labels of the four final fates, for code that compares ``PromptRecord.fate`` (e.g. ``benchmarks/sim.py``).
 FATE_TRAINED = Fate.TRAINED.label

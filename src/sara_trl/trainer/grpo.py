@@ -36,14 +36,20 @@ quantization_config, peft_config
         GRPO settings plus the allocation fields.
     train_dataset : datasets.Dataset
         Map-style, with a ``"prompt"`` column (text or conversational).
-    tools, rollout_func, environment_factory
+    rollout_func : callable, optional
+        As in ``trl.GRPOTrainer`` (``rollout_func(prompts, trainer) -> {"prompt_ids", "completion_ids", "logprobs",
+        ...}``), with ``collection="rounds"`` (what ``"auto"`` resolves to with it): each round calls it once for the
+        round's prompts, each repeated once per rollout SARA asks of it. Its ``env_mask`` and extra fields are kept
+        per rollout and handed back to TRL unchanged in the replay.
+    tools, environment_factory
         Not supported yet; passing one raises ``ValueError``.
 
     Raises
     ------
     ValueError
-        An unsupported feature (tools, environment_factory, rollout_func, vision-language model or image columns), a
-        dataset SARA cannot index, or a ``success_reward_func`` that names no reward function.
+        An unsupported feature (tools, environment_factory, rollout_func with collection='streaming', vision-language
+        model or image columns), a dataset SARA cannot index, or a ``success_reward_func`` that names no reward
+        function.
     TypeError
         ``args`` is not a :class:`SaraConfig`.
 
@@ -71,6 +77,7 @@ quantization_config, peft_config
     _name = "SARA-GRPO"
     _paper = sara_paper(GRPOTrainer._paper)
     _sara_returns_logprobs = True
+    _sara_accepts_env_mask = True  # TRL's GRPO loss masks a rollout_func's env_mask (as its tool_mask)
 
     def __init__(
         self,
@@ -95,8 +102,8 @@ quantization_config, peft_config
             SaraConfig,
             train_dataset,
             processing_class,
-            {"tools": tools, "rollout_func": rollout_func is not None,
-             "environment_factory": environment_factory is not None},
+            {"tools": tools, "environment_factory": environment_factory is not None},
+            rounds_only={"rollout_func": rollout_func is not None},
         )
         with self._sara_engine_context(args):
             super().__init__(
@@ -111,7 +118,13 @@ quantization_config, peft_config
                 optimizers=optimizers,
                 quantization_config=quantization_config,
                 peft_config=peft_config,
+                rollout_func=rollout_func,
             )
+        # A round calls the user's rollout_func (sara_trl.trainer.rollout.call_rollout_func); TRL's own calls of
+        # `self.rollout_func` (the replay, evaluation) go through the stand-in, answered from the cache in the replay.
+        self._sara_rollout_func = rollout_func
+        if rollout_func is not None:
+            self.rollout_func = self._sara_replayed_rollout_func
         self._sara_setup()
         use_numeric_logs(self)  # the console prints logged numbers as numbers, not strings
 

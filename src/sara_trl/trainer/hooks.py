@@ -37,6 +37,12 @@ class RoundTrainer(Protocol):
     _sara_success_rule : sara_trl.allocation.labels.SuccessRule
         *Mixin.* Turns scores into success labels and checks their scale on the first step (set in ``_sara_setup``;
         a stand-in trainer without it labels at ``args.success_threshold`` without the check).
+    _sara_rollout_func : callable or None
+        *Hook* (optional, set in ``__init__``). The user's ``rollout_func``: when set, a round calls it instead of
+        ``_tokenize_prompts`` and ``_sara_generate_round`` (:func:`sara_trl.trainer.rollout.call_rollout_func`).
+    _sara_accepts_env_mask : bool
+        *Hook* (optional class attribute, default False). Whether the base's loss masks a ``rollout_func``'s
+        ``env_mask`` (GRPO: as its ``tool_mask``); without it an ``env_mask`` raises.
     """
 
     accelerator: Any

@@ -31,7 +31,8 @@ from sara_trl.trainer.replay import PADDING_COMPLETION_TOKENS, PADDING_KEY
 
 __all__ = ["CLIP_RATIO_METRICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "correct_loss_metrics",
            "correct_padding_metrics", "global_masked_mean", "loss_with_real_row_metrics", "mask_padding_rows",
-           "numeric_logs", "repair_grpo_sampling_metrics", "repair_rloo_kl", "replace_last", "zero_padding_rows"]
+           "model_tokens", "numeric_logs", "repair_grpo_sampling_metrics", "repair_rloo_kl", "replace_last",
+           "zero_padding_rows"]
 
 
 def numeric_logs(metrics: dict[str, list], logs: dict, prefix: str = "") -> None:
@@ -281,8 +282,7 @@ def mask_padding_rows(trainer: Any, output: dict, layout: Any, cache: Any, stats
     trainer.state.num_input_tokens_seen -= pad_tokens
     metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
     eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
-    lengths = np.asarray([len(cache.completion_ids[r]) if r >= 0 else PADDING_COMPLETION_TOKENS
-                          for r in plan_rollouts])
+    lengths = np.asarray([model_tokens(cache, r) if r >= 0 else PADDING_COMPLETION_TOKENS for r in plan_rollouts])
     truncated = np.asarray(
         [r >= 0 and (not cache.completion_ids[r] or cache.completion_ids[r][-1] not in eos_and_pad)
          for r in plan_rollouts]
@@ -290,6 +290,15 @@ def mask_padding_rows(trainer: Any, output: dict, layout: Any, cache: Any, stats
     correct_padding_metrics(metrics, lengths, truncated, is_padding, stats.unfilled, trainer.args.num_groups)
     trainer._sara_fix_replay_metrics(output, pad_local, replay.logps)
     output[PADDING_KEY] = pad_local
+
+
+def model_tokens(cache: Any, rollout_id: int) -> int:
+    """A rollout's completion length as TRL's metrics count it: only the model's tokens when a custom
+    ``rollout_func`` returned an ``env_mask`` (TRL counts ``sum(tool_mask)``), else every completion token."""
+    trajectory = cache.trajectories.get(rollout_id)
+    if trajectory is not None and trajectory.env_mask is not None:
+        return int(sum(trajectory.env_mask))
+    return len(cache.completion_ids[rollout_id])
 
 
 def loss_with_real_row_metrics(trainer: Any, compute_loss: Callable[[dict], torch.Tensor], inputs: dict,

@@ -101,11 +101,13 @@ class SaraTrainerMixin:
     # ------------------------------------------------------------------------------------------ construction
     @classmethod
     def _sara_prepare(
-        cls, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict
+        cls, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict,
+        rounds_only: dict | None = None,
     ) -> Any:
         """Before TRL's construction: validate, return the args to use
         (:func:`sara_trl.trainer.prepare.prepare_arguments`, which documents the errors)."""
-        return prepare_arguments(cls, model, args, config_class, train_dataset, processing_class, unsupported)
+        return prepare_arguments(cls, model, args, config_class, train_dataset, processing_class, unsupported,
+                                 rounds_only)
 
     @staticmethod
     def _sara_engine_context(args):
@@ -174,6 +176,22 @@ class SaraTrainerMixin:
             mask_padding_rows(self, output, layout, step.cache, step.result.stats)
         log_collected_step(self, step)
         return output
+
+    def _tokenize_prompts(self, prompts):
+        """TRL's tokenization; during the replay of a custom ``rollout_func``'s rows, the prompt ids it returned."""
+        replay = active_replay(self)
+        if replay is None or replay.prompt_ids is None:
+            return super()._tokenize_prompts(prompts)
+        return replay.prompt_tokens(prompts)
+
+    def _sara_replayed_rollout_func(self, prompts, trainer):
+        """Stands in for the user's ``rollout_func`` on TRL's side (``self.rollout_func``): during the replay it
+        returns what the user's function returned for these rows (from the cache); otherwise (evaluation) it calls
+        the user's function."""
+        replay = active_replay(self)
+        if replay is None:
+            return self._sara_rollout_func(prompts, trainer)
+        return replay.rollout_output(prompts)
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         """Generate with TRL; during the replay, return the cached completions (and vLLM log-probs for GRPO)."""

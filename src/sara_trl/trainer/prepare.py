@@ -25,13 +25,14 @@ from sara_trl.trainer.rollout import make_success_rule
 from sara_trl.trainer.streaming import shard_groups
 from sara_trl.trainer.vllm_cpu import repack_after_sync
 
-__all__ = ["check_iterable", "prepare_arguments", "setup"]
+__all__ = ["check_iterable", "prepare_arguments", "require_rounds", "setup"]
 
 logger = logging.get_logger(__name__)
 
 
 def prepare_arguments(
-    cls: type, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict
+    cls: type, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict,
+    rounds_only: dict | None = None,
 ) -> Any:
     """Validate what can be validated before TRL's (slow) construction; return the args to use.
 
@@ -51,6 +52,9 @@ def prepare_arguments(
         As passed to the trainer.
     unsupported : dict
         ``{argument name: value}`` of TRL features SARA cannot replay; a truthy value raises.
+    rounds_only : dict, optional
+        ``{argument name: value}`` of features SARA collects in rounds only (``rollout_func``): with a truthy
+        value, ``collection="auto"`` resolves to ``"rounds"`` and ``collection="streaming"`` raises.
 
     Returns
     -------
@@ -84,6 +88,9 @@ def prepare_arguments(
             f"`{type(args).__name__}`. Replace your config class with `{config_class.__name__}`; it accepts "
             "the same fields."
         )
+    for name, value in (rounds_only or {}).items():
+        if value:
+            require_rounds(cls, args, name)
     if isinstance(processing_class, ProcessorMixin):
         raise ValueError(
             f"{cls.__name__} does not support multimodal (vision-language) models yet: pass a text tokenizer "
@@ -114,6 +121,30 @@ def prepare_arguments(
             "yield no batch."
         )
     return args
+
+
+def require_rounds(cls: type, args: Any, name: str) -> None:
+    """``name`` (e.g. ``rollout_func``) is collected in rounds only: ``collection="auto"`` becomes ``"rounds"``
+    (recorded in ``args.collection_auto_reason`` for the set-up message), ``collection="streaming"`` raises.
+
+    Raises
+    ------
+    ValueError
+        ``collection="streaming"`` was set explicitly.
+    """
+    if args.collection != "streaming":
+        return
+    if not getattr(args, "collection_auto", False):
+        raise ValueError(
+            f"{cls.__name__} does not support `{name}` with collection='streaming': streaming adds, steps and aborts "
+            f"single requests on the colocated vLLM engine, while `{name}` generates whole batches itself, so SARA "
+            "cannot stop one of its rollouts early. Use collection='rounds' (or leave collection='auto')."
+        )
+    if args.streaming_max_in_flight is not None:
+        raise ValueError(f"streaming_max_in_flight ({args.streaming_max_in_flight}) is used only with "
+                         f"collection='streaming', which `{name}` does not run; leave it unset.")
+    args.collection = "rounds"
+    args.collection_auto_reason = f"`{name}` generates whole batches, which only rounds collection can use"
 
 
 def check_iterable(cls: type, train_dataset: IterableDataset, args: Any) -> None:
@@ -173,10 +204,11 @@ def setup(trainer: Any) -> None:
         )
     trainer._sara_success_rule = make_success_rule(trainer)  # labels; checks the scores' scale on the first step
     if getattr(args, "collection_auto", False) and trainer.accelerator.is_main_process:
+        reason = getattr(args, "collection_auto_reason", None) or (
+            "streaming needs use_vllm=True with vllm_mode='colocate'")
         logger.info(f"{type(trainer).__name__}: collection='auto' runs {args.collection!r} collection"
                     + (" (the colocated vLLM engine, driven request by request)" if args.collection == "streaming"
-                       else " (streaming needs use_vllm=True with vllm_mode='colocate'); set collection "
-                       "explicitly to choose"))
+                       else f" ({reason}); set collection explicitly to choose"))
     if getattr(trainer, "use_vllm", False):  # vLLM's CPU platform: repack its kernels after every weight sync
         repack_after_sync(trainer.vllm_generation)
     trainer.sara_allocator = Allocator(args.to_allocation_config())

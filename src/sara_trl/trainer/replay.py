@@ -21,8 +21,8 @@ import torch
 
 from sara_trl.allocation import Group, StepResult
 
-__all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "Replay", "RowLayout", "active_replay", "build_row_plan",
-           "lay_out", "replaying"]
+__all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "Replay", "RowLayout", "active_replay", "add_trajectories",
+           "build_row_plan", "lay_out", "replaying"]
 
 # A padding row's completion: this many EOS tokens. Two, not one, so that a micro-batch holding a padding row is
 # always at least two tokens wide: TRL 1.16's `_compute_loss` treats a one-column tensor as one value per sequence
@@ -83,6 +83,13 @@ class Replay:
         ``(N,)`` prompt lengths in tokens, filled by the replayed generation hook.
     logps : list of torch.Tensor
         ``(N, T)`` per-token log-probs of each forward pass TRL made during the replay, in call order.
+    prompt_ids : list of list of int or None
+        With a custom ``rollout_func``: ``(N,)`` the prompt ids it returned (padding rows: their group's, or TRL's
+        tokenization for a fill group); None without one (TRL tokenizes).
+    env_mask : list of list of int or None
+        With a ``rollout_func`` that returned ``env_mask``: ``(N,)`` masks (all ones where a row has none).
+    fields : dict of str to list
+        The ``rollout_func``'s extra fields, ``(N,)`` values each (None on padding rows).
     """
 
     completion_ids: list[list[int]]
@@ -90,6 +97,39 @@ class Replay:
     rewards: torch.Tensor
     prompt_lengths: list[int] = field(default_factory=list)
     logps: list[torch.Tensor] = field(default_factory=list)
+    prompt_ids: list[list[int]] | None = None
+    env_mask: list[list[int]] | None = None
+    fields: dict[str, list] = field(default_factory=dict)
+
+    def _check(self, asked: int) -> None:
+        if asked != len(self.completion_ids):
+            raise RuntimeError(
+                f"replay mismatch: TRL asked for {asked} completions, {len(self.completion_ids)} cached"
+            )
+
+    def rollout_output(self, prompts: list) -> dict:
+        """What the custom ``rollout_func`` returned, for TRL's ``_generate`` during the replay: the cached prompt
+        and completion ids, log-probs, ``env_mask`` and extra fields of these rows.
+
+        Raises
+        ------
+        RuntimeError
+            TRL asked for a different number of rows than the replay holds.
+        """
+        self._check(len(prompts))
+        self.prompt_lengths = [len(ids) for ids in self.prompt_ids]
+        output = {"prompt_ids": [list(ids) for ids in self.prompt_ids],
+                  "completion_ids": [list(ids) for ids in self.completion_ids],
+                  "logprobs": self.logprobs, **{name: list(values) for name, values in self.fields.items()}}
+        if self.env_mask is not None:
+            output["env_mask"] = [list(mask) for mask in self.env_mask]
+        return output
+
+    def prompt_tokens(self, prompts: list) -> tuple[list[list[int]], None, dict]:
+        """What TRL's ``_tokenize_prompts`` returns during the replay of a custom ``rollout_func``'s rows: the
+        prompt ids it returned (no images, no multimodal fields)."""
+        self._check(len(prompts))
+        return [list(ids) for ids in self.prompt_ids], None, {}
 
     def completions(self, prompt_ids: list[list[int]], with_logprobs: bool) -> Any:
         """What TRL's ``_generate_single_turn`` returns: the cached completions (and log-probs ``with_logprobs``).
@@ -99,10 +139,7 @@ class Replay:
         RuntimeError
             TRL asked for a different number of completions than the replay holds.
         """
-        if len(prompt_ids) != len(self.completion_ids):
-            raise RuntimeError(
-                f"replay mismatch: TRL asked for {len(prompt_ids)} completions, {len(self.completion_ids)} cached"
-            )
+        self._check(len(prompt_ids))
         self.prompt_lengths = [len(ids) for ids in prompt_ids]
         completion_ids = [list(ids) for ids in self.completion_ids]
         if with_logprobs:
@@ -189,7 +226,8 @@ def lay_out(trainer: Any, result: StepResult, cache: Any) -> RowLayout:
     if trainer._sara_returns_logprobs and any(lp is not None for lp in cache.logprobs):
         padding_logprobs = [float("nan")] * PADDING_COMPLETION_TOKENS
         logprobs = [cache.logprobs[r] if r >= 0 else padding_logprobs for r in local_rollouts]
-    rows = [trainer._sara_row(int(pid)) for pid in plan_prompts[local]]
+    # Copies: TRL writes a custom rollout's extra fields into its input rows, one value per row.
+    rows = [dict(trainer._sara_row(int(pid))) for pid in plan_prompts[local]]
 
     # Extra completions-table columns, one value per local row (flushed by TRL's pipeline).
     trainer._log_completion_extra("sara_round", [cache.round_index[r] if r >= 0 else None for r in local_rollouts])
@@ -198,7 +236,42 @@ def lay_out(trainer: Any, result: StepResult, cache: Any) -> RowLayout:
 
     replay = Replay(completion_ids=completion_ids, logprobs=logprobs,
                     rewards=reward_rows.to(trainer.accelerator.device))
+    if getattr(trainer, "_sara_rollout_func", None) is not None:
+        add_trajectories(trainer, replay, cache, plan_rollouts, local, rows)
     return RowLayout(plan_prompts, plan_rollouts, is_padding, local, rows, replay)
+
+
+def add_trajectories(trainer: Any, replay: Replay, cache: Any, plan_rollouts: np.ndarray, local: slice,
+                     rows: list[dict]) -> None:
+    """Give the replay what a custom ``rollout_func`` returned for this process's rows (prompt ids, ``env_mask``,
+    extra fields), so TRL's ``_generate`` receives it unchanged.
+
+    A padding row takes the prompt ids of its group's first rollout; a fill group's rows (no rollout) are tokenized
+    by TRL (they are masked out of the loss: only their shape matters). ``env_mask`` is all ones where a row has none.
+    """
+    k = trainer.num_generations
+    indices = range(local.start, local.stop)
+    first_of_group = {}
+    for g in {j // k for j in indices}:
+        real = [int(r) for r in plan_rollouts[g * k:(g + 1) * k] if r >= 0]
+        first_of_group[g] = real[0] if real else None
+    prompt_ids, trajectories = [], []
+    for j, row in zip(indices, rows):
+        r = int(plan_rollouts[j])
+        source = r if r >= 0 else first_of_group[j // k]
+        trajectory = cache.trajectories.get(source) if source is not None else None
+        if trajectory is not None:
+            prompt_ids.append(list(trajectory.prompt_ids))
+        else:
+            ids, _, _ = trainer._tokenize_prompts([row["prompt"]])
+            prompt_ids.append(list(ids[0]))
+        trajectories.append(cache.trajectories.get(r) if r >= 0 else None)
+    replay.prompt_ids = prompt_ids
+    if any(t is not None and t.env_mask is not None for t in trajectories):
+        replay.env_mask = [list(t.env_mask) if t is not None and t.env_mask is not None else [1] * len(ids)
+                           for t, ids in zip(trajectories, replay.completion_ids)]
+    names = sorted({name for t in trajectories if t is not None for name in t.fields})
+    replay.fields = {name: [t.fields.get(name) if t is not None else None for t in trajectories] for name in names}
 
 
 @contextmanager

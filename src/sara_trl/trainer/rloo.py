@@ -35,6 +35,13 @@ quantization_config, peft_config
         RLOO settings plus the allocation fields.
     train_dataset : datasets.Dataset
         Map-style, with a ``"prompt"`` column.
+    rollout_func : callable, optional
+        A SARA addition (TRL 1.16's ``RLOOTrainer`` has none), with the contract of ``trl.GRPOTrainer``'s:
+        ``rollout_func(prompts, trainer) -> {"prompt_ids", "completion_ids", "logprobs", ...}``, called once per round
+        (``collection="rounds"``) for the round's prompts, each repeated once per rollout. Extra fields reach the reward
+        functions as in GRPO; ``logprobs`` are not used (RLOO uses none); an ``env_mask`` raises (RLOO's loss has no
+        such mask). TRL's replay then trains on the returned prompt and completion ids. Evaluation generates with
+        RLOO's own backend.
 
     Raises
     ------
@@ -63,8 +70,10 @@ quantization_config, peft_config
         optimizers=(None, None),
         quantization_config=None,
         peft_config=None,
+        rollout_func=None,
     ):
-        args = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class, {})
+        args = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class, {},
+                                  rounds_only={"rollout_func": rollout_func is not None})
         with self._sara_engine_context(args):
             super().__init__(
                 model=model,
@@ -79,6 +88,7 @@ quantization_config, peft_config
                 quantization_config=quantization_config,
                 peft_config=peft_config,
             )
+        self._sara_rollout_func = rollout_func  # called by each round; the replay answers TRL from the cache
         self._sara_setup()
         use_numeric_logs(self)  # the console prints logged numbers as numbers, not strings
 

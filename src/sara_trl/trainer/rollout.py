@@ -19,6 +19,7 @@ the failing process, a ``RuntimeError`` naming it on the others) instead of hang
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -40,8 +41,30 @@ from sara_trl.trainer.distributed import (
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer.hooks import RoundTrainer
 
-__all__ = ["RolloutCache", "make_rollout_fn", "make_success_rule", "reward_score", "score_source", "success_rule",
-           "trainer_scores"]
+__all__ = ["RolloutCache", "Trajectory", "call_rollout_func", "make_rollout_fn", "make_success_rule", "reward_score",
+           "score_source", "success_rule", "trainer_scores"]
+
+# The keys every ``rollout_func`` output must hold (TRL 1.16's ``GRPOTrainer._generate``); the others are extra fields.
+ROLLOUT_FUNC_KEYS = ("prompt_ids", "completion_ids", "logprobs")
+
+
+@dataclass
+class Trajectory:
+    """What a custom ``rollout_func`` returned for one rollout besides its completion ids and log-probs.
+
+    Attributes
+    ----------
+    prompt_ids : list of int
+        The prompt ids the ``rollout_func`` returned (its own chat templating; the replay hands them back to TRL).
+    env_mask : list of int or None
+        Its ``env_mask`` (1 = model token, 0 = tool/environment token, one per completion token), or None.
+    fields : dict
+        Its other extra fields, this rollout's value of each (what TRL merges into the rollout's input row).
+    """
+
+    prompt_ids: list[int]
+    env_mask: list[int] | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,6 +93,8 @@ class RolloutCache:
     carried : int
         Rollouts at the front that were carried in from the previous step (``carry_over``; round index 0); the
         step's own rollouts follow.
+    trajectories : dict of int to Trajectory
+        By rollout id, what a custom ``rollout_func`` returned beyond the completion (empty without one).
     """
 
     completion_ids: list[list[int]] = field(default_factory=list)
@@ -80,6 +105,7 @@ class RolloutCache:
     round_index: list[int] = field(default_factory=list)
     extra_logs: dict[str, list] = field(default_factory=dict)
     carried: int = 0
+    trajectories: dict[int, Trajectory] = field(default_factory=dict)
 
     @property
     def num_rollouts(self) -> int:
@@ -111,6 +137,7 @@ class RolloutCache:
             round_index=[0] * len(pick),
             extra_logs={name: [values[i] for i in pick] for name, values in self.extra_logs.items()},
             carried=len(pick),
+            trajectories={new: self.trajectories[old] for new, old in enumerate(pick) if old in self.trajectories},
         )
 
     def state(self) -> dict:
@@ -118,7 +145,9 @@ class RolloutCache:
         return {"completion_ids": self.completion_ids, "logprobs": self.logprobs, "rewards": self.reward_matrix(),
                 "success": self.success_labels(), "tokens": np.concatenate(self.tokens) if self.tokens else
                 np.zeros(0, np.int64), "round_index": self.round_index, "extra_logs": self.extra_logs,
-                "carried": self.carried}
+                "carried": self.carried,
+                "trajectories": {i: {"prompt_ids": t.prompt_ids, "env_mask": t.env_mask, "fields": t.fields}
+                                 for i, t in self.trajectories.items()}}
 
     @classmethod
     def from_state(cls, state: dict) -> RolloutCache:
@@ -128,7 +157,8 @@ class RolloutCache:
                    rewards=[state["rewards"]] if n else [], success=[np.asarray(state["success"])] if n else [],
                    tokens=[np.asarray(state["tokens"], np.int64)] if n else [],
                    round_index=list(state["round_index"]), extra_logs=dict(state["extra_logs"]),
-                   carried=int(state["carried"]))
+                   carried=int(state["carried"]),
+                   trajectories={int(i): Trajectory(**t) for i, t in state.get("trajectories", {}).items()})
 
     @classmethod
     def concat(cls, caches: list[RolloutCache]) -> RolloutCache:
@@ -145,6 +175,8 @@ class RolloutCache:
         out = cls()
         for cache in caches:
             count = cache.num_rollouts
+            offset = out.num_rollouts
+            out.trajectories.update({offset + i: t for i, t in cache.trajectories.items()})
             out.completion_ids.extend(cache.completion_ids)
             out.logprobs.extend(cache.logprobs)
             if count:
@@ -255,6 +287,78 @@ def _capture_extra_logs(trainer: Any):
         trainer._pending_extra_logs = saved
 
 
+def call_rollout_func(trainer: Any, prompts: list) -> tuple[list, list, list | None, list[Trajectory]]:
+    """One call of the trainer's custom ``rollout_func`` for a round's prompts, checked as SARA needs it.
+
+    The contract is TRL 1.16's (``GRPOTrainer._generate``): ``rollout_func(prompts, trainer)`` receives this process's
+    prompts as they are (a copy; each prompt repeated once per rollout SARA asks of it, as TRL's sampler repeats it
+    ``num_generations`` times) and returns a dict with ``prompt_ids``, ``completion_ids`` and ``logprobs`` (one entry
+    per prompt; ``logprobs`` may be None), and optionally ``env_mask`` (one 0/1 list per completion, 0 = tokens not
+    generated by the model) and any other fields (a list, one value per prompt, or one value for all), which TRL
+    merges into the input rows the reward functions receive.
+
+    Returns
+    -------
+    prompt_ids, completion_ids : list of list of int
+        One per prompt.
+    logprobs : list or None
+        One list per prompt, or None.
+    trajectories : list of Trajectory
+        One per prompt: its prompt ids, ``env_mask`` and extra fields.
+
+    Raises
+    ------
+    ValueError
+        A required key is missing, a list has the wrong length, or ``env_mask`` does not match the completion (or is
+        returned to a trainer whose TRL loss has no such mask: RLOO).
+    """
+    n = len(prompts)
+    if getattr(trainer, "use_vllm", False):  # as TRL: keep vLLM's weights in sync for rollouts that use its engine
+        from sara_trl.trainer.engine import sync_weights_once
+
+        sync_weights_once(trainer)
+    output = trainer._sara_rollout_func(copy.deepcopy(prompts), trainer)
+    if not isinstance(output, dict):
+        raise ValueError(f"rollout_func must return a dict, got {type(output).__name__}.")
+    missing = sorted(set(ROLLOUT_FUNC_KEYS) - output.keys())
+    if missing:
+        raise ValueError(f"rollout_func must return keys {missing} in its output dict.")
+    prompt_ids, completion_ids, logprobs = (output[key] for key in ROLLOUT_FUNC_KEYS)
+    for name, values in (("prompt_ids", prompt_ids), ("completion_ids", completion_ids), ("logprobs", logprobs)):
+        if values is not None and len(values) != n:
+            raise ValueError(
+                f"rollout_func returned {len(values)} `{name}` for {n} prompts: SARA asks for exactly one completion "
+                "per prompt it passes (a prompt comes once per rollout SARA wants of it, already repeated)."
+            )
+    if prompt_ids is None or completion_ids is None:
+        raise ValueError("rollout_func must return `prompt_ids` and `completion_ids` lists, not None.")
+    prompt_ids = [list(ids) for ids in prompt_ids]
+    completion_ids = [list(ids) for ids in completion_ids]
+    env_mask = output.get("env_mask")
+    if env_mask is not None:
+        if not getattr(trainer, "_sara_accepts_env_mask", False):
+            raise ValueError(
+                f"{type(trainer).__name__}: rollout_func returned `env_mask`, but the loss of its TRL base has no "
+                "tool/environment mask: the environment tokens would be trained as the model's. Drop `env_mask`, or "
+                "use SaraGRPOTrainer (whose TRL loss masks them)."
+            )
+        if len(env_mask) != n or any(len(m) != len(ids) for m, ids in zip(env_mask, completion_ids)):
+            raise ValueError("rollout_func's `env_mask` must hold one 0/1 list per completion, as long as it.")
+    fields = {key: value for key, value in output.items() if key not in ROLLOUT_FUNC_KEYS and key != "env_mask"}
+    for key, values in fields.items():
+        if isinstance(values, list) and len(values) != n:
+            raise ValueError(
+                f"rollout_func's extra field {key!r} is a list of {len(values)} values for {n} prompts: SARA keeps "
+                "one value per rollout (to replay any subset), so return one per prompt, or a single non-list value."
+            )
+    trajectories = [
+        Trajectory(prompt_ids=prompt_ids[i], env_mask=None if env_mask is None else list(env_mask[i]),
+                   fields={key: values[i] if isinstance(values, list) else values for key, values in fields.items()})
+        for i in range(n)
+    ]
+    return prompt_ids, completion_ids, None if logprobs is None else list(logprobs), trajectories
+
+
 def make_rollout_fn(
     trainer: RoundTrainer, cache: RolloutCache, on_round: Callable[[int, int, np.ndarray], None] | None = None
 ) -> Callable[[np.ndarray, np.ndarray], RoundOutcome]:
@@ -287,6 +391,7 @@ def make_rollout_fn(
         trainer.reward_func_names.index(args.success_reward_func) if args.success_reward_func is not None else None
     )
     rule = success_rule(trainer)
+    custom = getattr(trainer, "_sara_rollout_func", None) is not None
     round_number = 0
 
     def rollout_fn(prompt_ids: np.ndarray, counts: np.ndarray) -> RoundOutcome:
@@ -304,9 +409,14 @@ def make_rollout_fn(
         try:
             rows = [trainer._sara_row(int(pid)) for pid in local]
             prompts = [row["prompt"] for row in rows]
-            prompt_token_ids, images, multimodal_fields = trainer._tokenize_prompts(prompts)
-            completion_ids, logprobs = trainer._sara_generate_round(prompt_token_ids, images, multimodal_fields)
-            completion_ids = [list(ids) for ids in completion_ids]
+            trajectories = None
+            if custom:  # the user's rollout_func generates the round; its extra fields join the rows (as in TRL)
+                prompt_token_ids, completion_ids, logprobs, trajectories = call_rollout_func(trainer, prompts)
+                rows = [{**row, **t.fields} for row, t in zip(rows, trajectories)]
+            else:
+                prompt_token_ids, images, multimodal_fields = trainer._tokenize_prompts(prompts)
+                completion_ids, logprobs = trainer._sara_generate_round(prompt_token_ids, images, multimodal_fields)
+                completion_ids = [list(ids) for ids in completion_ids]
             completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
 
             # ONE reward pass over this round's rollouts. TRL's `_calculate_rewards` gathers over processes, so
@@ -323,9 +433,11 @@ def make_rollout_fn(
         rewards = rewards[:total].detach().float().cpu()
 
         if world > 1:
-            gathered = gather_object([(ids, lps) for ids, lps in zip(completion_ids, logprobs or [None] * len(rows))])
+            gathered = gather_object([(ids, lps, t) for ids, lps, t in zip(
+                completion_ids, logprobs or [None] * len(rows), trajectories or [None] * len(rows))])
             all_ids = [item[0] for item in gathered][:total]
             all_lps = [item[1] for item in gathered][:total]
+            all_trajectories = [item[2] for item in gathered][:total]
             columns = {}
             for name in sorted(set(gather_object(list(extra)))):
                 values = extra.get(name, [])
@@ -334,6 +446,7 @@ def make_rollout_fn(
         else:
             all_ids = completion_ids
             all_lps = list(logprobs) if logprobs is not None else [None] * total
+            all_trajectories = trajectories or [None] * total
             columns = {name: values for name, values in extra.items() if len(values) == total}
 
         tokens = np.asarray([len(ids) for ids in all_ids], dtype=np.int64)
@@ -341,6 +454,8 @@ def make_rollout_fn(
         labels = rule.labels(score)  # raises on the first step if the scores are not success labels (see SuccessRule)
         decide_on = allocator_labels(score, counts, rule.threshold, getattr(args, "ds_filter", "success"))
 
+        first = cache.num_rollouts
+        cache.trajectories.update({first + i: t for i, t in enumerate(all_trajectories) if t is not None})
         cache.completion_ids.extend(all_ids)
         cache.logprobs.extend(all_lps)
         cache.rewards.append(rewards)

@@ -356,7 +356,8 @@ class TrainerScorer:
         self._pending: deque = deque()  # scored passes awaiting keep(), oldest first (see drive_streaming_engine)
         self.scored = 0
 
-    def score(self, prompt_ids: list[int], batch: list[Finished]) -> np.ndarray:
+    def score(self, prompt_ids: list[int], batch: list[Finished]):
+        """One reward pass: ``(len,)`` success labels, or ``(labels, scores)`` with ``ds_filter="score"``."""
         from sara_trl.trainer.rollout import success_rule
 
         trainer = self._trainer
@@ -372,6 +373,8 @@ class TrainerScorer:
         columns = {name: values for name, values in extra.items() if len(values) == len(batch)}
         self._pending.append((batch, rewards, labels, columns))
         self.scored += len(batch)
+        if getattr(trainer.args, "ds_filter", "success") == "score":  # DS decides a full group on its scores' spread
+            return labels, score
         return labels
 
     def keep(self, positions: list[int]) -> None:

@@ -80,7 +80,7 @@ def collect_sara(ctx: StepContext) -> StrategyResult:
 
         dec, p_new = ctx.decide(ledger.pid[slots], ledger.n[slots], ledger.nsc[slots], ledger.s[slots])
         ledger.p[slots] = p_new
-        ledger.mark_decisions(slots, dec)
+        ledger.mark(slots, dec)
         expected_lost += float(p_new[dec == ABANDON].sum())
         # Refill model: prompts that mixed this round (certain to commit) and prompts abandoned this round.
         now_mixed = is_mixed(ledger.s[slots], ledger.nsc[slots]) & ~was_mixed
