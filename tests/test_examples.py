@@ -118,6 +118,11 @@ def test_quickstart_comparison_lines():
     assert lines[0].startswith("For 2 steps x 4 effective groups of 8")
     assert "  150 rollouts   1500 tokens" in lines[1] and "  200 rollouts   2000 tokens" in lines[2]
     assert lines[3].split() == ["SARA", "/", "DS", "0.75", "rollouts", "0.75", "tokens", "0.75", "of", "the", "time"]
+    assert len(lines) == 4  # no load line unless the load is given
+    idle = quickstart.comparison_lines(sara, ds, k=8, num_groups=4, load=(1.1, 2.2, 2))
+    assert idle[4] == "  (machine load 1.1 at the start, 2.2 at the end, 2 CPUs)"
+    busy = quickstart.comparison_lines(sara, ds, k=8, num_groups=4, load=(3.2, 9.4, 2))
+    assert busy[4].startswith("  (machine load 3.2 at the start, 9.4 at the end, 2 CPUs; the machine was busy")
 
 
 def test_quickstart_defaults_to_the_vllm_engine_when_installed():
@@ -170,23 +175,26 @@ def test_quickstart_dataset_file_picks_the_reward(fixture_data_dir):
 
 
 @pytest.mark.slow
-def test_quickstart_one_real_step(tmp_path, capsys):
-    import torch
+def test_quickstart_one_real_step(tmp_path):
+    """README command 1's quickstart as a user runs it (its own process, default engine: TRL's colocated vLLM engine
+    when vLLM is installed, where SARA streams), one real SmolLM2-135M step."""
+    import importlib.util
 
-    quickstart = load_example("quickstart_cpu")
-    previous = torch.get_num_threads()
-    try:
-        summary = quickstart.main(["--output_dir", str(tmp_path / "out"), "--max_steps", "1",
-                                   "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
-                                   "--num_prompts", "64",
-                                   "--compare_dynamic_sampling", "False"])
-    finally:
-        torch.set_num_threads(previous)
-    out = capsys.readouterr().out
-    assert "SARA step  1 |" in out and "dynamic_sampling" not in summary
+    summary_file = tmp_path / "summary.json"
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "quickstart_cpu.py"), "--output_dir", str(tmp_path / "out"),
+                           "--max_steps", "1", "--per_device_train_batch_size", "16",
+                           "--gradient_accumulation_steps", "1", "--num_prompts", "64",
+                           "--compare_dynamic_sampling", "False", "--summary_file", str(summary_file)],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(summary_file.read_text())
+    vllm = importlib.util.find_spec("vllm") is not None
+    assert summary["collection"] == ("streaming" if vllm else "rounds") and "dynamic_sampling" not in summary
+    assert ("streaming" if vllm else "rounds") in proc.stdout.split("SARA step  1 |")[1].split("|")[0]
     step = summary["per_step"][0]
     assert step["rollouts_generated"] >= step["prompts_drawn"] * 2  # every drawn prompt is probed with n0 = 2
     assert step["committed"] + step["unfilled"] == 2 and step["committed"] >= 1
+    assert sum(summary["rollouts_by_fate"].values()) == summary["rollouts"]
 
 
 # -- GPU examples (smoke mode: tiny model, CPU, one step, no vLLM) ------------------------------------------------

@@ -207,9 +207,9 @@ def test_quickstart_explains_its_counts_and_saves_its_figures(tmp_path, tiny_mod
     committed, surplus = int(step["committed"]), int(step["surplus"])
     assert f"{committed} committed ({committed - surplus} trained, {surplus} surplus)" in out
     fate = summary["rollouts_by_fate"]
-    assert (f"{fate['surplus'] + fate['active_left']} left over when the batch filled ({fate['surplus']} surplus: "
-            f"groups beyond B or requests aborted in flight; {fate['active_left']} on undecided prompts: discarded; "
-            "--carry_over True keeps them)") in out
+    assert (f"{fate['surplus'] + fate['active_left']} left over when the batch filled ({fate['surplus']} surplus "
+            f"rollouts: of groups beyond B or of requests aborted in flight; {fate['active_left']} of undecided "
+            "prompts: discarded; --carry_over True keeps them)") in out
     assert sorted(os.listdir(out_dir)) == ["summary.json", "summary.png"]
     saved = json.loads((out_dir / "summary.json").read_text())
     assert saved["rollouts"] == summary["rollouts"] == sum(r["rollouts_generated"] for r in saved["per_step"])

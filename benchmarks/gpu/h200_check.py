@@ -152,7 +152,11 @@ def trainer_on_gpu(tokenizer_dir: str, out_dir: str, tiny: bool) -> list[dict]:
 
 
 def main() -> None:
-    out_dir, tokenizer_dir = sys.argv[1], sys.argv[2]
+    args = [a for a in sys.argv[1:] if a != "--tiny"]
+    if len(args) != 2 or args[0] in ("-h", "--help"):
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr if len(args) != 2 else sys.stdout)
+        sys.exit(0 if args[:1] in (["-h"], ["--help"]) else 2)
+    out_dir, tokenizer_dir = args
     tiny = "--tiny" in sys.argv
     os.makedirs(out_dir, exist_ok=True)
     result = {"torch": torch.__version__, "cuda": torch.cuda.is_available(),

@@ -146,7 +146,8 @@ def _reading(result: dict) -> str:
     abandoned = [mean(x, "streaming", "rollouts_abandoned") - mean(x, "rounds", "rollouts_abandoned") for x in plain]
     aborted = [mean(x, "streaming", "rollouts_surplus") - mean(x, "rounds", "rollouts_surplus") for x in plain]
     ratios = [settings[x]["rollouts_ratio"]["mean"] for x in plain]
-    text = ("Without `carry_over`, two things move in opposite directions in streaming SARA. Abandoned rollouts per "
+    text = ("Without `carry_over` (and below a binding budget cap), two things move in opposite directions in "
+            "streaming SARA. Abandoned rollouts per "
             f"step change by {min(abandoned):+.0f} to {max(abandoned):+.0f} (streaming minus rounds; mostly fewer: an "
             "unmixed prompt is held once the mixed ones alone complete the batch, and a prompt is decided the moment "
             f"its outcome arrives), and surplus grows by {min(aborted):+.0f} to {max(aborted):+.0f}: requests aborted "

