@@ -483,3 +483,17 @@ def test_schedule_parity_quick_run_and_the_committed_report(tmp_path):
     assert (tmp_path / "again" / "SCHEDULE_PARITY.md").read_text() == (committed / "SCHEDULE_PARITY.md").read_text()
     doc = json.loads((committed / "schedule_parity.json").read_text())
     assert doc["meta"]["seeds"] == 20 and len(doc["settings"]) == len(sp.SETTINGS)
+
+
+def test_quickstart_seeds_report_is_what_the_saved_runs_render_to():
+    """The README's quickstart ratios come from the saved per-seed summaries: SARA / DS of their own totals, and the
+    committed report is their rendering."""
+    from benchmarks.quickstart_task import quickstart_seeds as qs
+
+    runs = qs.load_runs()
+    assert [doc["settings"]["seed"] for doc in runs] == list(range(len(runs))) and len(runs) >= 1
+    for doc in runs:
+        ratio = qs.ratios(doc)
+        assert ratio["rollouts"] == doc["rollouts"] / doc["dynamic_sampling"]["rollouts"]
+        assert doc["collection"] == "streaming" and doc["dynamic_sampling"]["collection"] == "rounds"
+    assert qs.render(runs) == (BENCH / "quickstart_task" / "QUICKSTART_SEEDS.md").read_text()
