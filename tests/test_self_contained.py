@@ -75,8 +75,8 @@ def test_no_code_reads_a_shared_folder_outside_the_repository():
 
 
 def test_a_shared_folder_beside_the_working_directory_is_ignored(tmp_path, monkeypatch):
-    """Offline with no data_dir, a ``shared/data`` holding the file (under the working directory and beside it)
-    does not help: the loader answers with DataUnavailableError instead of reading it."""
+    """Offline with no data_dir, a sibling ``shared`` folder whose ``data`` holds the file (under the working directory
+    and beside it) does not help: the loader answers with DataUnavailableError instead of reading it."""
     row = '{"problem": "1 + 1?", "answer": "2", "id": "x"}\n'
     for folder in (tmp_path / "work" / _S / "data", tmp_path / _S / "data"):
         folder.mkdir(parents=True)

@@ -157,8 +157,9 @@ class Allocator:
     def streaming(self, stream: PromptStream, B: int, max_in_flight: int) -> StreamingCollector:
         """A :class:`~sara_trl.allocation.streaming.StreamingCollector` for one step, bound to this allocator.
 
-        It draws fresh prompts from ``stream``, sizes refills with this allocator's refill model (and feeds it),
-        and on :meth:`StreamingCollector.finish` adds the step to the cumulative totals. With ``tau_low="auto"``
+        It draws fresh prompts from ``stream`` (through the predictive selector with ``selection``, as rounds do),
+        sizes refills with this allocator's refill model (and feeds it), and on :meth:`StreamingCollector.finish`
+        adds the step to the cumulative totals. With ``tau_low="auto"``
         the prior and its boundary are refitted here, from the outcomes of the steps before, and
         :meth:`StreamingCollector.finish` feeds the step's prompts to the fit, except those with an aborted request
         (:attr:`StreamingCollector.truncated`: their finished completions are a length-biased sample). Leaving them

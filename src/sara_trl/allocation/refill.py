@@ -128,12 +128,16 @@ def continuation(config: AllocationConfig, decide: Decide, pids: np.ndarray, n: 
     Parameters
     ----------
     config : AllocationConfig
+        Supplies ``k`` and ``round_increment``.
     decide : Decide
+        The rule in use (read only for ``"to_decision"``).
     pids, n, n_scored, s : ndarray of int64, shape (P,)
+        Unmixed, undecided prompts: dataset ids, rollouts, scorable rollouts, successes.
 
     Returns
     -------
     ndarray of int64, shape (P,)
+        Rollouts, in ``[1, k - n]`` for prompts below k.
     """
     n = np.asarray(n, np.int64)
     if config.round_increment == ROUND_TO_DECISION:
@@ -162,6 +166,9 @@ class RefillModel:
         Decayed counts of prompts seen unmixed at n rollouts that mixed later / that were resolved.
     cost_num, cost_den : float
         Decayed rollouts spent on resolved prompts / their number.
+    checkpoints : ndarray of int64
+        The rollout counts at which a still-unmixed prompt is observed (0, n0, n0 + round_increment, ..., k), the
+        entries of ``mix_num`` / ``mix_den`` that :meth:`resolve` feeds.
     """
 
     def __init__(self, config: AllocationConfig):
@@ -173,8 +180,7 @@ class RefillModel:
         self.mix_den = np.zeros(k + 1)
         self.cost_num = 0.0
         self.cost_den = 0.0
-        # Rollout counts at which a still-unmixed prompt is observed: 0, n0, n0 + inc, ... (capped at k); every
-        # count from n0 on when the increment runs to the next decision point (it varies per prompt).
+        # every count from n0 on when the increment runs to the next decision point (it varies per prompt)
         inc = 1 if cfg.round_increment == ROUND_TO_DECISION else cfg.round_increment
         self.checkpoints = np.unique(np.minimum(np.r_[0, np.arange(cfg.n0, k + inc, inc)], k))
 

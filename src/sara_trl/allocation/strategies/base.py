@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from sara_trl.allocation.ledger import Ledger
-from sara_trl.allocation.refill import ceil_count, step_budget
+from sara_trl.allocation.refill import step_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.allocation.config import AllocationConfig
 
-__all__ = ["STOP_REASONS", "StepContext", "Strategy", "StrategyResult", "ceil_count"]
+__all__ = ["STOP_REASONS", "StepContext", "Strategy", "StrategyResult"]
 
 STOP_REASONS = ("filled", "budget", "max_rounds", "stream")
 """Why a step ended: B groups committed; the budget cap (or the per-round capacity) left no room; ``max_rounds``
