@@ -34,7 +34,7 @@ SECTIONS = (
      ("success_threshold", "success_reward_func", "ds_filter", "stream_seed")),
     ("Collection: rounds, streaming, carry-over", "Beyond the paper, off by default: how a step's rollouts reach "
      "the allocator ([collection-modes.md](collection-modes.md)).",
-     ("collection", "streaming_max_in_flight", "streaming_reward_lag", "carry_over")),
+     ("collection", "streaming_max_in_flight", "streaming_reward_lag", "streaming_speculate", "carry_over")),
     ("Beyond the paper: stopping rule, history, selection", "Off by default "
      "([allocation.md](allocation.md#beyond-the-paper); measured in "
      "[BEYOND_PAPER.md](../benchmarks/beyond_paper/BEYOND_PAPER.md)).",
@@ -43,21 +43,21 @@ SECTIONS = (
 )
 
 
-def sara_fields() -> tuple[type, dict]:
-    """``(the dataclass of SARA's trainer fields, TRAINER_SPELLINGS)``, torch-free when the preview works."""
+def sara_fields() -> type:
+    """The dataclass of SARA's trainer fields, torch-free when the preview works."""
     try:
         from sara_trl._cli_preview import PreviewUnavailable, _sara_config_module
 
         try:
             ns = _sara_config_module()
-            return ns["_SaraFields"], ns["TRAINER_SPELLINGS"]
+            return ns["_SaraFields"]
         except PreviewUnavailable:
             pass
     except ImportError:  # pragma: no cover - the preview module is part of the package
         pass
     from sara_trl.trainer import config  # imports TRL and torch
 
-    return config._SaraFields, config.TRAINER_SPELLINGS
+    return config._SaraFields
 
 
 def _type_name(tp) -> str:
@@ -82,7 +82,7 @@ def _row(f: dataclasses.Field, hints: dict) -> str:
 
 def render() -> str:
     """The text of ``docs/configuration.md``."""
-    cls, spellings = sara_fields()
+    cls = sara_fields()
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     placed = [name for _, _, names in SECTIONS for name in names]
@@ -106,9 +106,8 @@ def render() -> str:
         "or combination raises a `ValueError` naming the rule it breaks, when the config is built.",
         "",
         "B, the number of groups per generation batch, is `generation_batch_size / num_generations`, and k, the "
-        "group size, is TRL's `num_generations`. The allocation core (`sara_trl.allocation.AllocationConfig`) spells "
-        "a few options differently: " + "; ".join(f"`{core}` there is `{trainer}` here"
-                                                 for core, trainer in spellings.items()) + ".",
+        "group size, is TRL's `num_generations` (`k` in the allocation core, `sara_trl.allocation.AllocationConfig`, "
+        "whose other options have the names and values below).",
         "",
         "Contents: " + " · ".join(f"[{title}](#{_anchor(title)})" for title, _, _ in sections) + ". What the "
         "options cost and save, measured: [allocation.md](allocation.md) and [collection-modes.md]"

@@ -92,21 +92,21 @@ def test_steps_to_decision_reaches_the_uniform_prior_abandon_point():
     s = np.array([0, 3, 0])
     steps = steps_to_decision(rule, 8, np.arange(3), n, n, s)
     assert steps.tolist() == [n_a - 2, n_a - 3, n_a - 2]
-    assert continuation(AllocationConfig(k=8, round_increment="to_decision"), rule, np.arange(3), n, n, s).tolist() \
+    assert continuation(AllocationConfig(k=8, continue_to_decision=True), rule, np.arange(3), n, n, s).tolist() \
         == steps.tolist()
     assert continuation(AllocationConfig(k=8, round_increment=3), rule, np.arange(2), np.array([2, 7]),
                         np.array([2, 7]), np.array([0, 0])).tolist() == [3, 1]  # capped at k - n
 
 
-def test_config_rule_is_paper_eq3_and_refuses_auto():
+def test_config_rule_is_paper_eq3_and_refuses_bayes_optimal():
     rule = config_rule(AllocationConfig(k=8))
     dec, p = rule(np.arange(3), np.array([4, 2, 8]), np.array([4, 2, 8]), np.array([0, 1, 8]))
     assert dec.tolist() == [ABANDON, CONTINUE, ABANDON]  # 4/9 < 0.45; mixed below the floor; complete and unmixed
     assert p[0] == pytest.approx(4 / 9)
     dec, _ = rule(np.arange(1), np.array([8]), np.array([8]), np.array([3]))
     assert dec.tolist() == [COMMIT]
-    with pytest.raises(ValueError, match="tau_low='auto' decides on a boundary fitted across steps"):
-        config_rule(AllocationConfig(tau_low="auto"))
+    with pytest.raises(ValueError, match="stopping_rule='bayes_optimal' decides on a boundary fitted across steps"):
+        config_rule(AllocationConfig(stopping_rule="bayes_optimal"))
 
 
 def test_feed_resolved_reports_mixed_and_abandoned_prompts():

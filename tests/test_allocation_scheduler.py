@@ -362,14 +362,14 @@ def test_budget_is_not_spent_on_probes_that_cannot_be_completed():
 
 
 @pytest.mark.parametrize("k,tau,expected", [(8, 0.45, 2), (16, 0.45, 7), (8, 0.2, 5), (4, 0.45, 0)])
-def test_to_decision_jumps_to_the_paper_abandon_point(k, tau, expected):
+def test_continue_to_decision_jumps_to_the_paper_abandon_point(k, tau, expected):
     # Paper rule along a unanimous run: abandon at n_a = k - floor(tau (k + 1)) (Prop. 1); from the probe n0 = 2 an
     # unmixed prompt needs n_a - 2 more rollouts (k=4, tau=0.45: n_a = 2, so the probe itself abandons).
     n_a = k - int(np.floor(tau * (k + 1)))
     assert n_a - 2 == expected
     seqs = [[0] * k, [1] * k]
     src = Scripted(seqs)
-    cfg = AllocationConfig(k=k, n0=2, tau_low=tau, round_increment="to_decision", refill_margin=0.0)
+    cfg = AllocationConfig(k=k, n0=2, tau_low=tau, continue_to_decision=True, refill_margin=0.0)
     res = Allocator(cfg).collect(src, PromptStream(2, shuffle=False, wrap=False), B=1)
     if expected == 0:
         assert src.calls == [([0, 1], [2, 2])]
@@ -379,7 +379,7 @@ def test_to_decision_jumps_to_the_paper_abandon_point(k, tau, expected):
     assert res.stats.unfilled == 1 and res.stats.stop_reason == "stream"
 
 
-def test_to_decision_costs_each_prompt_what_one_at_a_time_costs():
+def test_continue_to_decision_costs_each_prompt_what_one_at_a_time_costs():
     # With commit_min = k the schedule cannot change any prompt's fate or rollout count: a prompt that mixes inside
     # the jump is topped up to k either way, one that stays unanimous is abandoned at the same n. Outcomes are fixed
     # per (prompt, position), so every prompt decided under both schedules must match exactly; rounds must drop.
@@ -387,16 +387,16 @@ def test_to_decision_costs_each_prompt_what_one_at_a_time_costs():
     g = u_shaped_gammas(3000, seed=3)
     seqs = (rng.random((3000, 16)) < g[:, None]).astype(float)
     runs = {}
-    for inc in (1, "to_decision"):
+    for jump in (False, True):
         src = Scripted(seqs)
-        res = Allocator(AllocationConfig(k=16, round_increment=inc)).collect(
+        res = Allocator(AllocationConfig(k=16, continue_to_decision=jump)).collect(
             src, PromptStream(3000, shuffle=False, wrap=False), B=64)
         t = res.prompt_table
         decided = t["fate"] != 3
-        runs[inc] = (dict(zip(t["prompt_id"][decided], zip(t["n"][decided], t["fate"][decided] == 2))),
+        runs[jump] = (dict(zip(t["prompt_id"][decided], zip(t["n"][decided], t["fate"][decided] == 2))),
                      res.stats.rounds)
         assert_accounting(res.stats)
-    (one, r1), (jump, r2) = runs[1], runs["to_decision"]
+    (one, r1), (jump, r2) = runs[False], runs[True]
     common = set(one) & set(jump)
     assert len(common) > 100
     assert all(one[p] == jump[p] for p in common)

@@ -100,13 +100,13 @@ def _decisions(result):
     return {r.prompt_id: (r.fate in ("trained", "surplus"), r.n) for r in result.records if r.fate != "active"}
 
 
-@pytest.mark.parametrize("round_increment", [1, "to_decision"])
-def test_streaming_decisions_equal_the_round_rule(round_increment):
+@pytest.mark.parametrize("continue_to_decision", [False, True])
+def test_streaming_decisions_equal_the_round_rule(continue_to_decision):
     k, B = 8, 16
     script = _script(2000, k, seed=3)
-    rounds = Allocator(AllocationConfig(k=k, round_increment=round_increment)).collect(
+    rounds = Allocator(AllocationConfig(k=k, continue_to_decision=continue_to_decision)).collect(
         Scripted(script), PromptStream(2000, seed=1), B)
-    cfg = AllocationConfig(k=k, round_increment=round_increment, collection="streaming")
+    cfg = AllocationConfig(k=k, continue_to_decision=continue_to_decision, collection="streaming")
     coll = Allocator(cfg).streaming(PromptStream(2000, seed=1), B, max_in_flight=64)
     stream = run_streaming_step(coll, Scripted(script), DecodeEngine(64))
     r, s = _decisions(rounds), _decisions(stream)
@@ -120,14 +120,14 @@ def test_streaming_decisions_equal_the_round_rule(round_increment):
 
 
 def test_streaming_with_auto_threshold_feeds_the_prior_and_decides_on_its_boundary():
-    """tau_low='auto' (stopping_rule='bayes_optimal'): a streaming step feeds the (n, s) of every prompt without an
+    """stopping_rule='bayes_optimal': a streaming step feeds the (n, s) of every prompt without an
     aborted request to the prior's outcome table, and with the same fitted prior streaming decides every prompt it
     shares with the round allocator
     (round_increment=1: a decision after each rollout) exactly as rounds do, on the Bayes-optimal boundary rather
     than the paper's threshold."""
     k, B = 8, 16
     script = _script(4000, k, seed=3)
-    kw = dict(k=k, tau_low="auto", auto_min_prompts=32, round_increment=1)
+    kw = dict(k=k, stopping_rule="bayes_optimal", auto_min_prompts=32, round_increment=1)
     streaming = Allocator(AllocationConfig(**kw, collection="streaming"))
     collector = streaming.streaming(PromptStream(4000, seed=1), B, max_in_flight=64)
     first = run_streaming_step(collector, Scripted(script), DecodeEngine(64))
@@ -292,8 +292,8 @@ def test_collection_config_is_validated():
     with pytest.raises(ValueError, match="max_in_flight=4 must be an integer >= k=8"):
         StreamingCollector(AllocationConfig(collection="streaming"), 1, PromptStream(10).take, max_in_flight=4)
     with pytest.raises(ValueError, match="build the collector with Allocator.streaming"):
-        StreamingCollector(AllocationConfig(collection="streaming", tau_low="auto"), 1, PromptStream(10).take,
-                           max_in_flight=8)
+        StreamingCollector(AllocationConfig(collection="streaming", stopping_rule="bayes_optimal"), 1,
+                           PromptStream(10).take, max_in_flight=8)
 
 
 @pytest.mark.parametrize("B", [1, 2])
@@ -460,3 +460,70 @@ def test_streaming_score_filter_through_the_event_loop_equals_labels_on_binary_s
         b.stats.check()
         assert a.prompt_table["prompt_id"].tolist() == b.prompt_table["prompt_id"].tolist()
         assert a.stats == b.stats
+
+
+# ------------------------------------------------------------------------------------------------ streaming_speculate
+def _started(speculate: bool, in_flight: int = 16):
+    cfg = AllocationConfig(k=4, collection="streaming", streaming_speculate=speculate)  # n0 = 2, commit floor 4
+    collector = Allocator(cfg).streaming(PromptStream(100, seed=0), 1, in_flight)
+    return collector, collector.start()
+
+
+def test_speculation_fills_free_slots_up_to_the_commit_floor():
+    plain, first = _started(False)
+    spec, first_spec = _started(True)
+    probes = [r.prompt_id for r in first.submit]
+    assert len(probes) == 6 and all(probes.count(p) == 2 for p in set(probes))  # three prompts, n0 = 2 each
+    # the same three prompts, each given two speculative continuations: commit floor 4, 12 of the 16 slots
+    assert [r.prompt_id for r in first_spec.submit[:6]] == probes
+    assert sorted(r.prompt_id for r in first_spec.submit) == sorted(probes * 2) and spec.in_flight == 12
+    # the first prompt mixes (a failure, then a success): the plain collector tops it up now, while the speculating
+    # one has its top-up running already; both hold the other prompts (B = 1 is covered) and abort their requests
+    for collector in (plain, spec):
+        assert collector.complete(0, 0.0, 10).submit == []
+    top_up = plain.complete(1, 1.0, 5)
+    assert [r.prompt_id for r in top_up.submit] == [probes[0]] * 2 and sorted(top_up.abort) == [2, 3, 4, 5]
+    held = spec.complete(1, 1.0, 5)
+    assert held.submit == [] and sorted(held.abort) == [2, 3, 4, 5, 7, 8, 10, 11] and spec.in_flight == 2
+
+
+def test_speculation_stays_within_the_budget_and_keeps_the_accounting():
+    k, B = 8, 16
+    cfg = AllocationConfig(k=k, collection="streaming", streaming_speculate=True, budget_cap=2.0)
+    alloc, stream = Allocator(cfg), PromptStream(4096, seed=3)
+    task = SimulatedTask(u_shaped_gammas(4096, seed=3), tokens_pass=40, tokens_fail=90, seed=3)
+    for _ in range(3):
+        eng = DecodeEngine(256)
+        coll = alloc.streaming(stream, B, 256)
+        res = run_streaming_step(coll, task, eng)
+        st = res.stats
+        st.check()
+        assert coll.submitted <= 2 * B * k  # the budget cap (App. D) bounds speculative requests too
+        assert st.tokens_generated == eng.tally.sequence_steps and st.rollouts_generated == coll.submitted
+        assert all(g.size == k for g in res.groups if not g.is_fill)
+
+
+def test_speculation_fills_the_engine_on_the_simulated_task():
+    """The same prompts and outcomes: speculating keeps more requests running and finishes the step in fewer engine
+    steps, for more generated tokens (the aborted speculative requests)."""
+    out = {}
+    for speculate in (False, True):
+        cfg = AllocationConfig(k=8, collection="streaming", streaming_speculate=speculate)
+        alloc, stream = Allocator(cfg), PromptStream(4096, seed=1)
+        task = SimulatedTask(u_shaped_gammas(4096, seed=1), tokens_pass=40, tokens_fail=90, seed=1)
+        steps = tokens = 0
+        for _ in range(4):
+            eng = DecodeEngine(64)
+            res = run_streaming_step(alloc.streaming(stream, 8, 64), task, eng)
+            steps, tokens = steps + eng.tally.steps, tokens + res.stats.tokens_generated
+            occupancy = eng.tally.sequence_steps / eng.tally.steps
+        out[speculate] = steps, tokens, occupancy
+    assert out[True][0] < out[False][0] and out[True][1] > out[False][1] and out[True][2] > out[False][2]
+
+
+@pytest.mark.parametrize("fields", [{"collection": "rounds"},
+                                    {"collection": "streaming", "allocator": "dynamic_sampling"}])
+def test_speculation_needs_streaming_sara(fields):
+    with pytest.raises(AllocationConfigError, match="streaming_speculate=True .* needs collection='streaming' and "
+                                                    "allocator='sara'"):
+        AllocationConfig(k=8, streaming_speculate=True, **fields)

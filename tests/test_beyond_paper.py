@@ -1,5 +1,5 @@
-"""Beyond-paper options of the allocation core: Bayes-optimal stopping (tau_low="auto"), empirical-Bayes prior fit,
-history warm-start, predictive selection, token-aware cost, and the off-by-default guarantee."""
+"""Beyond-paper options of the allocation core: Bayes-optimal stopping (stopping_rule="bayes_optimal"), empirical-Bayes
+prior fit, history warm-start, predictive selection, token-aware cost, and the off-by-default guarantee."""
 
 from __future__ import annotations
 
@@ -439,7 +439,7 @@ def test_history_skews_the_prior_of_saturated_prompts():
 
 
 def test_auto_never_abandons_a_mixed_group_and_commits_at_the_floor():
-    cfg = AllocationConfig(tau_low="auto", auto_min_prompts=1)
+    cfg = AllocationConfig(stopping_rule="bayes_optimal", auto_min_prompts=1)
     ext = Extensions(cfg)
     ext.table.add(np.full(50, 8), np.tile([0, 8, 3, 5, 0], 10))
     ext.begin_step(PromptStream(10))
@@ -457,7 +457,7 @@ def test_auto_on_u_shaped_stream_fits_prior_and_uses_optimal_boundary():
     from sara_trl.allocation.optimal_stopping import path_probabilities
 
     gammas = u_shaped_gammas(20_000, seed=1)
-    results, alloc = _run(AllocationConfig(tau_low="auto"), 8, gammas, B=64)
+    results, alloc = _run(AllocationConfig(stopping_rule="bayes_optimal"), 8, gammas, B=64)
     d = alloc.diagnostics()
     fit = MixturePrior(d["prior_w0"], d["prior_w1"], d["prior_a"], d["prior_b"])
     # What the data identify once runs are cut at n = 2..3 are the run probabilities (the point mass at 0 trades
@@ -477,7 +477,7 @@ def test_auto_on_u_shaped_stream_fits_prior_and_uses_optimal_boundary():
 
 def test_state_dict_round_trip_with_every_option():
     gammas = u_shaped_gammas(60, seed=7)
-    cfg = AllocationConfig(tau_low="auto", cost_unit="tokens", history_decay=0.9, selection="thompson",
+    cfg = AllocationConfig(stopping_rule="bayes_optimal", cost_unit="tokens", history_decay=0.9, selection="thompson",
                            auto_min_prompts=8)
     task = SimulatedTask(gammas, seed=1)
     stream = PromptStream(len(gammas), seed=1)
@@ -498,7 +498,7 @@ def test_state_dict_round_trip_with_every_option():
 
 def test_token_cost_unit_learns_lengths():
     gammas = u_shaped_gammas(5000, seed=3)
-    _, alloc = _run(AllocationConfig(tau_low="auto", cost_unit="tokens"), 4, gammas, B=32)
+    _, alloc = _run(AllocationConfig(stopping_rule="bayes_optimal", cost_unit="tokens"), 4, gammas, B=32)
     d = alloc.diagnostics()
     # SimulatedTask: Gamma lengths with means 400 (success) and 700 (failure), rounded, >= 1.
     assert d["cost_pass"] == pytest.approx(400, rel=0.05) and d["cost_fail"] == pytest.approx(700, rel=0.05)
@@ -522,8 +522,10 @@ def test_selection_prefers_prompts_that_mix():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(tau_low="sometimes"), "tau_low"),
-    (dict(cost_unit="tokens"), "needs tau_low='auto'"),
-    (dict(cost_unit="watts", tau_low="auto"), "cost_unit"),
+    (dict(cost_unit="tokens"), "needs stopping_rule='bayes_optimal'"),
+    (dict(cost_unit="watts", stopping_rule="bayes_optimal"), "cost_unit"),
+    (dict(stopping_rule="auto"), "stopping_rule='auto' must be one of"),
+    (dict(stopping_rule="bayes_optimal", tau_low=0.3), "not used with stopping_rule='bayes_optimal'"),
     (dict(selection="thompson"), "needs history_decay"),
     (dict(selection="best", history_decay=0.5), "selection"),
     (dict(history_decay=1.2), "history_decay"),
@@ -533,7 +535,7 @@ def test_selection_prefers_prompts_that_mix():
     (dict(auto_prior_decay=-0.1), "auto_prior_decay"),
     (dict(auto_loss_cap=0.0), "auto_loss_cap"),
     (dict(auto_min_prompts=0), "auto_min_prompts"),
-    (dict(allocator="dynamic_sampling", tau_low="auto"), "SARA stopping rule"),
+    (dict(allocator="dynamic_sampling", stopping_rule="bayes_optimal"), "SARA stopping rule"),
 ])
 def test_invalid_beyond_paper_options(kwargs, match):
     with pytest.raises(ValueError, match=match):

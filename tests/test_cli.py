@@ -192,7 +192,9 @@ def test_mistakes_are_answered_before_torch_in_one_line(flags, message):
 
 def test_preview_rejects_what_the_real_config_rejects_with_the_same_message(capsys):
     """The same command line through the preview (config named by a string) and through the real class."""
-    for flags in (["--n0", "9"], ["--num_generations", "1"], ["--tau_low", "1.5"], ["--allocator", "foo"]):
+    for flags in (["--n0", "9"], ["--num_generations", "1"], ["--tau_low", "1.5"], ["--allocator", "foo"],
+                  ["--stopping_rule", "bayes_optimal", "--tau_low", "0.3"],
+                  ["--continue_to_decision", "--round_increment", "2"], ["--tau_low", "auto"]):
         errors = []
         for config in ("sara_trl:SaraConfig", SaraConfig):
             errors.append(_fail(capsys, config, [*CPU, *flags], prog="x"))
@@ -233,6 +235,24 @@ def test_preview_values_equal_the_real_parse():
     for name in ("max_steps", "n0", "carry_over", "num_generations", "tau_low", "learning_rate", "use_vllm"):
         assert seen[name] == getattr(config, name), name
     assert (config.max_steps, config.n0, config.carry_over) == (3, 3, True)
+
+
+def test_one_spelling_of_the_stopping_rule_and_of_continue_to_decision(capsys):
+    """``--stopping_rule`` and ``--continue_to_decision`` parse (through the preview and the real class alike); the
+    core's old values are no flag values."""
+    from sara_trl.cli import parse_args
+
+    flags = [*CPU, "--report_to", "none", "--stopping_rule", "bayes_optimal", "--continue_to_decision"]
+    for config in ("sara_trl:SaraConfig", SaraConfig):
+        (args,) = parse_args(config, flags, prog="x")
+        assert (args.stopping_rule, args.tau_low, args.continue_to_decision, args.round_increment) == (
+            "bayes_optimal", 0.45, True, 1)
+        cfg = args.to_allocation_config()
+        assert (cfg.stopping_rule, cfg.continue_to_decision) == ("bayes_optimal", True)
+    err = _fail(capsys, "sara_trl:SaraConfig", [*CPU, "--stopping_rule", "auto"], prog="x")
+    assert "argument --stopping_rule/--stopping-rule: invalid choice: 'auto'" in err
+    err = _fail(capsys, "sara_trl:SaraConfig", [*CPU, "--round_increment", "to_decision"], prog="x")
+    assert "invalid int value: 'to_decision'" in err
 
 
 def test_preflight_error_is_one_line_and_runs_without_a_preview_too(capsys):

@@ -14,10 +14,12 @@ from _helpers_rewards import correct_completion, read_jsonl, solve_countdown
 
 from sara_trl.data import (
     DATASET_NAMES,
+    DATASET_SPLITS,
     HUB_SOURCES,
     LOCAL_FILES,
     MATH_SUBJECTS,
     MATH_TEMPLATE,
+    DatasetSplit,
     DataUnavailableError,
     load_aime24,
     load_amc23,
@@ -168,6 +170,48 @@ def test_hub_sources_are_declared_for_every_loader():
         "olympiadbench",
         "countdown",
     }
+
+
+def test_every_split_row_is_complete_and_the_old_lookups_derive_from_it(data_dir):
+    """One row per dataset split holds every fact about it; HUB_SOURCES, LOCAL_FILES and DATASET_NAMES are views."""
+    for key, row in DATASET_SPLITS.items():
+        assert isinstance(row, DatasetSplit) and key == (row.dataset, row.split) == row.key
+        assert row.dataset and row.split and row.source and row.hub.repo_id and row.hub.split, key
+        assert (row.local_key is None) == (row.local_file is None), key
+        if row.local_file is not None:
+            assert (data_dir / row.local_file).is_file(), key  # the fixtures hold every standard file
+        with pytest.raises(AttributeError):  # frozen
+            row.source = "x"
+    assert HUB_SOURCES == {key: row.hub for key, row in DATASET_SPLITS.items()}
+    assert LOCAL_FILES == {row.local_key: row.local_file for row in DATASET_SPLITS.values() if row.local_key}
+    assert DATASET_NAMES == tuple(row.short_name for row in DATASET_SPLITS.values() if row.short_name)
+    assert DATASET_NAMES == ("math", "math500", "math_train_12k", "gsm8k", "aime24", "amc23", "minerva",
+                             "olympiadbench", "countdown", "countdown_test")
+    assert len(set(LOCAL_FILES.values())) == len(LOCAL_FILES)
+    # every dataset is also a short name (its loader's default split), so each row is reachable by name and split
+    assert {row.dataset for row in DATASET_SPLITS.values()} <= set(DATASET_NAMES)
+
+
+@pytest.mark.parametrize("key", list(DATASET_SPLITS), ids="/".join)
+def test_each_split_row_is_what_its_loader_reads(tmp_path, monkeypatch, key):
+    """The row's source column, Hub source, file name and message name are the ones the loader uses."""
+    row = DATASET_SPLITS[key]
+    line = {"target": 9, "nums": [1, 2, 3]} if row.dataset == "countdown" else {"problem": "P", "answer": "1"}
+    path = _write_jsonl(tmp_path / "one.jsonl", [line])
+    assert load_dataset_by_name(row.dataset, split=row.split, path=path)["source"] == [row.source]
+    fake = _FakeHub(ConnectionError("offline"))
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataUnavailableError) as info:
+        load_dataset_by_name(row.dataset, split=row.split)
+    err = info.value
+    assert fake.hub_calls == [row.hub.repo_id]
+    assert (err.dataset, err.split, err.repo_id, err.local_file) == (row.dataset, row.split, row.hub.repo_id,
+                                                                     row.local_file)
+    assert err.name == (row.display_name or f"{row.dataset} ({row.split})")
+    if row.local_file is None:
+        with pytest.raises(ValueError, match="no offline file"):
+            load_dataset_by_name(row.dataset, split=row.split, data_dir=tmp_path)
 
 
 def _write_jsonl(path, rows):

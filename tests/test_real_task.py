@@ -238,7 +238,8 @@ def test_streaming_engine_ratios_over_seeds():
 
     def rows(seed, seconds, rollouts, wait=None):
         return [{"seed": seed, "seconds": s, "rollouts": r, "tokens": 10 * r, **({} if wait is None else
-                 {"reward_seconds": 2 * wait, "reward_wait_seconds": wait})} for s, r in zip(seconds, rollouts)]
+                 {"reward_seconds": 2 * wait, "reward_wait_seconds": wait, "mean_in_flight": r / 4})}
+                for s, r in zip(seconds, rollouts)]
 
     ds = rows(0, [100.0], [200]) + rows(1, [100.0], [200]) + rows(2, [200.0], [400])
     sara = rows(0, [60.0], [100], 1.0) + rows(1, [80.0], [120], 3.0) + rows(2, [140.0], [200], 2.0)
@@ -247,11 +248,11 @@ def test_streaming_engine_ratios_over_seeds():
         m, half = np.mean(per_seed), stats.t.ppf(0.975, 2) * float(np.std(per_seed, ddof=1)) / np.sqrt(3)
         return f"{m:.2f} [{m - half:.2f}, {m + half:.2f}]"
 
-    assert lines[2] == "| ds_rounds | 3 | 1.00 | 1.00 | 1.00 | - | - | - |"
+    assert lines[2] == "| ds_rounds | 3 | 1.00 | 1.00 | 1.00 | - | - | - | - |"
     # seconds per seed 60/100, 80/100, 140/200; rollouts (and tokens) 100/200, 120/200, 200/400; dropping seed 0
     # (ratio 0.6) moves the time ratio from 0.70 to 0.75, as far as dropping seed 1, and comes first
     assert lines[3] == (f"| sara_streaming | 3 | {cell([0.6, 0.8, 0.7])} | {cell([0.5, 0.6, 0.5])} | "
-                        f"{cell([0.5, 0.6, 0.5])} | without seed 0: 0.75 | 4.00 | 2.00 |")
+                        f"{cell([0.5, 0.6, 0.5])} | without seed 0: 0.75 | 4.00 | 2.00 | 35.00 |")  # (25+30+50)/3
     assert se.seed_ratio_table([{"config": "sara_streaming", "steps": sara}]) == []  # no reference, no table
 
 

@@ -4,12 +4,15 @@ processes."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import multiprocessing as mp
 import pickle
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pytest
-from _helpers_rewards import correct_completion, wrong_answer
+from _helpers_rewards import correct_completion, read_jsonl, solve_countdown, wrong_answer
 
 from sara_trl.rewards import (
     REWARD_FUNCS,
@@ -18,6 +21,8 @@ from sara_trl.rewards import (
     MathReward,
     NumericReward,
     Status,
+    Verdict,
+    VerdictReward,
     completion_text,
     countdown_reward,
     format_reward,
@@ -132,6 +137,107 @@ def test_rewards_pickle_and_keep_their_name(func):
     if isinstance(func, MathReward):
         assert clone.timeout_s == 3.0
         assert clone([correct_completion("7")], answer=["7"]) == [1.0]
+
+
+# --- the one scaffold: VerdictReward -------------------------------------------------------------------------
+@dataclass
+class ToyReward(VerdictReward):
+    """A verifier stating only what differs (module level, so it pickles)."""
+
+    name = "toy_reward"
+    counter = "toy"
+    columns = ("gold", "extra")
+    optional = ("extra",)
+
+    shout: bool = False
+
+    def judge(self, completions, gold, extra):
+        return [Verdict(Status.CORRECT if c == g else Status.WRONG if g else Status.UNPARSEABLE_GOLD, c)
+                for c, g in zip(completions, gold)]
+
+
+def test_verdict_reward_turns_judge_into_a_trl_reward():
+    toy = ToyReward(shout=True)
+    assert toy.__name__ == "toy_reward" and repr(toy) == "ToyReward(shout=True)"
+    assert str(inspect.signature(toy)) == ("(completions: 'Sequence[Any]', gold: 'Sequence[Any] | None' = None, "
+                                           "extra: 'Sequence[Any] | None' = None, **kwargs: 'Any') -> "
+                                           "'list[float | None]'")
+    assert str(inspect.signature(ToyReward.verdicts)) == ("(self, completions: 'Sequence[Any]', gold: "
+                                                          "'Sequence[Any]', extra: 'Sequence[Any] | None' = None) -> "
+                                                          "'list[Verdict]'")
+    reset_stats()
+    # TRL's call: columns by keyword, everything else ignored; positional columns work too
+    assert toy(["a", "b", "c"], gold=["a", "x", ""], prompts=["p"] * 3, trainer_state=None) == [1.0, 0.0, None]
+    assert toy(["a"], ["a"]) == [1.0]
+    assert [v.status for v in toy.verdicts(["a"], ["b"])] == [Status.WRONG]
+    s = stats()
+    assert (s["toy/correct"], s["toy/wrong"], s["toy/unparseable_gold"]) == (2, 2, 1)
+    with pytest.raises(ValueError, match=r"^toy_reward needs the dataset column 'gold' \(TRL passes"):
+        toy(["a"], extra=[1])
+    with pytest.raises(ValueError, match="got 2 completions but 1 golds"):
+        toy(["a", "b"], gold=["a"])
+    with pytest.raises(ValueError, match="got 1 completions but 2 extras"):
+        toy(["a"], gold=["a"], extra=[1, 2])
+    with pytest.raises(TypeError, match=r"^ToyReward.verdicts\(\) missing a required argument: 'gold'"):
+        toy.verdicts(["a"])
+    with pytest.raises(TypeError, match=r"^ToyReward.__call__\(\) too many positional arguments"):
+        toy(["a"], ["a"], [1], [2])
+    clone = pickle.loads(pickle.dumps(toy))
+    assert clone == toy and clone.__name__ == "toy_reward" and clone(["a"], gold=["a"]) == [1.0]
+
+
+@pytest.mark.parametrize("cls", [MathReward, NumericReward, CountdownReward, FormatReward])
+def test_every_reward_class_is_built_on_verdict_reward(cls):
+    assert issubclass(cls, VerdictReward)
+    source = inspect.getsource(cls)
+    assert "def __call__" not in source and "def verdicts" not in source  # the scaffold's, not a copy
+    assert cls().__name__ == cls.name and cls.name.endswith("_reward")
+    assert list(inspect.signature(cls()).parameters) == ["completions", *cls.columns, "kwargs"]
+
+
+#: how many of each math fixture file's golds are plain numbers (numeric_reward gives None for the others)
+NUMERIC_GOLDS = {"math500.jsonl": 10, "aime24.jsonl": 6, "amc23.jsonl": 12, "minerva_math.jsonl": 9,
+                 "olympiadbench.jsonl": 9, "gsm8k_test.jsonl": 20, "math_train.jsonl": 15, "math_train_12k.jsonl": 6}
+
+
+@pytest.mark.parametrize("fname", sorted(NUMERIC_GOLDS))
+def test_reward_classes_give_the_same_rewards_on_the_fixtures(fname):
+    """The rewards every class gave before it was built on VerdictReward, per kind of completion."""
+    golds = [r["answer"] for r in read_jsonl(fname)]
+    n, numeric = len(golds), NUMERIC_GOLDS[fname]
+    kinds = {
+        "boxed": ([correct_completion(g) for g in golds], {1.0: n}, {1.0: numeric}, {0.0: n}),
+        "wrong": ([correct_completion(wrong_answer(g)) for g in golds], {0.0: n}, {0.0: numeric}, {0.0: n}),
+        "none": (["no answer"] * n, {0.0: n}, {0.0: numeric}, {0.0: n}),
+        "tags": ([f"<think>x</think><answer>{g}</answer>" for g in golds], {0.0: n}, {1.0: numeric}, {1.0: n}),
+    }
+    for kind, (comps, math, num, fmt) in kinds.items():
+        if numeric < n:
+            num = {**num, None: n - numeric}
+        reset_stats()
+        got_math, got_num = math_reward(comps, answer=golds), numeric_reward(comps, answer=golds, prompts=comps)
+        assert (Counter(got_math), Counter(got_num), Counter(format_reward(comps, answer=golds))) == (
+            math, num, fmt), kind
+        counted = {k.split("/")[1]: v for k, v in stats().items() if k.startswith("numeric/")}
+        statuses = Counter(v.status.value for v in NumericReward().verdicts(comps, golds))
+        assert counted == statuses, kind  # each verdict of the call above counted once, by the scaffold
+        assert [v.reward for v in NumericReward().verdicts(comps, golds)] == got_num
+        assert [v.reward for v in MathReward().verdicts(comps, golds)] == got_math
+
+
+@pytest.mark.parametrize("fname", ["countdown_3to4_train_head.jsonl", "countdown_tinyzero_test.jsonl"])
+def test_countdown_reward_gives_the_same_rewards_on_the_fixtures(fname):
+    rows = read_jsonl(fname)
+    target, nums = [r["target"] for r in rows], [r["nums"] for r in rows]
+    sols = [solve_countdown(ns, t) for ns, t in zip(nums, target)]
+    right = [[{"role": "assistant", "content": f"<think>..</think><answer>{s}</answer>"}] for s in sols]
+    wrong = [f"<answer>{s} + 1</answer>" for s in sols]
+    reset_stats()
+    assert countdown_reward(right + wrong, target=target * 2, nums=nums * 2) == [1.0] * len(rows) + [0.0] * len(rows)
+    assert CountdownReward(max_answer_chars=10)(right, target, nums) == [
+        1.0 if len(s) <= 10 else 0.0 for s in sols]
+    s = stats()
+    assert s["countdown/correct"] == len(rows) + sum(len(x) <= 10 for x in sols)
 
 
 # --- concurrency: threads, asyncio, processes -------------------------------------------------------------------

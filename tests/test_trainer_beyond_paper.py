@@ -32,9 +32,9 @@ def test_parser_carries_every_beyond_paper_flag():
                   "--selection_floor", "0.25", "--selection_seed", "5"])
     # Every field not named keeps its default; n0 etc. are the paper's.
     assert args.to_allocation_config() == AllocationConfig(
-        k=4, tau_low="auto", auto_prior="beta", auto_prior_decay=0.8, auto_min_prompts=16, auto_loss_cap=0.1,
-        cost_unit="tokens", history_decay=0.7, selection="thompson", selection_pool=3.0, selection_floor=0.25,
-        selection_seed=5,
+        k=4, stopping_rule="bayes_optimal", auto_prior="beta", auto_prior_decay=0.8, auto_min_prompts=16,
+        auto_loss_cap=0.1, cost_unit="tokens", history_decay=0.7, selection="thompson", selection_pool=3.0,
+        selection_floor=0.25, selection_seed=5,
     )
 
 
@@ -44,7 +44,7 @@ def test_parser_defaults_are_the_paper_and_kebab_case_works():
     assert default.selection_seed == 42  # None resolves to TRL's `seed`
     args = parse(["--stopping-rule", "bayes_optimal", "--history-decay", "0.0", "--seed", "3"])
     cfg = args.to_allocation_config()
-    assert (cfg.tau_low, cfg.history_decay, cfg.selection_seed) == ("auto", 0.0, 3)
+    assert (cfg.stopping_rule, cfg.tau_low, cfg.history_decay, cfg.selection_seed) == ("bayes_optimal", 0.45, 0.0, 3)
     assert (args.stopping_rule, args.tau_low) == ("bayes_optimal", 0.45)
 
 
@@ -64,10 +64,12 @@ def test_parser_help_and_choices():
 def test_python_fields_and_rloo_share_them():
     args = SaraConfig(**BASE, stopping_rule="bayes_optimal", history_decay=0.5, selection="greedy", selection_seed=9)
     cfg = args.to_allocation_config()
-    assert (cfg.tau_low, cfg.history_decay, cfg.selection, cfg.selection_seed) == ("auto", 0.5, "greedy", 9)
+    assert (cfg.stopping_rule, cfg.history_decay, cfg.selection, cfg.selection_seed) == ("bayes_optimal", 0.5,
+                                                                                          "greedy", 9)
     rloo = SaraRLOOConfig(**{**BASE, "num_generations": 2, "commit_min": 2, "stopping_rule": "bayes_optimal",
                              "cost_unit": "tokens"})
-    assert (rloo.to_allocation_config().tau_low, rloo.to_allocation_config().cost_unit) == ("auto", "tokens")
+    assert (rloo.to_allocation_config().stopping_rule, rloo.to_allocation_config().cost_unit) == ("bayes_optimal",
+                                                                                                  "tokens")
     # Integral values are passed as ints, never rounded: 3.0 is accepted as 3, 2.5 is rejected by the core.
     assert SaraConfig(**BASE, n0=3.0, auto_min_prompts=np.int64(8)).to_allocation_config().n0 == 3
     assert type(SaraConfig(**BASE, auto_min_prompts=np.int64(8)).to_allocation_config().auto_min_prompts) is int
@@ -76,14 +78,14 @@ def test_python_fields_and_rloo_share_them():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        # The trainer's own checks (fields the core does not have).
-        ({"stopping_rule": "auto"}, r"stopping_rule must be one of \['threshold', 'bayes_optimal'\], got 'auto'"),
-        ({"tau_low": "auto"}, r"tau_low='auto': .* set stopping_rule='bayes_optimal'"),
+        # The core's messages, raised through to_allocation_config() for the trainer config.
+        ({"stopping_rule": "auto"},
+         r"SaraConfig: stopping_rule='auto' must be one of \('threshold', 'bayes_optimal'\)"),
+        ({"tau_low": "0.3"}, r"tau_low='0.3' must be a number in \[0, 1\).* set stopping_rule='bayes_optimal'"),
         ({"stopping_rule": "bayes_optimal", "tau_low": 0.3}, r"tau_low \(0.3\) is not used with stopping_rule="),
-        # The core's messages, raised through to_allocation_config().
-        ({"cost_unit": "tokens"}, r"cost_unit='tokens' needs tau_low='auto'.*is stopping_rule='bayes_optimal'"),
+        ({"cost_unit": "tokens"}, r"cost_unit='tokens' needs stopping_rule='bayes_optimal'"),
         ({"allocator": "dynamic_sampling", "stopping_rule": "bayes_optimal"},
-         r"tau_low='auto' is a SARA stopping rule; allocator='dynamic_sampling'"),
+         r"stopping_rule='bayes_optimal' is a SARA stopping rule; allocator='dynamic_sampling'"),
         ({"selection": "thompson"}, r"selection needs history_decay"),
         ({"selection": "random", "history_decay": 0.5}, r"selection='random' must be None or one of"),
         ({"history_decay": 1.5}, r"history_decay=1.5 must lie in \[0, 1\] or be None"),
@@ -129,7 +131,8 @@ def test_two_steps_log_diagnostics(tiny_model_dir, tokenizer, cpu_trainer_kwargs
                                            auto_min_prompts=1))
     trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=mode_reward, args=args,
                               train_dataset=mode_dataset(), processing_class=tokenizer)
-    assert trainer.sara_allocator.config.tau_low == "auto" and trainer.sara_allocator.config.history_decay == 0.5
+    assert trainer.sara_allocator.config.stopping_rule == "bayes_optimal"
+    assert trainer.sara_allocator.config.history_decay == 0.5
     trainer.train()
 
     logs = sara_logs(trainer)

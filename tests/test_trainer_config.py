@@ -58,7 +58,7 @@ def test_hf_argument_parser_round_trip():
         ({"n0": 0}, r"n0=0 must satisfy .*needs at least one probe rollout"),
         ({"commit_min": 1}, r"commit_min=1 must satisfy 2 <= commit_min <= k=4: .*here k is num_generations"),
         ({"commit_min": 5}, r"commit_min=5"),
-        ({"tau_low": 1.0}, r"tau_low=1.0 must lie in \[0, 1\).*here tau_low='auto' is stopping_rule='bayes_optimal'"),
+        ({"tau_low": 1.0}, r"SaraConfig: tau_low=1.0 must lie in \[0, 1\): .*abandon every prompt"),
         ({"tau_low": -0.1}, r"tau_low=-0.1 .*a negative threshold on a probability never abandons"),
         ({"continue_to_decision": True, "round_increment": 2}, r"round_increment \(2\) is not used with "
                                                                 r"continue_to_decision=True"),
@@ -126,8 +126,64 @@ def test_continue_to_decision_maps_to_the_core_schedule():
     (args,) = parser.parse_args_into_dataclasses(
         ["--output_dir", "o", "--use_cpu", "--report_to", "none", "--num_generations", "4",
          "--per_device_train_batch_size", "8", "--continue_to_decision", "True"])
-    assert args.to_allocation_config().round_increment == "to_decision"
+    cfg = args.to_allocation_config()
+    assert (cfg.continue_to_decision, cfg.round_increment) == (True, 1)
+    assert not SaraConfig(**BASE).to_allocation_config().continue_to_decision
     assert SaraConfig(**BASE).to_allocation_config().round_increment == 1
+
+
+@pytest.mark.parametrize("config_class", [SaraConfig, SaraRLOOConfig])
+@pytest.mark.parametrize("old, new, warned", [
+    ({"tau_low": "auto"}, {"stopping_rule": "bayes_optimal"}, ["tau_low='auto' is deprecated and will be removed in "
+                                                               "sara_trl 0.3; use stopping_rule='bayes_optimal'"]),
+    ({"round_increment": "to_decision"}, {"continue_to_decision": True},
+     ["round_increment='to_decision' is deprecated and will be removed in sara_trl 0.3; use "
+      "continue_to_decision=True"]),
+    ({"tau_low": "auto", "round_increment": "to_decision"}, {"stopping_rule": "bayes_optimal",
+                                                             "continue_to_decision": True},
+     ["tau_low='auto' is deprecated", "round_increment='to_decision' is deprecated"]),
+])
+def test_old_spellings_warn_and_convert_to_the_new_fields(config_class, old, new, warned):
+    base = {**BASE, "num_generations": 4, "commit_min": None}
+    with pytest.warns(FutureWarning) as record:
+        args = config_class(**base, **old)
+    messages = [str(w.message) for w in record if issubclass(w.category, FutureWarning)
+                and "sara_trl 0.3" in str(w.message)]
+    assert len(messages) == len(warned)
+    for message, expected in zip(messages, warned):
+        assert message.startswith(f"{config_class.__name__}: {expected}")
+    assert all(w.filename == __file__ for w in record if "sara_trl 0.3" in str(w.message))  # the caller's line
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        modern = config_class(**base, **new)
+    for name in ("tau_low", "stopping_rule", "round_increment", "continue_to_decision"):
+        assert getattr(args, name) == getattr(modern, name), name
+    assert args.to_allocation_config() == modern.to_allocation_config()
+
+
+def test_to_allocation_config_is_a_field_copy():
+    args = SaraConfig(**BASE, stopping_rule="bayes_optimal", continue_to_decision=True, n0=3, selection_seed=7)
+    cfg = args.to_allocation_config()
+    for f in dataclasses.fields(AllocationConfig):
+        expected = args.num_generations if f.name == "k" else getattr(args, f.name)
+        assert getattr(cfg, f.name) == expected, f.name
+    assert SaraConfig(**BASE).to_allocation_config().selection_seed == SaraConfig(**BASE).seed  # None -> seed
+
+
+def test_the_new_fields_parse_from_the_command_line():
+    parser = HfArgumentParser(SaraConfig)
+    argv = ["--output_dir", "o", "--use_cpu", "--bf16", "False", "--report_to", "none", "--num_generations", "4",
+            "--per_device_train_batch_size", "8"]
+    (args,) = parser.parse_args_into_dataclasses(argv + ["--stopping_rule", "bayes_optimal", "--continue_to_decision"])
+    assert (args.stopping_rule, args.continue_to_decision, args.tau_low, args.round_increment) == (
+        "bayes_optimal", True, 0.45, 1)
+    help_text = parser.format_help()
+    assert "--stopping_rule {threshold,bayes_optimal}" in help_text and "--continue_to_decision" in help_text
+    for old in (["--tau_low", "auto"], ["--round_increment", "to_decision"]):  # one spelling on the command line
+        with pytest.raises(SystemExit):
+            parser.parse_args_into_dataclasses(argv + old)
 
 
 def test_rloo_config_validates_against_its_own_k():
@@ -140,17 +196,11 @@ def prompts():
     return Dataset.from_dict({"prompt": [f"Question {i}" for i in range(4)]})
 
 
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        ({"tools": [constant_reward]}, "does not support `tools`"),
-        ({"environment_factory": object}, "does not support `environment_factory`"),
-    ],
-)
-def test_unsupported_features_raise_at_construction(extra, message, prompts, tiny_model_dir, tokenizer):
-    with pytest.raises(ValueError, match=message):
+def test_environment_factory_raises_at_construction(prompts, tiny_model_dir, tokenizer):
+    # tools= trains in rounds (tests/test_trainer_tools.py, with its refusals); environments are not supported yet
+    with pytest.raises(ValueError, match="does not support `environment_factory`"):
         SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=constant_reward, args=SaraConfig(**BASE),
-                        train_dataset=prompts, processing_class=tokenizer, **extra)
+                        train_dataset=prompts, processing_class=tokenizer, environment_factory=object)
 
 
 def test_dataset_and_args_errors(prompts, tiny_model_dir, tokenizer):
@@ -217,7 +267,8 @@ def test_streaming_collection_needs_the_colocated_vllm_engine():
     with pytest.raises(ValueError, match="SaraConfig: collection='streaming' decides prompts one completion"):
         SaraConfig(**BASE, allocator="uniform", collection="streaming")
     colocate = dict(BASE, collection="streaming", use_vllm=True, vllm_mode="colocate")
-    assert SaraConfig(**colocate, stopping_rule="bayes_optimal").to_allocation_config().tau_low == "auto"
+    assert SaraConfig(**colocate, stopping_rule="bayes_optimal").to_allocation_config().stopping_rule \
+        == "bayes_optimal"
     assert SaraConfig(**colocate, allocator="dynamic_sampling", ds_filter="score").to_allocation_config().ds_filter \
         == "score"  # dynamic sampling on its scores' spread streams too
     assert SaraConfig(**colocate, carry_over=True, history_decay=0.5).to_allocation_config().history_decay == 0.5

@@ -1,9 +1,14 @@
 """Custom rollouts (``rollout_func``) in SaraGRPOTrainer / SaraRLOOTrainer on a tiny random Llama (CPU): each round
 calls the user's function once, the cache keeps what it returned (prompt ids, ``env_mask``, extra fields), the replay
 hands it back to TRL unchanged, and with ``allocator="uniform"`` the loss is TRL's GRPOTrainer's on the same
-trajectories. ``tools`` and ``environment_factory`` stay refused."""
+trajectories. With ``tools=`` (scripted generation: the model calls a tool, then answers), each round runs TRL's own
+tool loop, the replay hands back whole trajectories with TRL's ``tool_mask``, and with ``allocator="uniform"`` the
+loss and ``tools/*`` metrics are TRL's GRPOTrainer's. ``environment_factory`` stays refused, and RLOO (no tool loop
+in TRL) refuses both."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -253,11 +258,291 @@ def test_rollout_func_runs_in_rounds_only(tiny_model_dir, tokenizer):
                         processing_class=tokenizer, rollout_func=ScriptedRollouts())
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"tools": [solved_reward]}, "does not support `tools` yet"),
-    ({"environment_factory": object}, "does not support `environment_factory` yet"),
-])
-def test_tools_and_environments_still_refused(extra, message, tiny_model_dir, tokenizer, cpu_trainer_kwargs):
-    with pytest.raises(ValueError, match=message):
+def test_environments_still_refused(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    with pytest.raises(ValueError, match="does not support `environment_factory` yet"):
         SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward, args=SaraConfig(**cpu_trainer_kwargs()),
-                        train_dataset=mode_dataset(), processing_class=tokenizer, **extra)
+                        train_dataset=mode_dataset(), processing_class=tokenizer, environment_factory=object)
+
+
+def test_tools_refusals(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    """Tools run in rounds collection only, do not combine with a rollout_func, and RLOO has no tool loop."""
+    base = dict(output_dir="o", use_cpu=True, report_to="none", num_generations=4, per_device_train_batch_size=8,
+                max_steps=1, use_vllm=True, vllm_mode="colocate")
+    auto = SaraConfig(**base)
+    require_rounds(SaraGRPOTrainer, auto, "tools")
+    assert auto.collection == "rounds" and "tool calls between them" in auto.collection_auto_reason
+    with pytest.raises(ValueError, match="does not support `tools` with collection='streaming'.*several "
+                                         "generations with tool calls run between them"):
+        SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward,
+                        args=SaraConfig(**base, collection="streaming"), train_dataset=mode_dataset(),
+                        processing_class=tokenizer, tools=[lookup])
+    with pytest.raises(ValueError, match="does not support `tools`: together with `rollout_func` yet"):
+        SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward, args=SaraConfig(**cpu_trainer_kwargs()),
+                        train_dataset=mode_dataset(), processing_class=tokenizer, tools=[lookup],
+                        rollout_func=ScriptedRollouts())
+    for extra in ({"tools": [lookup]}, {"environment_factory": object}):
+        name = next(iter(extra))
+        with pytest.raises(ValueError, match=f"does not support `{name}`: TRL's RLOOTrainer .* has no tool loop"):
+            SaraRLOOTrainer(model=tiny_model_dir, reward_funcs=solved_reward,
+                            args=SaraRLOOConfig(**cpu_trainer_kwargs()), train_dataset=mode_dataset(),
+                            processing_class=tokenizer, **extra)
+
+
+# ---------------------------------------------------------------------------------------------------- tools=
+# The model's scripted turns, by the question it answers (its prompt says "Question N") and how far it got: a first
+# turn calls the tool `lookup` (or, by the question's `plan`, an unknown tool, or answers at once), a turn after a tool
+# response answers "yes" or "no".
+TOOL_CALL = '<tool_call>\n{{"name": "{name}", "arguments": {{"key": {key}}}}}\n</tool_call><|im_end|>'
+
+
+def lookup(key: int) -> str:
+    """Look a key up in the table.
+
+    Args:
+        key: The key to look up.
+    """
+    lookup.calls += 1
+    return f"value-{key}"
+
+
+def tool_tokenizer(tokenizer):
+    """The SmolLM2 tokenizer with Qwen3's chat template (which renders tool calls; TRL then sets its response template
+    and swaps in its prefix-preserving training template), and <|im_end|>, which ends its turns, as EOS (as Qwen's)."""
+    from trl.chat_template_utils import qwen3_chat_template
+
+    tokenizer.chat_template = qwen3_chat_template
+    tokenizer.eos_token = "<|im_end|>"
+    return tokenizer
+
+
+class ScriptedToolModel:
+    """Replaces ``model.generate`` (TRL's transformers generation path): each row's completion is scripted from its
+    prompt. ``first(question, position)`` says what a first turn does: ``"lookup"`` (a tool call), ``"missing"`` (a
+    call of an unknown tool: a failure), or an answer; ``answer(question, position)`` is the final answer after a tool
+    response. Records every call (rows per call, and whether it followed a tool response)."""
+
+    def __init__(self, trainer, first, answer):
+        self.tokenizer = trainer.processing_class
+        self.first, self.answer = first, answer
+        self.calls: list[tuple[int, bool]] = []
+        self.turns: dict[str, list[int]] = {}  # text -> ids of a scripted turn
+        trainer.model.generate = self.generate
+
+    def ids(self, text: str) -> list[int]:
+        return self.turns.setdefault(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, input_ids, attention_mask=None, **kwargs):
+        rows, after_tool = [], None
+        for position, (ids, mask) in enumerate(zip(input_ids.tolist(), attention_mask.tolist())):
+            text = self.tokenizer.decode([t for t, m in zip(ids, mask) if m])
+            question = int(re.findall(r"Question (\d+)", text)[-1])
+            after_tool = "<tool_response>" in text
+            if after_tool:
+                turn = self.answer(question, position) + "<|im_end|>"
+            else:
+                action = self.first(question, position)
+                turn = (TOOL_CALL.format(name=action, key=question) if action in ("lookup", "missing")
+                        else action + "<|im_end|>")
+            rows.append(self.ids(turn))
+        self.calls.append((len(rows), after_tool))
+        width = max(len(r) for r in rows)
+        eos = self.tokenizer.eos_token_id
+        completions = torch.tensor([r + [eos] * (width - len(r)) for r in rows])
+        return torch.cat([input_ids, completions.to(input_ids.device)], dim=1)
+
+
+def answer_reward(completions, **kwargs):
+    """1 when the last assistant turn answers "yes"."""
+    return [float(completion[-1]["content"].strip() == "yes") for completion in completions]
+
+
+def tool_kwargs(cpu_trainer_kwargs, **overrides):
+    return cpu_trainer_kwargs(max_completion_length=128, **overrides)
+
+
+def spy_tool_loop(monkeypatch) -> list[int]:
+    """Rows of each call of TRL's own ``_tool_call_loop`` (the replay answers without reaching it)."""
+    calls = []
+    loop = GRPOTrainer._tool_call_loop
+
+    def spy(self, prompts, *args):
+        calls.append(len(prompts))
+        return loop(self, prompts, *args)
+
+    monkeypatch.setattr(GRPOTrainer, "_tool_call_loop", spy)
+    return calls
+
+
+def check_tool_rows(model, output, expected_first):
+    """Every row of TRL's batch: completion = first turn + TRL's tool suffix + answer, tool_mask 0 exactly over the
+    tool suffix; ``expected_first`` gives each row's first-turn text, None when it answered at once."""
+    tokenizer = model.tokenizer
+    for row, first in enumerate(expected_first):
+        length = int(output["completion_mask"][row].sum())
+        ids = output["completion_ids"][row, :length].tolist()
+        mask = output["tool_mask"][row, :length].tolist()
+        if first is None:  # answered at once: no tool output
+            assert all(mask)
+            continue
+        first_ids = model.ids(first)
+        assert ids[:len(first_ids)] == first_ids
+        zeros = [i for i, m in enumerate(mask) if m == 0]
+        assert zeros == list(range(len(first_ids), zeros[-1] + 1))  # one contiguous block right after the call
+        tool_text = tokenizer.decode(ids[zeros[0]:zeros[-1] + 1])
+        assert "<tool_response>" in tool_text and ("value-" in tool_text or "not found" in tool_text)
+        answer = tokenizer.decode(ids[zeros[-1] + 1:])
+        assert answer in ("yes<|im_end|>", "no<|im_end|>") and all(mask[zeros[-1] + 1:])
+
+
+def test_grpo_tools_train_in_rounds_through_trl_tool_loop(tiny_model_dir, tokenizer, cpu_trainer_kwargs,
+                                                           monkeypatch):
+    """allocator='sara' with tools: each round runs TRL's tool loop once; the replay hands back whole trajectories
+    (tool output masked by tool_mask), the tool runs once per rollout that calls it, never again in the replay."""
+    lookup.calls = 0
+    seen: dict[int, int] = {}
+
+    def answer(question, position):  # "always": yes, "never": no, "coin": alternate per answer of that question
+        mode = MODES[question]
+        j = seen.get(question, 0)
+        seen[question] = j + 1
+        return "yes" if mode == "always" or (mode == "coin" and j % 2 == 0) else "no"
+
+    args = SaraConfig(**tool_kwargs(cpu_trainer_kwargs, allocator="sara", budget_cap=12.0))
+    assert args.collection == "rounds"
+    trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=answer_reward, args=args,
+                              train_dataset=mode_dataset(), processing_class=tool_tokenizer(tokenizer),
+                              tools=[lookup])
+    model = ScriptedToolModel(trainer, first=lambda question, position: "lookup", answer=answer)
+    loops = spy_tool_loop(monkeypatch)
+    records = spy_replays(trainer)
+    trainer.train()
+
+    logs = sara_logs(trainer)
+    assert len(logs) == len(records) == 2
+    generated = sum(entry["sara/rollouts_generated"] for entry in logs)
+    # One tool loop per round over the round's rollouts; each rollout called the tool once, in the rounds only.
+    assert len(loops) == sum(entry["sara/rounds"] for entry in logs) and sum(loops) == generated
+    assert lookup.calls == generated
+    # Generation: per round, one first turn over all its rollouts, then one turn after the tool responses.
+    assert [after for _, after in model.calls] == [False, True] * len(loops)
+    for record in records:
+        step, output = record["step"], record["output"]
+        assert all(MODES[group.prompt_id] == "coin" for group in step.groups)
+        check_tool_rows(model, output, [TOOL_CALL.format(name="lookup", key=group.prompt_id)
+                                        for group in step.groups for _ in group.rollout_ids])
+    tool_logs = [entry for entry in trainer.state.log_history if "tools/call_frequency" in entry]
+    assert [entry["tools/call_frequency"] for entry in tool_logs] == [1.0, 1.0]
+    assert [entry["tools/failure_frequency"] for entry in tool_logs] == [0.0, 0.0]
+
+
+def test_uniform_with_tools_equals_trl(tiny_model_dir, tokenizer, smollm2_tokenizer_dir, cpu_trainer_kwargs):
+    """allocator='uniform' with tools trains what TRL's GRPOTrainer trains on the same scripted trajectories: the same
+    completions and tool_mask, loss and tool metrics. Per group of 4: a tool call answered yes, one answered no, a
+    call of an unknown tool (a failure), an answer without any tool call."""
+    from transformers import AutoTokenizer
+
+    prompt = [{"role": "user", "content": "Question 0"}]
+    dataset = Dataset.from_dict({"prompt": [prompt] * 8})
+
+    def first(question, position):
+        return ("lookup", "lookup", "missing", "yes")[position % 4]
+
+    def answer(question, position):
+        return "yes" if position % 2 == 0 else "no"
+
+    results = {}
+    for name in ("trl", "sara"):
+        lookup.calls = 0
+        processing_class = tool_tokenizer(AutoTokenizer.from_pretrained(smollm2_tokenizer_dir))
+        kwargs = tool_kwargs(cpu_trainer_kwargs, max_steps=1)
+        if name == "trl":
+            trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=answer_reward, args=GRPOConfig(**kwargs),
+                                  train_dataset=dataset, processing_class=processing_class, tools=[lookup])
+        else:
+            trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=answer_reward,
+                                      args=SaraConfig(**kwargs, allocator="uniform"), train_dataset=dataset,
+                                      processing_class=processing_class, tools=[lookup])
+        model = ScriptedToolModel(trainer, first=first, answer=answer)
+        outputs = []
+        generate_and_score = trainer._generate_and_score_completions
+
+        def capture(inputs, generate_and_score=generate_and_score, outputs=outputs, trainer=trainer):
+            output = generate_and_score(inputs)
+            if trainer.model.training and active_replay(trainer) is None:
+                outputs.append({k: v.detach().clone() for k, v in output.items() if isinstance(v, torch.Tensor)})
+            return output
+
+        trainer._generate_and_score_completions = capture
+        trainer.train()
+        results[name] = {"log": trainer.state.log_history[0], "output": outputs[0], "tool_runs": lookup.calls}
+        call = TOOL_CALL.format(name="lookup", key=0)
+        check_tool_rows(model, outputs[0], [call, call, TOOL_CALL.format(name="missing", key=0), None] * 2)
+
+    trl, sara = results["trl"], results["sara"]
+    assert sara["tool_runs"] == trl["tool_runs"] == 4  # the tool ran once per rollout that called it
+    for key in ("completion_ids", "completion_mask", "tool_mask", "advantages"):
+        assert torch.equal(sara["output"][key], trl["output"][key]), key
+    assert trl["log"]["tools/call_frequency"] == 0.75 and trl["log"]["tools/failure_frequency"] == pytest.approx(1 / 3)
+    assert trl["log"]["loss"] != 0.0
+    for key in ("loss", "tools/call_frequency", "tools/failure_frequency", "completions/mean_length",
+                "completions/max_length", "completions/clipped_ratio", "num_tokens", "reward"):
+        assert sara["log"][key] == pytest.approx(trl["log"][key], rel=1e-5, abs=1e-7), key
+
+
+def test_tools_with_padding_rows_repair_call_frequency(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    """Short groups (commit_min < k): TRL's tools/call_frequency counted padding rows in its denominator; SARA
+    recomputes it over the real rows (padding rows are masked out of the loss, tool mask included)."""
+    calls = {"first": 0}
+    seen: dict[int, int] = {}
+
+    def first(question, position):  # every other first turn calls the tool, the others answer at once
+        calls["first"] += 1
+        j = seen.get(question, 0)
+        seen[question] = j + 1
+        if calls["first"] % 2:
+            return "lookup"
+        return "yes" if MODES[question] == "always" or (MODES[question] == "coin" and j % 2 == 0) else "no"
+
+    def answer(question, position):
+        j = seen.get(question, 0)
+        return "yes" if MODES[question] == "always" or (MODES[question] == "coin" and j % 2 == 1) else "no"
+
+    args = SaraConfig(**tool_kwargs(cpu_trainer_kwargs, allocator="sara", commit_min=2, budget_cap=6.0))
+    trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=answer_reward, args=args,
+                              train_dataset=mode_dataset(), processing_class=tool_tokenizer(tokenizer),
+                              tools=[lookup])
+    ScriptedToolModel(trainer, first=first, answer=answer)
+    records = spy_replays(trainer)
+    trainer.train()
+    tool_logs = [entry for entry in trainer.state.log_history if "tools/call_frequency" in entry]
+    assert len(tool_logs) == len(records) == 2
+    padded = 0
+    for record, log in zip(records, tool_logs):
+        output = record["output"]
+        padding = output.get("sara_padding", torch.zeros(output["tool_mask"].shape[0], dtype=torch.bool))
+        called = output["tool_mask"].eq(0).any(dim=1)  # a row whose completion holds tool output
+        real = int((~padding).sum())
+        padded += int(padding.sum())
+        assert not output["tool_mask"][padding].eq(0).any()  # padding rows: no tool output
+        expected = float(called[~padding].sum()) / real if real else float("nan")
+        assert log["tools/call_frequency"] == pytest.approx(expected, nan_ok=True)
+    assert padded > 0  # the script made short groups
+
+
+def test_tool_trajectories_survive_carry_and_checkpoint_state():
+    """carry_over and a checkpoint's carried cache keep each rollout's tool record (what the replay hands TRL)."""
+    import numpy as np
+
+    from sara_trl.trainer.rollout import RolloutCache, Trajectory
+
+    trajectories = {i: Trajectory(prompt_ids=[7, 8], env_mask=[1, 0, 0, 1], turn_ids=[5], tool_calls=i,
+                                  tool_failures=i // 2, messages=[{"role": "tool", "name": "lookup",
+                                                                   "content": f"value-{i}"}])
+                    for i in range(3)}
+    cache = RolloutCache(completion_ids=[[5, 9, 9, 6]] * 3, logprobs=[None] * 3, rewards=[torch.zeros(3, 1)],
+                         success=[np.zeros(3)], tokens=[np.full(3, 4)], round_index=[1, 1, 1],
+                         trajectories=trajectories)
+    carried = cache.carry(np.array([2, 0]))
+    assert carried.trajectories == {0: trajectories[2], 1: trajectories[0]}
+    restored = RolloutCache.from_state(carried.state())
+    assert restored.trajectories == carried.trajectories

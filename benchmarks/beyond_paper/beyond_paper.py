@@ -5,10 +5,10 @@ Writes ``BEYOND_PAPER.md`` and ``beyond_paper.json`` (default: this folder). Eve
 seeds (same success rates, same prompt-stream seed, same outcome-RNG seed), dynamic sampling (DS, the reference),
 the paper-default SARA and the options of issue 8 (all of them off by default in ``AllocationConfig``):
 
-1. **In-step only** (no history): ``tau_low="auto"`` (Bayes-optimal stopping under an empirical-Bayes prior), with
-   and without the reliability cap, Beta vs mixture prior, token-aware cost, and with ``carry_over`` (the prompts in
-   flight at the end of a step continue in the next, so no step boundary wastes them); plus the exact optimum of
-   the law.
+1. **In-step only** (no history): ``stopping_rule="bayes_optimal"`` (Bayes-optimal stopping under an empirical-Bayes
+   prior), with and without the reliability cap, Beta vs mixture prior, token-aware cost, and with ``carry_over``
+   (the prompts in flight at the end of a step continue in the next, so no step boundary wastes them); plus the
+   exact optimum of the law.
 2. **Multi-epoch** (a small dataset, many steps, prompts recur): history warm-start and predictive selection.
 3. **Drift**: the multi-epoch pool with 2% of prompts redrawing their success rate every step (a moving policy).
 4. **Replay** of the real SmolLM2 bank (``benchmarks/quickstart_task/data/smollm2_bank.npz``) when it exists.
@@ -53,7 +53,7 @@ K = 8
 B = 64
 DS = AllocationConfig(allocator="dynamic_sampling", budget_cap=40.0)  # as in run.py: DS must always fill
 SARA = AllocationConfig()
-AUTO = AllocationConfig(tau_low="auto")
+AUTO = AllocationConfig(stopping_rule="bayes_optimal")
 HIST = 0.9  # history decay used in the tables
 
 IN_STEP = [

@@ -5,7 +5,7 @@ Drives every allocator with the real SmolLM2-135M outcomes of the task of ``benc
 ``benchmarks/real_task_survey/data/real_task_bank.npz``, written by
 ``benchmarks/real_task_survey/real_task_report.py``), at group sizes k in {4, 8, 16} and batch sizes B in {16, 64}:
 uniform, dynamic sampling (DS, the reference), paper SARA, and the beyond-paper settings the repository benchmarks
-elsewhere (``round_increment="to_decision"``, ``carry_over``, ``tau_low="auto"`` with and without a loss cap,
+elsewhere (``continue_to_decision``, ``carry_over``, ``stopping_rule="bayes_optimal"`` with and without a loss cap,
 history-based selection, streaming collection).
 
 The task's family shares are replayed from a pool in which each bank row of a weighted family is repeated
@@ -46,16 +46,16 @@ REPO = HERE.parents[1]
 BANK = REPO / "benchmarks" / "real_task_survey" / "data" / "real_task_bank.npz"
 REFERENCE = "DS"
 # label -> AllocationConfig overrides (k is set per run). DS's safety cap is lifted so it always fills (suite.py).
-_AUTO = {"allocator": "sara", "tau_low": "auto"}
+_AUTO = {"allocator": "sara", "stopping_rule": "bayes_optimal"}
 _TUNED = {**_AUTO, "history_decay": 0.97, "selection": "greedy", "n0": 1, "selection_floor": 0.05,
           "selection_pool": 8.0}
 ALLOCATORS: dict[str, dict] = {
     "uniform": {"allocator": "uniform"},
     "DS": {"allocator": "dynamic_sampling", "budget_cap": DS_BUDGET_CAP},
     "SARA (paper)": {"allocator": "sara"},
-    "SARA to_decision": {"allocator": "sara", "round_increment": "to_decision"},
+    "SARA to_decision": {"allocator": "sara", "continue_to_decision": True},
     "SARA carry_over": {"allocator": "sara", "carry_over": True},
-    "SARA to_decision + carry_over": {"allocator": "sara", "round_increment": "to_decision", "carry_over": True},
+    "SARA to_decision + carry_over": {"allocator": "sara", "continue_to_decision": True, "carry_over": True},
     "auto": _AUTO,
     "auto + carry_over": {**_AUTO, "carry_over": True},
     "auto + loss cap 0.10": {**_AUTO, "auto_loss_cap": 0.10},

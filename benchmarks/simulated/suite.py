@@ -49,9 +49,9 @@ TO_DECISION = "SARA to_decision"
 CARRY_OVER = "SARA carry_over"
 TO_DECISION_CARRY_OVER = "SARA to_decision + carry_over"
 
-_SARA_TO_DECISION = {"allocator": "sara", "round_increment": "to_decision"}
+_SARA_TO_DECISION = {"allocator": "sara", "continue_to_decision": True}
 _SARA_CARRY_OVER = {"allocator": "sara", "carry_over": True}
-_SARA_TO_DECISION_CARRY_OVER = {"allocator": "sara", "round_increment": "to_decision", "carry_over": True}
+_SARA_TO_DECISION_CARRY_OVER = {"allocator": "sara", "continue_to_decision": True, "carry_over": True}
 
 
 @dataclass(frozen=True)

@@ -53,16 +53,25 @@ CONFIGS = {  # name -> AllocationConfig fields (besides k)
     "sara_streaming": {"allocator": "sara", "collection": "streaming"},
     "ds_streaming": {"allocator": "dynamic_sampling", "collection": "streaming"},
     # beyond the paper: the Bayes-optimal boundary (stopping_rule="bayes_optimal") under a 10% loss cap, as the
-    # real-training runs' SARA-auto but without carry_over, which streaming does not combine with yet
-    "sara_auto_streaming": {"allocator": "sara", "collection": "streaming", "tau_low": "auto", "auto_loss_cap": 0.10},
+    # real-training runs' SARA-auto but without carry_over
+    "sara_auto_streaming": {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal",
+                            "auto_loss_cap": 0.10},
     # the best beyond-paper setting measured on the real-outcome bank (benchmarks/real_replay/REAL_REPLAY.md), in
     # streaming: the Bayes-optimal boundary under a 10% loss cap with carry_over
-    "sara_auto_carry_streaming": {"allocator": "sara", "collection": "streaming", "tau_low": "auto",
+    "sara_auto_carry_streaming": {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal",
                                   "auto_loss_cap": 0.10, "carry_over": True},
     # the same with the prior fitted after 16 observed prompts instead of 64, so that a run of a few steps at B = 8
     # (about 20-25 fresh prompts a step) decides on a fitted boundary from its second step rather than its fourth
-    "sara_auto_carry_streaming_fit16": {"allocator": "sara", "collection": "streaming", "tau_low": "auto",
-                                        "auto_loss_cap": 0.10, "carry_over": True, "auto_min_prompts": 16},
+    "sara_auto_carry_streaming_fit16": {"allocator": "sara", "collection": "streaming",
+                                        "stopping_rule": "bayes_optimal", "auto_loss_cap": 0.10, "carry_over": True,
+                                        "auto_min_prompts": 16},
+    # the best beyond-paper setting for streaming by the replay bank and the GPU projection (2026-12-02): the above
+    # with an unmixed prompt's continuation sent up to its next abandon point at once (continue_to_decision)
+    "sara_best_streaming": {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal",
+                            "auto_loss_cap": 0.10, "carry_over": True, "auto_min_prompts": 16,
+                            "continue_to_decision": True},
+    # beyond the paper: free engine slots filled with speculative continuations (streaming_speculate)
+    "sara_streaming_speculate": {"allocator": "sara", "collection": "streaming", "streaming_speculate": True},
 }
 DEFAULT_CONFIGS = ("uniform", "ds_rounds", "sara_rounds", "sara_streaming", "ds_streaming")
 
@@ -100,6 +109,27 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
     engine_start = time.perf_counter() - start
     params = SamplingParams(n=1, temperature=TEMPERATURE, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
                             max_tokens=MAX_COMPLETION_LENGTH, logprobs=0)
+    # Common random numbers (--paired): the j-th completion of prompt p in this run is sampled with the seed
+    # (run seed, p, j) in every configuration, so configurations that ask for the same completions get the same ones
+    # (vLLM's per-request seed; the same draw whatever else runs in the batch) and differ only in what they ask for.
+    draws: dict[int, int] = {}
+    index_of = {tuple(ids): i for i, ids in enumerate(prompt_ids)}
+
+    def request_seed(p: int) -> int | None:
+        if not cli.paired:
+            return None
+        j = draws.get(p, 0)
+        draws[p] = j + 1
+        return int(np.random.SeedSequence([cli.seed, p, j]).generate_state(1)[0])
+
+    def params_for(p: int):
+        seed = request_seed(p)
+        if seed is None:
+            return params
+        seeded = params.clone()
+        seeded.seed = seed
+        return seeded
+
     cfg = AllocationConfig(k=cli.k, **fields)
     alloc = Allocator(cfg)
     stream = PromptStream(len(data), seed=cli.seed)
@@ -116,7 +146,7 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
         calls += 1
         requests = np.repeat(pids, counts)
         outputs = llm.generate([TokensPrompt(prompt_token_ids=prompt_ids[int(p)]) for p in requests],
-                               sampling_params=params, use_tqdm=False)
+                               sampling_params=[params_for(int(p)) for p in requests], use_tqdm=False)
         completions = [o.outputs[0].text for o in outputs]
         tokens = np.array([len(o.outputs[0].token_ids) for o in outputs])
         return RoundOutcome(success=labels_of(requests, completions), tokens=tokens)
@@ -133,14 +163,18 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
     for step in range(cli.steps):
         calls = 0
         t0 = time.perf_counter()
-        reward_seconds = reward_wait = None
+        reward_seconds = reward_wait = occupancy = None
         if collection == "rounds":
             result = alloc.collect(rollout_fn, stream, cli.groups)
         else:
             collector = alloc.streaming(stream, cli.groups, cli.max_in_flight or cli.max_num_seqs)
-            engine = VLLMStreamingEngine(llm, params, keep_logprobs=True, tag=f"s{step}-")
-            loop = drive_streaming_engine(collector, engine, lambda p: prompt_ids[int(p)], Scorer(),
+            engine = VLLMStreamingEngine(llm, params, keep_logprobs=True, tag=f"s{step}-",
+                                         request_seed=(lambda ids: request_seed(index_of[tuple(ids)]))
+                                         if cli.paired else None)
+            counted = Occupancy(engine)
+            loop = drive_streaming_engine(collector, counted, lambda p: prompt_ids[int(p)], Scorer(),
                                           reward_lag=cli.reward_lag)
+            occupancy = counted.mean
             calls = loop.engine_steps
             reward_seconds, reward_wait = loop.reward_seconds, loop.reward_wait_seconds
             result = collector.finish()
@@ -152,15 +186,44 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
                       "surplus_rollouts": st.rollouts_surplus, "aborted_rollouts": st.rollouts_aborted,
                       "engine_calls": calls, "rounds": st.rounds,
                       **({} if reward_seconds is None else {"reward_seconds": round(reward_seconds, 3),
-                                                            "reward_wait_seconds": round(reward_wait, 3)}),
+                                                            "reward_wait_seconds": round(reward_wait, 3),
+                                                            "mean_in_flight": round(occupancy, 1)}),
                       "stop_reason": st.stop_reason,
                       "boundary": fitted_boundary(alloc.diagnostics())})
     return {"config": config, "allocator": allocator, "collection": collection, "fields": fields,
             "engine_start_s": round(engine_start, 1), "steps": steps}
 
 
+class Occupancy:
+    """A streaming engine that also counts the requests it holds at each engine step (their mean: how full the
+    collector kept the engine; ``max_num_seqs`` run at once, the rest wait)."""
+
+    def __init__(self, engine):
+        self._engine, self._held, self._steps = engine, 0, 0
+
+    def add(self, rid, prompt_ids):
+        self._engine.add(rid, prompt_ids)
+
+    def step(self):
+        self._held += self._engine.pending
+        self._steps += 1
+        return self._engine.step()
+
+    def abort(self, rids):
+        return self._engine.abort(rids)
+
+    @property
+    def pending(self) -> int:
+        return self._engine.pending
+
+    @property
+    def mean(self) -> float:
+        return self._held / max(self._steps, 1)
+
+
 def fitted_boundary(diagnostics: dict) -> dict:
-    """tau_low="auto": the fitted boundary a step used (``lam`` and the abandon points of an all-fail / all-pass
+    """stopping_rule="bayes_optimal": the fitted boundary a step used (``lam`` and the abandon points of an all-fail /
+    all-pass
     prompt, and the prior's point masses); empty during the burn-in (no fit yet: paper rule) or without "auto"."""
     lam = diagnostics.get("lam", float("nan"))
     if lam != lam:
@@ -186,6 +249,8 @@ def ratio_interval(x: list[float], y: list[float]) -> tuple[float, float]:
     import numpy as np
     from scipy import stats
 
+    if min(len(x), len(y)) < 2:  # one step: no interval
+        return float("nan"), float("nan")
     res = stats.bootstrap((np.asarray(x, float), np.asarray(y, float)),
                           lambda a, b, axis: a.mean(axis=axis) / b.mean(axis=axis), paired=False, vectorized=True,
                           n_resamples=BOOTSTRAP_RESAMPLES, method="percentile", random_state=0)
@@ -249,7 +314,8 @@ def seed_ratio_table(runs: list[dict], ref: str = "ds_rounds") -> list[str]:
     to ``ref``'s at each seed both ran, and their mean with a 95% Student-t interval over those seeds
     (:func:`benchmarks.common.mean_ci`); the seed whose removal moves the time ratio most is named with the ratio
     without it (leave-one-seed-out). Plus, for streaming, the mean seconds per step spent in reward passes (on the
-    scoring thread) and the seconds the engine waited for them (what scoring cost in generation time)."""
+    scoring thread), the seconds the engine waited for them (what scoring cost in generation time) and the mean
+    number of requests the engine held per engine step (how full streaming kept it)."""
     from benchmarks.common import fmt_ci, mean_ci
 
     by_seed = {run["config"]: {} for run in runs}
@@ -259,8 +325,8 @@ def seed_ratio_table(runs: list[dict], ref: str = "ds_rounds") -> list[str]:
     if ref not in by_seed:
         return []
     lines = [f"| configuration | seeds | s x {ref} [95% t over seeds] | rollouts x {ref} | tokens x {ref} | "
-             "leave one seed out (s) | reward s per step | of it, engine waiting s |",
-             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+             "leave one seed out (s) | reward s per step | of it, engine waiting s | mean requests in the engine |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     for name, seeds in by_seed.items():
         shared = sorted(set(seeds) & set(by_seed[ref]), key=str)
         if not shared:
@@ -276,20 +342,21 @@ def seed_ratio_table(runs: list[dict], ref: str = "ds_rounds") -> list[str]:
             moved, seed = max(outs, key=lambda item: abs(item[0] - full))
             loo = f"without seed {seed}: {moved:.2f}"
         scoring = []
-        for key in ("reward_seconds", "reward_wait_seconds"):
+        for key in ("reward_seconds", "reward_wait_seconds", "mean_in_flight"):
             values = [row[key] for rows in seeds.values() for row in rows if key in row]
             scoring.append(f"{sum(values) / len(values):.2f}" if values else "-")
         lines.append(f"| {name} | {len(shared)} | {cells[0]} | {cells[1]} | {cells[2]} | {loo} | {scoring[0]} | "
-                     f"{scoring[1]} |")
+                     f"{scoring[1]} | {scoring[2]} |")
     return lines
 
 
 def boundary_lines(runs: list[dict]) -> list[str]:
-    """For each tau_low="auto" configuration: how many steps decided on a fitted boundary (the others ran the
+    """For each stopping_rule="bayes_optimal" configuration: how many steps decided on a fitted boundary (the others
+    ran the
     burn-in, i.e. the paper's rule) and the abandon points they used."""
     lines = []
     for run in runs:
-        if CONFIGS.get(run["config"], {}).get("tau_low") != "auto":
+        if CONFIGS.get(run["config"], {}).get("stopping_rule") != "bayes_optimal":
             continue
         fitted = [row["boundary"] for row in run["steps"] if row.get("boundary")]
         points = sorted({(int(b["abandon_at_fail"]), int(b["abandon_at_pass"])) for b in fitted})
@@ -306,7 +373,9 @@ def boundary_lines(runs: list[dict]) -> list[str]:
 def settings_sentence(s: dict) -> str:
     """The run settings (B, k, engine concurrency, steps, sampling) and how the time intervals are made, as prose."""
     return (f"B = {s['groups']}, k = {s['k']}, max_num_seqs = {s['max_num_seqs']}, streaming in flight = "
-            f"{s['max_in_flight'] or s['max_num_seqs']}, {s['steps']} steps per configuration and seed, temperature "
+            f"{s['max_in_flight'] or s['max_num_seqs']}, {s['steps']} steps per configuration and seed, "
+            + ("common random numbers (the j-th completion of a prompt is the same seeded draw in every configuration "
+               "of a seed), " if s.get("paired") else "") + "temperature "
             f"{TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens, streaming reward passes "
             + (f"overlapping {s['reward_lag']} engine steps" if s.get("reward_lag") else "blocking (before every next "
                "engine step)")
@@ -418,6 +487,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--reward_lag", type=int, default=2,
                         help="streaming: engine steps a reward pass overlaps (0: blocking, as before this option)")
     parser.add_argument("--prompts", type=int, default=512)
+    parser.add_argument("--paired", action=argparse.BooleanOptionalAction, default=True,
+                        help="common random numbers: the j-th completion of a prompt is the same draw in every "
+                             "configuration of a seed (vLLM per-request seeds); --no-paired samples from the engine's "
+                             "generator as runs before 2026-12-02 did")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
                         help=f"comma-separated subset of {list(CONFIGS)}")
@@ -455,7 +528,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if unknown:
         parser.error(f"unknown configurations {sorted(unknown)}; choose from {list(CONFIGS)}")
     forwarded = [arg for flag in ("steps", "groups", "k", "max_num_seqs", "prompts", "seed", "reward_lag")
-                 for arg in (f"--{flag}", str(getattr(cli, flag)))]
+                 for arg in (f"--{flag}", str(getattr(cli, flag)))] + ([] if cli.paired else ["--no-paired"])
     if cli.max_in_flight:
         forwarded += ["--max_in_flight", str(cli.max_in_flight)]
     load_before = os.getloadavg()[0]
@@ -464,8 +537,9 @@ def main(argv: list[str] | None = None) -> dict | None:
               "machine": f"{environment()['cpu']} ({platform.machine()}), {os.cpu_count()} CPUs, load average "
                          f"before {load_before:.1f}, after {os.getloadavg()[0]:.1f}",
               "command": f"python -m {MODULE} " + " ".join(argv),
-              "settings": {key: getattr(cli, key) for key in ("steps", "groups", "k", "max_num_seqs", "max_in_flight",
-                                                               "prompts", "seed", "reward_lag")},
+              "settings": {**{key: getattr(cli, key) for key in ("steps", "groups", "k", "max_num_seqs",
+                                                                  "max_in_flight", "prompts", "seed", "reward_lag")},
+                           **({"paired": True} if cli.paired else {})},
               "task": {"families": REAL_TASK.weights, "style": REAL_TASK.style, "temperature": TEMPERATURE,
                        "max_completion_length": MAX_COMPLETION_LENGTH},
               "runs": runs}

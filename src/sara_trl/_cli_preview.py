@@ -456,10 +456,7 @@ class SaraPreview:
         try:
             arguments._check_group_size(config)
             arguments._resolve_collection(config)  # collection='auto' -> the schedule the real config would pick
-            try:
-                arguments.to_allocation_config(config)
-            except error as err:
-                raise err.respelled(self.class_name, namespace["TRAINER_SPELLINGS"]) from None
+            arguments._checked_allocation_config(config)  # the real config's message, for this class
         except error:
             raise
         except Exception:  # anything else (a value only the real config converts): left to the real config

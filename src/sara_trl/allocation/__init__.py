@@ -13,8 +13,8 @@ Beyond the paper: :mod:`~sara_trl.allocation.streaming` (decide per completion o
 reward passes overlapping generation) and :mod:`~sara_trl.allocation.latency` (a decode-step latency model of an
 engine).
 
-Beyond the paper (off by default, see :class:`AllocationConfig`): Bayes-optimal stopping (``tau_low="auto"``,
-:mod:`~sara_trl.allocation.optimal_stopping`), its empirical-Bayes prior fit
+Beyond the paper (off by default, see :class:`AllocationConfig`): Bayes-optimal stopping
+(``stopping_rule="bayes_optimal"``, :mod:`~sara_trl.allocation.optimal_stopping`), its empirical-Bayes prior fit
 (:mod:`~sara_trl.allocation.empirical_bayes`) and the per-prompt history (:mod:`~sara_trl.allocation.history`),
 wired in by :mod:`~sara_trl.allocation.beyond_paper`. The names a user calls directly (to inspect a boundary, fit a
 prior to logged outcomes, or evaluate a policy) are exported here.
@@ -29,6 +29,7 @@ from sara_trl.allocation.config import (
     DS_FILTERS,
     PRIOR_FAMILIES,
     SELECTIONS,
+    STOPPING_RULES,
     AllocationConfig,
     AllocationConfigError,
 )
@@ -82,6 +83,6 @@ __all__ = [
     "COLLECTIONS", "StreamingCollector", "StreamActions", "Request", "drive_streaming_engine", "Finished", "StreamRun",
     "ShardStream", "merge_step_results", "DecodeCost", "DecodeEngine", "EngineTally",
     "call_cost",
-    "SELECTIONS", "COST_UNITS", "PRIOR_FAMILIES", "MixturePrior", "StoppingSolution", "solve_values", "solve_rate",
-    "evaluate_policy", "p_eff_mixture", "fit_prior_counts", "PromptHistory",
+    "SELECTIONS", "STOPPING_RULES", "COST_UNITS", "PRIOR_FAMILIES", "MixturePrior", "StoppingSolution", "solve_values",
+    "solve_rate", "evaluate_policy", "p_eff_mixture", "fit_prior_counts", "PromptHistory",
 ]

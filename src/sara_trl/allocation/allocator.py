@@ -57,7 +57,8 @@ class Allocator:
         self.total_tokens = 0
         self.steps = 0
         self._carry: dict | None = None  # carry_over: prompts handed from one step to the next (Ledger.seed)
-        # Beyond-paper options (history, selection, tau_low="auto"); None keeps the paper's SARA untouched.
+        # Beyond-paper options (history, selection, stopping_rule="bayes_optimal"); None keeps the paper's SARA
+        # untouched.
         self._ext = Extensions(cfg) if extensions_enabled(cfg) else None
 
     # ----------------------------------------------------------------------------------------------- refill model
@@ -159,7 +160,7 @@ class Allocator:
 
         It draws fresh prompts from ``stream`` (through the predictive selector with ``selection``, as rounds do),
         sizes refills with this allocator's refill model (and feeds it), and on :meth:`StreamingCollector.finish`
-        adds the step to the cumulative totals. With ``tau_low="auto"``
+        adds the step to the cumulative totals. With ``stopping_rule="bayes_optimal"``
         the prior and its boundary are refitted here, from the outcomes of the steps before, and
         :meth:`StreamingCollector.finish` feeds the step's prompts to the fit, except those with an aborted request
         (:attr:`StreamingCollector.truncated`: their finished completions are a length-biased sample). Leaving them
@@ -182,7 +183,7 @@ class Allocator:
         if self.config.collection != "streaming":
             raise ValueError(f"streaming() needs collection='streaming', this allocator has "
                              f"collection={self.config.collection!r}")
-        if self._ext is not None:  # tau_low="auto": refit the prior (and boundary) on the outcomes so far
+        if self._ext is not None:  # stopping_rule="bayes_optimal": refit the prior (and boundary) on the outcomes
             self._ext.begin_step(stream)
 
         def on_finish(result: StepResult) -> None:
@@ -201,7 +202,8 @@ class Allocator:
         collector = StreamingCollector(self.config, B, self._drawer(stream), max_in_flight=max_in_flight,
                                        decide=self._decide, mix_rate=self.mix_rate,
                                        fresh_cost=self.fresh_cost_estimate, resolved=self.refill.resolve,
-                                       on_finish=on_finish, carry=carry)
+                                       on_finish=on_finish, carry=carry,
+                                       speculate=self.config.streaming_speculate)
         self.refill.decay()
         return collector
 

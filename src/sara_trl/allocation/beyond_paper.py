@@ -1,6 +1,6 @@
 """Options beyond the paper, off by default: history warm-start, predictive selection, Bayes-optimal stopping
-(``tau_low="auto"``) and token-aware cost. :class:`Extensions` is what the allocator calls at its four hooks
-(step start, fresh-prompt draw, per-round decision, step end) when any option is on; with every option off the
+(``stopping_rule="bayes_optimal"``) and token-aware cost. :class:`Extensions` is what the allocator calls at its four
+hooks (step start, fresh-prompt draw, per-round decision, step end) when any option is on; with every option off the
 allocator never builds it and runs the paper's SARA unchanged.
 
 * History warm-start (paper App. D): :class:`~sara_trl.allocation.history.PromptHistory` keeps decayed
@@ -35,14 +35,14 @@ from sara_trl.allocation.types import ABANDON, COMMIT, CONTINUE
 
 __all__ = ["Extensions", "extensions_enabled"]
 
-BURN_IN_TAU_LOW = PAPER_TAU_LOW  # tau_low="auto" runs the paper's default rule until the prior has been fitted
+BURN_IN_TAU_LOW = PAPER_TAU_LOW  # "bayes_optimal" runs the paper's default rule until the prior has been fitted
 _POPULATION_MAX = 512  # prompts of the last step kept to set lam* under history
 _MOVE_W, _MOVE_LOG, _MOVE_TOK = 1e-3, 1e-3, 1e-2  # the fitted prior "moved" beyond these -> recompute boundary
 
 
 def extensions_enabled(config: AllocationConfig) -> bool:
     """True when any beyond-paper option is on (else the allocator runs the paper's SARA untouched)."""
-    return config.tau_low == "auto" or config.history_decay is not None or config.selection is not None
+    return config.stopping_rule == "bayes_optimal" or config.history_decay is not None or config.selection is not None
 
 
 class Extensions:
@@ -56,7 +56,7 @@ class Extensions:
         self.config = cfg = config
         self.k = cfg.k
         self.m = cfg.commit_floor
-        self.auto = cfg.tau_low == "auto"
+        self.auto = cfg.stopping_rule == "bayes_optimal"
         self.tokens = cfg.cost_unit == "tokens"
         self.base = MixturePrior(0.0, 0.0, cfg.prior_alpha, cfg.prior_beta)
         self.fitted: MixturePrior | None = None
@@ -181,14 +181,15 @@ class Extensions:
 
     def decide(self, pids, n, n_scored, s):
         """commit / abandon / continue and p_eff for the prompts of a round (same contract as
-        :func:`sara_trl.allocation.rules.decide`), using per-prompt priors and, with ``tau_low="auto"``, the
-        Bayes-optimal boundary instead of the fixed threshold."""
+        :func:`sara_trl.allocation.rules.decide`), using per-prompt priors and, with
+        ``stopping_rule="bayes_optimal"``, the Bayes-optimal boundary instead of the fixed threshold."""
         cfg = self.config
         n = np.asarray(n, np.int64)
         n_scored = np.asarray(n_scored, np.int64)
         s = np.asarray(s, np.int64)
         if not self.auto or self.fitted is None:
-            # Fixed tau_low (or the burn-in of "auto"): the paper's rule, with Beta(alpha0 + S, beta0 + F) priors.
+            # Fixed tau_low (or the burn-in of "bayes_optimal"): the paper's rule, with Beta(alpha0 + S, beta0 + F)
+            # priors.
             hs, hf = self.history.counts(pids) if self.history is not None else (0.0, 0.0)
             tau = BURN_IN_TAU_LOW if self.auto else cfg.tau_low
             return paper_decide(n, n_scored, s, k=self.k, tau_low=tau, commit_min=self.m,
@@ -309,11 +310,12 @@ class Extensions:
         self.fitted = None if state["fitted"] is None else MixturePrior(*state["fitted"])
         if state["table"] is not None:
             if self.table is None:
-                raise ValueError("checkpoint holds an outcome table but tau_low is not 'auto'")
+                raise ValueError("checkpoint holds an outcome table but stopping_rule is not 'bayes_optimal'")
             self.table.load_state_dict(state["table"])
         if state.get("buffer") is not None:
             if self.buffer is None:
-                raise ValueError("checkpoint holds a prior-fit buffer but tau_low is not 'auto' with history")
+                raise ValueError("checkpoint holds a prior-fit buffer but stopping_rule is not 'bayes_optimal' with "
+                                 "history")
             self.buffer.load_state_dict(state["buffer"])
         if state["history"] is not None:
             if self.config.history_decay is None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 import textwrap
 import typing
-from collections.abc import Mapping
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Optional, Union
+from typing import Optional
 
 from sara_trl.allocation.labels import DS_FILTERS
 from sara_trl.allocation.strategies import STRATEGIES
-from sara_trl.allocation.types import ROUND_TO_DECISION, STREAMING_ALLOCATORS
+from sara_trl.allocation.types import STREAMING_ALLOCATORS
 
 __all__ = [
     "ALLOCATORS",
@@ -26,21 +27,57 @@ __all__ = [
     "PRIOR_FAMILIES",
     "ROUND_TO_DECISION",
     "SELECTIONS",
+    "STOPPING_RULES",
     "AllocationConfig",
     "AllocationConfigError",
     "COLLECTIONS",
     "check_group_size",
     "inert_options",
     "options_doc",
+    "upgrade_spellings",
 ]
 
-ALLOCATORS = tuple(STRATEGIES)
+
+class _RegisteredAllocators(Sequence):
+    """The names registered in :data:`~sara_trl.allocation.strategies.STRATEGIES`, read from the registry at each use
+    (so a strategy registered after this module was imported is a valid ``allocator`` and a ``--allocator``
+    choice); compares equal to the tuple of those names."""
+
+    def __getitem__(self, index):
+        return tuple(STRATEGIES)[index]
+
+    def __len__(self) -> int:
+        return len(STRATEGIES)
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and name in STRATEGIES
+
+    def __iter__(self):
+        return iter(tuple(STRATEGIES))
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _RegisteredAllocators)) else other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+ALLOCATORS = _RegisteredAllocators()
+"""The valid ``allocator`` values: the names in the strategy registry, in its order (a live view, never a copy)."""
+STOPPING_RULES = ("threshold", "bayes_optimal")
+"""``stopping_rule`` values: the paper's fixed threshold on p_eff (``tau_low``), or the Bayes-optimal boundary."""
 SELECTIONS = ("thompson", "greedy")
 COST_UNITS = ("rollouts", "tokens")
 PRIOR_FAMILIES = ("mixture", "beta")
 COLLECTIONS = ("rounds", "streaming")
 PAPER_TAU_LOW = 0.45
-"""The paper's abandon threshold (App. D); also the rule ``tau_low="auto"`` runs during its burn-in."""
+"""The paper's abandon threshold (App. D); also the rule ``stopping_rule="bayes_optimal"`` runs during its burn-in."""
+
+ROUND_TO_DECISION = "to_decision"
+"""Deprecated (removed in sara_trl 0.3): the old ``round_increment`` value for ``continue_to_decision=True``."""
+_REMOVED_IN = "sara_trl 0.3"
 
 _OWNER = "AllocationConfig"
 
@@ -51,10 +88,10 @@ class AllocationConfigError(ValueError):
     Parameters
     ----------
     message : str
-        What is wrong and which rule it breaks, in the core's spelling of the options.
+        What is wrong and which rule it breaks.
     terms : tuple of str
-        Core spellings the message uses that a front end may spell differently (``"k"``, ``"tau_low='auto'"``,
-        ``"round_increment='to_decision'"``), so that :meth:`respelled` can name the front end's spelling.
+        The fields the message names whose spelling a front end may not share (only ``"k"``: the group size is
+        TRL's ``num_generations`` in the trainer configs), so that the front end can add a note.
     owner : str
         The config class the message is reported for.
     """
@@ -64,28 +101,45 @@ class AllocationConfigError(ValueError):
         self.message = message
         self.terms = tuple(terms)
 
-    def respelled(self, owner: str, spellings: Mapping[str, str]) -> AllocationConfigError:
-        """The same error reported for ``owner``, with a note naming ``spellings[term]`` for each term it uses.
-
-        Parameters
-        ----------
-        owner : str
-            The front end's config class (``"SaraConfig"``).
-        spellings : mapping of str to str
-            Core spelling -> front-end spelling (``{"k": "num_generations"}``).
-
-        Returns
-        -------
-        AllocationConfigError
-            E.g. ``"SaraConfig: n0=5 must satisfy 1 <= n0 <= k=4: ... (here k is num_generations)"``.
-        """
-        notes = [f"{term} is {spellings[term]}" for term in self.terms if term in spellings]
-        suffix = f" (here {'; '.join(notes)})" if notes else ""
-        return AllocationConfigError(self.message + suffix, self.terms, owner)
-
 
 def _fail(message: str, *terms: str) -> None:
     raise AllocationConfigError(message, terms)
+
+
+def upgrade_spellings(config, stacklevel: int = 4) -> dict:
+    """The fields that replace the old spellings ``config`` still uses, each with a :class:`FutureWarning`.
+
+    ``tau_low="auto"`` becomes ``stopping_rule="bayes_optimal"`` with ``tau_low`` at its default;
+    ``round_increment="to_decision"`` becomes ``continue_to_decision=True`` with ``round_increment=1``. Both old
+    spellings are accepted until sara_trl 0.3. Used by :class:`AllocationConfig` and the trainer configs, which
+    set the returned fields before they validate.
+
+    Parameters
+    ----------
+    config : object
+        Has ``tau_low`` and ``round_increment`` (an :class:`AllocationConfig` or a trainer config being built).
+    stacklevel : int
+        Of the warnings, counted from this function (4: the line that built the config, through its
+        ``__post_init__``).
+
+    Returns
+    -------
+    dict
+        Field name -> new value (empty when no old spelling is used).
+    """
+    owner = type(config).__name__
+    out = {}
+    if isinstance(config.tau_low, str) and config.tau_low == "auto":
+        warnings.warn(f"{owner}: tau_low='auto' is deprecated and will be removed in {_REMOVED_IN}; use "
+                      f"stopping_rule='bayes_optimal' (with tau_low left at its default, {PAPER_TAU_LOW}).",
+                      FutureWarning, stacklevel=stacklevel)
+        out.update(stopping_rule="bayes_optimal", tau_low=PAPER_TAU_LOW)
+    if isinstance(config.round_increment, str) and config.round_increment == ROUND_TO_DECISION:
+        warnings.warn(f"{owner}: round_increment={ROUND_TO_DECISION!r} is deprecated and will be removed in "
+                      f"{_REMOVED_IN}; use continue_to_decision=True (with round_increment left at its default, 1).",
+                      FutureWarning, stacklevel=stacklevel)
+        out.update(continue_to_decision=True, round_increment=1)
+    return out
 
 
 def check_group_size(k) -> None:
@@ -109,8 +163,9 @@ def _help(text: str, **extra) -> dict:
 class AllocationConfig:
     """How one step's rollouts are allocated (paper §3, Alg. 1; defaults from App. D).
 
-    With the defaults the allocator is the paper's SARA, decision for decision. ``carry_over``, the options from
-    ``auto_prior`` on, and ``tau_low="auto"`` go beyond the paper (all off by default; see
+    With the defaults the allocator is the paper's SARA, decision for decision. ``carry_over``,
+    ``continue_to_decision``, ``stopping_rule="bayes_optimal"`` and the options from ``auto_prior`` on go beyond the
+    paper (all off by default; see
     :mod:`sara_trl.allocation.beyond_paper`); ``ds_filter`` chooses how the dynamic-sampling baseline labels groups.
     Each option's meaning is its ``help`` metadata, listed in full under Parameters below (the same text
     ``HfArgumentParser`` prints for the trainer configs).
@@ -120,17 +175,22 @@ class AllocationConfig:
         """How each step's B groups are collected: 'sara' (sequential allocation, paper Alg. 1: probe, then commit /
         abandon / continue each prompt, refill abandoned budget with fresh prompts), 'dynamic_sampling' (DAPO: full
         groups of k from fresh prompts, keep the mixed ones until B are kept) or 'uniform' (B prompts x k
-        rollouts in one round, all kept: plain GRPO).""", choices=list(ALLOCATORS)))
+        rollouts in one round, all kept: plain GRPO).""", choices=ALLOCATORS))
     k: int = field(default=8, metadata=_help("Group size: rollouts per prompt in a full group, >= 2."))
     n0: int = field(default=2, metadata=_help(
         "Probe size: rollouts generated for a fresh prompt in its first round (SARA only); 1 <= n0 <= k."))
-    tau_low: Union[float, str] = field(default=PAPER_TAU_LOW, metadata=_help(
-        f"""Abandon threshold of paper Eq. 3: an unmixed prompt is abandoned once p_eff (Eq. 2), its predicted
-        probability of an effective full group, drops below tau_low. In [0, 1); 0 never abandons. Beyond the paper:
-        'auto' uses the Bayes-optimal continue/abandon boundary for the objective "effective groups per unit
-        cost", by backward induction at the self-consistent cost per effective group, under a prior fitted online
-        (paper App. C.7, App. G); until auto_min_prompts prompts are in, the paper's rule runs at {PAPER_TAU_LOW} with
-        Beta(prior_alpha, prior_beta). SARA only."""))
+    tau_low: float = field(default=PAPER_TAU_LOW, metadata=_help(
+        f"""Abandon threshold of paper Eq. 3 (stopping_rule='threshold'): an unmixed prompt is abandoned once p_eff
+        (Eq. 2), its predicted probability of an effective full group, drops below tau_low. In [0, 1); 0 never
+        abandons. Not used with stopping_rule='bayes_optimal' (leave it at its default, {PAPER_TAU_LOW}, the threshold
+        that rule's burn-in runs)."""))
+    stopping_rule: str = field(default="threshold", metadata=_help(
+        f"""When SARA abandons an unmixed prompt: 'threshold' (paper Eq. 3: once p_eff < tau_low) or
+        'bayes_optimal' (beyond the paper: the Bayes-optimal continue/abandon boundary for the objective "effective
+        groups per unit cost", by backward induction at the self-consistent cost per effective group, under a prior
+        fitted online, paper App. C.7, App. G; until auto_min_prompts prompts are in, the paper's rule runs at
+        tau_low={PAPER_TAU_LOW} with Beta(prior_alpha, prior_beta)). 'bayes_optimal' is SARA only.""",
+        choices=list(STOPPING_RULES)))
     commit_min: Optional[int] = field(default=None, metadata=_help(
         """Commit floor: a mixed group is committed once it holds at least this many rollouts (2 <= commit_min <=
         k). None means k (the paper's default: every trained group has k rollouts). A trainer pads shorter groups
@@ -145,10 +205,12 @@ class AllocationConfig:
     max_rounds: int = field(default=64, metadata=_help(
         """Cap on generation rounds (batched generation calls) per step, >= 1. When this cap, the budget or the
         stream ends a step short of B committed groups, the missing groups are fully masked fill groups."""))
-    round_increment: Union[int, str] = field(default=1, metadata=_help(
-        """Rollouts added per round to a continuing, still-unmixed prompt (paper: 1); larger values trade a few
-        extra rollouts for fewer rounds. 'to_decision': in one round, an unmixed prompt gets all the rollouts up to
-        the point where the rule would abandon it if its run stayed unanimous (n_a = k - floor(tau_low (k + 1))
+    round_increment: int = field(default=1, metadata=_help(
+        """Rollouts added per round to a continuing, still-unmixed prompt (paper: 1), >= 1; larger values trade a
+        few extra rollouts for fewer rounds. Not used with continue_to_decision (leave it at 1)."""))
+    continue_to_decision: bool = field(default=False, metadata=_help(
+        """Beyond the paper, instead of round_increment: in one round, an unmixed prompt gets all the rollouts up
+        to the point where the rule would abandon it if its run stayed unanimous (n_a = k - floor(tau_low (k + 1))
         in all for the paper's rule). With commit_min = k every prompt then costs exactly what it costs one at a
         time and a step needs fewer rounds, but a step costs more rollouts, because larger rounds leave more prompts
         drawn beyond the need when the batch fills, unless carry_over keeps them (measured: docs/allocation.md)."""))
@@ -181,20 +243,27 @@ class AllocationConfig:
         allocator 'sara' or 'dynamic_sampling' (uniform sampling decides nothing). With carry_over, the prompts
         undecided when the batch fills keep their finished rollouts and their requests in flight are aborted.""",
         choices=list(COLLECTIONS)))
+    streaming_speculate: bool = field(default=False, metadata=_help(
+        """collection='streaming' with allocator 'sara' only (beyond the paper): engine slots the rule leaves free
+        go to speculative continuations of the undecided unmixed prompts, one more request each, oldest first, up
+        to the commit floor and within the budget the undecided prompts do not need. A prompt that mixes then has
+        its top-up already running; one that is abandoned has those requests aborted (surplus). Trades tokens for
+        wall-clock where an engine step costs little more with more requests running (a GPU)."""))
     auto_prior: str = field(default="mixture", metadata=_help(
-        """Family of the prior fitted for tau_low='auto': 'mixture' (point masses at gamma = 0 and 1 plus a Beta)
-        or 'beta'.""", choices=list(PRIOR_FAMILIES)))
+        """Family of the prior fitted for stopping_rule='bayes_optimal': 'mixture' (point masses at gamma = 0 and 1
+        plus a Beta) or 'beta'.""", choices=list(PRIOR_FAMILIES)))
     auto_prior_decay: float = field(default=0.9, metadata=_help(
-        "Per-step decay in [0, 1] of the outcome counts (and token means) the tau_low='auto' prior is fitted on."))
+        """Per-step decay in [0, 1] of the outcome counts (and token means) the stopping_rule='bayes_optimal' prior
+        is fitted on."""))
     auto_min_prompts: int = field(default=64, metadata=_help(
         f"""Prompts (decayed count) observed before the fitted prior is used, >= 1; until then (burn-in) the
         paper's rule runs at tau_low={PAPER_TAU_LOW}."""))
     auto_loss_cap: Optional[float] = field(default=None, metadata=_help(
-        """Cap in (0, 1] for tau_low='auto': abandon only where p_eff < cap, so the expected share of abandoned
-        groups that would have mixed stays below it (paper Thm 1). None: the unconstrained optimum."""))
+        """Cap in (0, 1] for stopping_rule='bayes_optimal': abandon only where p_eff < cap, so the expected share of
+        abandoned groups that would have mixed stays below it (paper Thm 1). None: the unconstrained optimum."""))
     cost_unit: str = field(default="rollouts", metadata=_help(
         """What a rollout costs: 'rollouts' (one unit each) or 'tokens' (its expected completion length, a success
-        and a failure priced separately from running means). 'tokens' needs tau_low='auto'.""",
+        and a failure priced separately from running means). 'tokens' needs stopping_rule='bayes_optimal'.""",
         choices=list(COST_UNITS)))
     history_decay: Optional[float] = field(default=None, metadata=_help(
         """None (off) or lambda in [0, 1]: warm-start each prompt's prior from its decayed past outcomes (paper
@@ -212,6 +281,8 @@ class AllocationConfig:
         "Seed of the selection generator (its state is saved with the allocator state)."))
 
     def __post_init__(self):
+        for name, value in upgrade_spellings(self).items():  # the old spellings, until sara_trl 0.3
+            object.__setattr__(self, name, value)
         self._check_paper_options()
         self._check_beyond_paper()
         self._check_collection()
@@ -219,6 +290,10 @@ class AllocationConfig:
     def _check_collection(self) -> None:
         if self.collection not in COLLECTIONS:
             _fail(f"collection={self.collection!r} must be one of {COLLECTIONS}")
+        if self.streaming_speculate and (self.collection != "streaming" or self.allocator != "sara"):
+            _fail(f"streaming_speculate=True fills a streaming engine's free slots with SARA's continuations; it needs "
+                  f"collection='streaming' and allocator='sara' (got collection={self.collection!r}, "
+                  f"allocator={self.allocator!r}): rounds have no free slots between decisions to fill")
         if self.collection != "streaming":
             return
         if self.allocator not in STREAMING_ALLOCATORS:
@@ -226,8 +301,8 @@ class AllocationConfig:
                   f"has nothing to decide (use one of {STREAMING_ALLOCATORS})")
 
     def _check_paper_options(self) -> None:
-        if self.allocator not in STRATEGIES:  # the registry, so that a strategy registered later is accepted
-            _fail(f"allocator must be one of {tuple(STRATEGIES)}, got {self.allocator!r}")
+        if self.allocator not in ALLOCATORS:  # the registry, read now: a strategy registered later is accepted
+            _fail(f"allocator must be one of {tuple(ALLOCATORS)}, got {self.allocator!r}")
         check_group_size(self.k)
         k = self.k
         if isinstance(self.n0, bool) or not isinstance(self.n0, int):
@@ -236,15 +311,18 @@ class AllocationConfig:
             why = ("a fresh prompt needs at least one probe rollout before it can be judged" if self.n0 < 1
                    else "the probe of a fresh prompt cannot be larger than a full group")
             _fail(f"n0={self.n0} must satisfy 1 <= n0 <= k={k}: {why}", "k")
-        if self.tau_low != "auto":
-            if not isinstance(self.tau_low, (int, float)) or isinstance(self.tau_low, bool):
-                _fail(f"tau_low={self.tau_low!r} must lie in [0, 1) or be 'auto': it is a probability threshold on "
-                      "p_eff", "tau_low='auto'")
-            if not 0.0 <= self.tau_low < 1.0:
-                why = ("a negative threshold on a probability never abandons; use 0 for that" if self.tau_low < 0
-                       else "1 or more would abandon every prompt that is not already mixed")
-                _fail(f"tau_low={self.tau_low!r} must lie in [0, 1) or be 'auto': it is a probability threshold on "
-                      f"p_eff, and {why}", "tau_low='auto'")
+        if self.stopping_rule not in STOPPING_RULES:
+            _fail(f"stopping_rule={self.stopping_rule!r} must be one of {STOPPING_RULES}")
+        if not isinstance(self.tau_low, (int, float)) or isinstance(self.tau_low, bool):
+            _fail(f"tau_low={self.tau_low!r} must be a number in [0, 1): it is a probability threshold on p_eff (for "
+                  "the Bayes-optimal boundary set stopping_rule='bayes_optimal')")
+        if not 0.0 <= self.tau_low < 1.0:
+            why = ("a negative threshold on a probability never abandons; use 0 for that" if self.tau_low < 0
+                   else "1 or more would abandon every prompt that is not already mixed")
+            _fail(f"tau_low={self.tau_low!r} must lie in [0, 1): it is a probability threshold on p_eff, and {why}")
+        if self.stopping_rule == "bayes_optimal" and self.tau_low != PAPER_TAU_LOW:
+            _fail(f"tau_low ({self.tau_low}) is not used with stopping_rule='bayes_optimal' (its burn-in runs the "
+                  f"paper's rule at {PAPER_TAU_LOW}): leave tau_low at its default or use stopping_rule='threshold'")
         cm = self.commit_floor
         if isinstance(cm, bool) or not isinstance(cm, int) or not 2 <= cm <= k:
             _fail(f"commit_min={self.commit_min!r} must satisfy 2 <= commit_min <= k={k}: a committed group needs "
@@ -259,12 +337,15 @@ class AllocationConfig:
                   "below 1 even uniform sampling could not fill one batch")
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             _fail(f"max_rounds={self.max_rounds!r} must be an integer >= 1")
-        if self.round_increment != ROUND_TO_DECISION and (
-            isinstance(self.round_increment, bool) or not isinstance(self.round_increment, int)
-            or self.round_increment < 1
-        ):
-            _fail(f"round_increment={self.round_increment!r} must be an integer >= 1 or {ROUND_TO_DECISION!r}",
-                  f"round_increment={ROUND_TO_DECISION!r}")
+        if isinstance(self.round_increment, bool) or not isinstance(self.round_increment, int) \
+                or self.round_increment < 1:
+            _fail(f"round_increment={self.round_increment!r} must be an integer >= 1 (for all the rollouts up to the "
+                  "next abandon point set continue_to_decision=True)")
+        if not isinstance(self.continue_to_decision, bool):
+            _fail(f"continue_to_decision={self.continue_to_decision!r} must be True or False")
+        if self.continue_to_decision and self.round_increment != 1:
+            _fail(f"round_increment ({self.round_increment}) is not used with continue_to_decision=True (an unmixed "
+                  "prompt then gets all its rollouts up to the next abandon point in one round): leave it at 1")
         if self.max_rollouts_per_round is not None and (
             isinstance(self.max_rollouts_per_round, bool) or not isinstance(self.max_rollouts_per_round, int)
             or self.max_rollouts_per_round < k
@@ -305,12 +386,11 @@ class AllocationConfig:
         unit("auto_loss_cap", lo_open=True, none_ok=True)
         if self.cost_unit not in COST_UNITS:
             _fail(f"cost_unit={self.cost_unit!r} must be one of {COST_UNITS}")
-        if self.cost_unit == "tokens" and self.tau_low != "auto":
-            _fail("cost_unit='tokens' needs tau_low='auto': the fixed threshold rule has no cost model",
-                  "tau_low='auto'")
-        if self.allocator != "sara" and self.tau_low == "auto":
-            _fail(f"tau_low='auto' is a SARA stopping rule; allocator={self.allocator!r} never stops a group early",
-                  "tau_low='auto'")
+        if self.cost_unit == "tokens" and self.stopping_rule != "bayes_optimal":
+            _fail("cost_unit='tokens' needs stopping_rule='bayes_optimal': the fixed threshold rule has no cost model")
+        if self.allocator != "sara" and self.stopping_rule == "bayes_optimal":
+            _fail(f"stopping_rule='bayes_optimal' is a SARA stopping rule; allocator={self.allocator!r} never stops "
+                  "a group early")
         unit("history_decay", none_ok=True)
         if self.selection is not None:
             if self.selection not in SELECTIONS:
@@ -331,8 +411,8 @@ class AllocationConfig:
 
 
 # Options each allocator never reads (beyond the ones whose non-default values it rejects). SARA reads them all.
-_SARA_RULE_OPTIONS = ("n0", "tau_low", "commit_min", "round_increment", "auto_prior", "auto_prior_decay",
-                      "auto_min_prompts", "auto_loss_cap")
+_SARA_RULE_OPTIONS = ("n0", "tau_low", "commit_min", "round_increment", "continue_to_decision", "auto_prior",
+                      "auto_prior_decay", "auto_min_prompts", "auto_loss_cap")
 
 
 def inert_options(config: AllocationConfig) -> tuple[str, ...]:
@@ -344,7 +424,7 @@ def inert_options(config: AllocationConfig) -> tuple[str, ...]:
     two count there), and with rounds it sizes each draw without ``refill_margin``. ``"uniform"`` draws B prompts
     once and keeps every group: none of the options above, nor the budget, the round cap, the refill model
     (``yield_decay``, ``refill_margin``) or, without ``selection``, the Beta prior applies. Options whose non-default
-    values the config rejects for an allocator (``carry_over``, ``ds_filter``, ``tau_low="auto"``) are not listed.
+    values the config rejects for an allocator (``carry_over``, ``ds_filter``, ``stopping_rule``) are not listed.
 
     Parameters
     ----------
@@ -378,7 +458,7 @@ def inert_options(config: AllocationConfig) -> tuple[str, ...]:
 
 
 def _type_name(tp) -> str:
-    """``Optional[int]`` -> ``"int or None"``, ``Union[float, str]`` -> ``"float or str"``."""
+    """``Optional[int]`` -> ``"int or None"``, ``int`` -> ``"int"``."""
     args = typing.get_args(tp)
     if args:
         return " or ".join("None" if a is type(None) else a.__name__ for a in args)

@@ -1,4 +1,4 @@
-"""Empirical-Bayes fit of the success-rate prior from recent outcomes (used by ``tau_low="auto"``).
+"""Empirical-Bayes fit of the success-rate prior from recent outcomes (used by ``stopping_rule="bayes_optimal"``).
 
 Every prompt the allocator has drawn leaves a pair ``(n, s)``: scorable rollouts and successes. Whatever rule
 stopped it (commit, abandon, end of step), the rule only looked at the prompt's own past outcomes or at other prompts,

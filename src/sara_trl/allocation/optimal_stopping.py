@@ -1,4 +1,5 @@
-"""Bayes-optimal stopping for one prompt's group (``tau_low="auto"``), beyond the paper's fixed threshold.
+"""Bayes-optimal stopping for one prompt's group (``stopping_rule="bayes_optimal"``), beyond the
+paper's fixed threshold.
 
 The paper (App. C.7, Prop. 3a) casts one prompt as a stopping problem and notes that the optimal boundary is a
 threshold on p_eff whose level is set by the cost/reward ratio; App. G lists a parameter-free tau_low as future work.

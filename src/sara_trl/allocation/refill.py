@@ -28,7 +28,7 @@ import numpy as np
 from sara_trl.allocation.labels import is_mixed
 from sara_trl.allocation.predictor import p_eff_unchecked
 from sara_trl.allocation.rules import decide as paper_decide
-from sara_trl.allocation.types import ABANDON, ROUND_TO_DECISION, Fate
+from sara_trl.allocation.types import ABANDON, Fate
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.allocation.config import AllocationConfig
@@ -62,11 +62,12 @@ def config_rule(config: AllocationConfig) -> Decide:
     Raises
     ------
     ValueError
-        ``tau_low="auto"``: that boundary is fitted across steps, by the :class:`~sara_trl.allocation.Allocator`.
+        ``stopping_rule="bayes_optimal"``: that boundary is fitted across steps, by the
+        :class:`~sara_trl.allocation.Allocator`.
     """
-    if config.tau_low == "auto":
-        raise ValueError("tau_low='auto' decides on a boundary fitted across steps: collect through the Allocator "
-                         "(Allocator.collect / Allocator.streaming), or pass a decide callable")
+    if config.stopping_rule == "bayes_optimal":
+        raise ValueError("stopping_rule='bayes_optimal' decides on a boundary fitted across steps: collect through "
+                         "the Allocator (Allocator.collect / Allocator.streaming), or pass a decide callable")
     cfg = config
 
     def decide(pids, n, n_scored, s):
@@ -123,14 +124,14 @@ def steps_to_decision(decide: Decide, k: int, pids: np.ndarray, n: np.ndarray, n
 def continuation(config: AllocationConfig, decide: Decide, pids: np.ndarray, n: np.ndarray, n_scored: np.ndarray,
                  s: np.ndarray) -> np.ndarray:
     """Rollouts to give each unmixed, undecided prompt next: ``min(round_increment, k - n)``, or with
-    ``round_increment="to_decision"`` all of them up to its next abandon point (:func:`steps_to_decision`).
+    ``continue_to_decision`` all of them up to its next abandon point (:func:`steps_to_decision`).
 
     Parameters
     ----------
     config : AllocationConfig
-        Supplies ``k`` and ``round_increment``.
+        Supplies ``k``, ``round_increment`` and ``continue_to_decision``.
     decide : Decide
-        The rule in use (read only for ``"to_decision"``).
+        The rule in use (read only with ``continue_to_decision``).
     pids, n, n_scored, s : ndarray of int64, shape (P,)
         Unmixed, undecided prompts: dataset ids, rollouts, scorable rollouts, successes.
 
@@ -140,7 +141,7 @@ def continuation(config: AllocationConfig, decide: Decide, pids: np.ndarray, n: 
         Rollouts, in ``[1, k - n]`` for prompts below k.
     """
     n = np.asarray(n, np.int64)
-    if config.round_increment == ROUND_TO_DECISION:
+    if config.continue_to_decision:
         return steps_to_decision(decide, config.k, np.asarray(pids, np.int64), n, np.asarray(n_scored, np.int64),
                                  np.asarray(s, np.int64))
     return np.minimum(config.round_increment, config.k - n)
@@ -181,7 +182,7 @@ class RefillModel:
         self.cost_num = 0.0
         self.cost_den = 0.0
         # every count from n0 on when the increment runs to the next decision point (it varies per prompt)
-        inc = 1 if cfg.round_increment == ROUND_TO_DECISION else cfg.round_increment
+        inc = 1 if cfg.continue_to_decision else cfg.round_increment
         self.checkpoints = np.unique(np.minimum(np.r_[0, np.arange(cfg.n0, k + inc, inc)], k))
 
     def mix_rate(self) -> np.ndarray:

@@ -88,7 +88,8 @@ class StreamingCollector:
     config : AllocationConfig
         ``allocator`` must be ``"sara"`` or ``"dynamic_sampling"``. Used: ``k``, ``n0``, ``tau_low``,
         ``commit_min``, the prior, ``budget_cap``, ``round_increment`` (rollouts submitted at once to a continuing
-        unmixed prompt whose requests have all finished; ``"to_decision"``: up to its next abandon point) and
+        unmixed prompt whose requests have all finished), ``continue_to_decision`` (instead: up to its next abandon
+        point) and
         ``refill_margin``. ``max_rounds`` and ``max_rollouts_per_round`` do not apply (no rounds).
     B : int
         Groups the batch needs (>= 1).
@@ -136,13 +137,13 @@ class StreamingCollector:
     Raises
     ------
     ValueError
-        An allocator other than SARA or dynamic sampling, ``B < 1``, ``max_in_flight < k``, or ``tau_low="auto"``
-        without ``decide``.
+        An allocator other than SARA or dynamic sampling, ``B < 1``, ``max_in_flight < k``, or
+        ``stopping_rule="bayes_optimal"`` without ``decide``.
     """
 
     def __init__(self, config: AllocationConfig, B: int, draw: Callable[[int, np.ndarray], np.ndarray], *,
                  max_in_flight: int, decide=None, mix_rate=None, fresh_cost=None, resolved=None, on_finish=None,
-                 carry: dict | None = None):
+                 carry: dict | None = None, speculate: bool = False):
         cfg = config
         if cfg.allocator not in STREAMING_ALLOCATORS:
             raise ValueError(f"streaming collection runs {STREAMING_ALLOCATORS}, not allocator={cfg.allocator!r}")
@@ -152,9 +153,9 @@ class StreamingCollector:
                 or max_in_flight < cfg.k:
             raise ValueError(f"max_in_flight={max_in_flight!r} must be an integer >= k={cfg.k}, so that one full "
                              "group can be in flight")
-        if decide is None and cfg.tau_low == "auto":
-            raise ValueError("tau_low='auto' decides on a boundary fitted across steps: build the collector with "
-                             "Allocator.streaming(), or pass decide")
+        if decide is None and cfg.stopping_rule == "bayes_optimal":
+            raise ValueError("stopping_rule='bayes_optimal' decides on a boundary fitted across steps: build the "
+                             "collector with Allocator.streaming(), or pass decide")
         if carry is not None and not cfg.carry_over:
             raise ValueError("a carry was passed to a collector whose config has carry_over=False")
         self.config = cfg
@@ -163,6 +164,7 @@ class StreamingCollector:
         self.carry: dict | None = None
         self.max_in_flight = int(max_in_flight)
         self._sara = cfg.allocator == "sara"
+        self._speculate = bool(speculate) and self._sara
         # ds_filter="score": a group's scores, kept until all k are in (its labels then follow their spread)
         self._scores: dict[int, list[float]] | None = {} if cfg.ds_filter == "score" else None
         self._draw = draw
@@ -205,7 +207,8 @@ class StreamingCollector:
     def truncated(self) -> np.ndarray:
         """``(prompts in the step,)`` bool: the prompt had a request aborted, so its recorded outcomes are the
         completions that finished first, i.e. the shorter ones, which lean towards successes where failures run
-        longer. The prior fit of ``tau_low="auto"`` leaves these prompts out (:meth:`Allocator.streaming`)."""
+        longer. The prior fit of ``stopping_rule="bayes_optimal"`` leaves these prompts out
+        (:meth:`Allocator.streaming`)."""
         mask = np.zeros(self.ledger.size, bool)
         mask[list(self._cut)] = True
         return mask
@@ -509,8 +512,34 @@ class StreamingCollector:
                         self._submit(slot, actions)
         elif self._queue and left <= 0:
             blocked = "budget"
+        if self._speculate and not covered and not self._queue:
+            self._fill(actions)
         if not self._req and not self.done:  # nothing in flight and nothing can be submitted
             self.done, self.stop_reason = True, blocked or "budget"
+
+    def _fill(self, actions: StreamActions) -> None:
+        """``streaming_speculate``: slots the rule leaves free go to speculative continuations. Each undecided,
+        unmixed prompt, oldest first, gets one more request per pass (up to the commit floor, counting what is
+        recorded, in flight and queued) while slots and spare budget (beyond the undecided prompts' expected need,
+        :meth:`_reserved`) last. A prompt that mixes then has its top-up already running; one that is abandoned or
+        held has its speculative requests aborted (surplus), as any request of a decided prompt."""
+        led = self.ledger
+        act = led.active()
+        if len(act) == 0:
+            return
+        free = self.max_in_flight - len(self._req)
+        spare = int(self.budget - self.submitted - self._reserved())
+        unmixed = act[~is_mixed(led.s[act], led.nsc[act])]
+        room = {int(slot): self.config.commit_floor - int(led.n[slot]) - self._out.get(int(slot), 0)
+                for slot in unmixed}
+        while free > 0 and spare > 0:
+            open_slots = [slot for slot in room if room[slot] > 0]
+            if not open_slots:
+                return
+            for slot in open_slots[:min(free, spare)]:
+                self._submit(slot, actions)
+                room[slot] -= 1
+                free, spare = free - 1, spare - 1
 
     # ------------------------------------------------------------------------------------------------ end
     def finish(self) -> StepResult:

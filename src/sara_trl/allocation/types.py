@@ -15,9 +15,6 @@ import numpy as np
 
 from sara_trl.allocation.labels import is_mixed
 
-ROUND_TO_DECISION = "to_decision"
-"""The ``round_increment`` that gives an unmixed prompt every rollout up to its next abandon point at once."""
-
 STREAMING_ALLOCATORS = ("sara", "dynamic_sampling")
 """Allocators that decide per completion (``collection="streaming"``); uniform sampling has nothing to decide."""
 

@@ -13,8 +13,10 @@
 from .generators import make_arithmetic_dataset, make_countdown_dataset, make_countdown_tasks
 from .loaders import (
     DATASET_NAMES,
+    DATASET_SPLITS,
     HUB_SOURCES,
     MATH_SUBJECTS,
+    DatasetSplit,
     HubSource,
     load_aime24,
     load_amc23,
@@ -41,6 +43,8 @@ __all__ = [
     "DATASET_NAMES",
     "HUB_SOURCES",
     "HubSource",
+    "DATASET_SPLITS",
+    "DatasetSplit",
     "MATH_SUBJECTS",
     "make_countdown_dataset",
     "make_countdown_tasks",

@@ -7,6 +7,10 @@ Every loader reads, in this order of preference,
    (:data:`sara_trl.data.paths.LOCAL_FILES`, e.g. ``math500.jsonl``);
 3. otherwise the Hugging Face Hub (``datasets.load_dataset(<repo id>, <config>, split=...)``, see :data:`HUB_SOURCES`).
 
+Each split's facts (Hub source, standard file name, ``source`` column, short name) are one row of
+:data:`sara_trl.data.splits.DATASET_SPLITS`; :data:`HUB_SOURCES`, :data:`DATASET_NAMES` and
+:data:`~sara_trl.data.paths.LOCAL_FILES` are derived from it.
+
 Nothing else is searched. When none of them can serve the data (offline, or the Hub unreachable, and no
 ``path=``/``data_dir=``) the loaders raise :class:`~sara_trl.data.hub.DataUnavailableError` at once, with a one-line
 message (see :mod:`sara_trl.data.hub`).
@@ -33,7 +37,6 @@ import logging
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +45,7 @@ import datasets
 from sara_trl.rewards.extract import last_boxed
 
 from .hub import DataUnavailableError, hub_unreachable, offline_env_vars
-from .paths import LOCAL_FILES
+from .splits import DATASET_SPLITS, DatasetSplit, HubSource
 from .templates import COUNTDOWN_TEMPLATE, MATH_TEMPLATE, chat_prompt, fill_template
 
 logger = logging.getLogger(__name__)
@@ -50,6 +53,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "HubSource",
     "HUB_SOURCES",
+    "DatasetSplit",
+    "DATASET_SPLITS",
     "DATASET_NAMES",
     "MATH_SUBJECTS",
     "load_math",
@@ -63,61 +68,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class HubSource:
-    """Where a dataset split lives on the Hugging Face Hub.
-
-    Attributes
-    ----------
-    repo_id : str
-        Dataset repository id.
-    config : str or None
-        Configuration name or None.
-    split : str
-        Upstream split name.
-    rows : (int, int) or None
-        Optional ``(start, stop)`` row range of that split (TinyZero's Countdown train/test split).
-    """
-
-    repo_id: str
-    config: str | None
-    split: str
-    rows: tuple[int, int] | None = None
-
-
-#: (dataset, split) -> Hub location.
-HUB_SOURCES: dict[tuple[str, str], HubSource] = {
-    ("math", "train"): HubSource("DigitalLearningGmbH/MATH-lighteval", None, "train"),
-    ("math", "test"): HubSource("DigitalLearningGmbH/MATH-lighteval", None, "test"),
-    ("math", "math500"): HubSource("HuggingFaceH4/MATH-500", None, "test"),
-    ("math", "train_12k"): HubSource("hiyouga/math12k", None, "train"),
-    ("gsm8k", "train"): HubSource("openai/gsm8k", "main", "train"),
-    ("gsm8k", "test"): HubSource("openai/gsm8k", "main", "test"),
-    ("aime24", "test"): HubSource("HuggingFaceH4/aime_2024", None, "train"),
-    ("amc23", "test"): HubSource("math-ai/amc23", None, "test"),
-    ("minerva", "test"): HubSource("math-ai/minervamath", None, "test"),
-    ("olympiadbench", "test"): HubSource("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
-    # TinyZero: train = rows[0:327680], test = rows[327680:328704] of the single upstream split
-    ("countdown", "train"): HubSource("Jiayi-Pan/Countdown-Tasks-3to4", None, "train", (0, 327680)),
-    ("countdown", "test"): HubSource("Jiayi-Pan/Countdown-Tasks-3to4", None, "train", (327680, 328704)),
-}
-
-# (dataset, split) -> key of LOCAL_FILES
-_LOCAL_KEYS = {
-    ("math", "train"): "math_train",
-    ("math", "train_12k"): "math_train_12k",
-    ("math", "math500"): "math500",
-    ("gsm8k", "test"): "gsm8k_test",
-    ("aime24", "test"): "aime24",
-    ("amc23", "test"): "amc23",
-    ("minerva", "test"): "minerva",
-    ("olympiadbench", "test"): "olympiadbench",
-    ("countdown", "train"): "countdown_train",
-    ("countdown", "test"): "countdown_test",
-}
-
-# (dataset, split) -> the name of load_dataset_by_name for it, where that is not "<dataset> (<split>)" (messages)
-_DISPLAY_NAMES = {("math", "math500"): "math500", ("math", "train_12k"): "math_train_12k"}
+#: (dataset, split) -> Hub location (derived from :data:`~sara_trl.data.splits.DATASET_SPLITS`).
+HUB_SOURCES: dict[tuple[str, str], HubSource] = {key: row.hub for key, row in DATASET_SPLITS.items()}
 
 #: The seven MATH subjects (column ``type``).
 MATH_SUBJECTS = (
@@ -155,31 +107,28 @@ def _is_unavailable(err: BaseException) -> bool:
 
 def _load_raw(
     dataset: str, split: str, path: str | os.PathLike | None, data_dir: str | os.PathLike | None
-) -> datasets.Dataset:
-    if (dataset, split) not in HUB_SOURCES and (dataset, split) not in _LOCAL_KEYS:
-        splits = sorted({s for d, s in HUB_SOURCES if d == dataset})
+) -> tuple[datasets.Dataset, DatasetSplit]:
+    """The raw rows of one split (from ``path``, else ``data_dir``, else the Hub) and its row of the split table."""
+    row = DATASET_SPLITS.get((dataset, split))
+    if row is None:
+        splits = sorted(s for d, s in DATASET_SPLITS if d == dataset)
         raise ValueError(f"unknown split {split!r} for {dataset}; known: {splits}")
     if path is not None:
-        return _load_file(path)
+        return _load_file(path), row
     if data_dir is not None:
-        key = _LOCAL_KEYS.get((dataset, split))
-        if key is None:
+        if row.local_file is None:
             raise ValueError(f"no offline file for {dataset} split {split!r}; pass path= or load it from the Hub")
         if not Path(data_dir).is_dir():
             raise FileNotFoundError(f"data_dir={str(data_dir)!r} is not a directory (it should hold the offline files, "
-                                    f"e.g. {LOCAL_FILES[key]})")
-        return _load_file(Path(data_dir) / LOCAL_FILES[key])
-    src = HUB_SOURCES.get((dataset, split))
-    key = _LOCAL_KEYS.get((dataset, split))
-    local_file = LOCAL_FILES[key] if key is not None else None
-    if src is None:  # pragma: no cover - every split with a local file also has a Hub source
-        raise ValueError(f"{dataset} split {split!r} has no Hub source; pass path= or data_dir=")
+                                    f"e.g. {row.local_file})")
+        return _load_file(Path(data_dir) / row.local_file), row
+    src = row.hub
     offline = offline_env_vars()
     if not offline:  # fail in a fraction of a second, not after datasets' ~25 s of retries
         unreachable = hub_unreachable()
         if unreachable is not None:
             raise DataUnavailableError(dataset, split, src.repo_id, f"{unreachable} to download {src.repo_id}",
-                                       local_file, _DISPLAY_NAMES.get((dataset, split)))
+                                       row.local_file, row.display_name)
     try:
         ds = datasets.load_dataset(src.repo_id, src.config, split=src.split)
     except Exception as err:
@@ -190,12 +139,11 @@ def _load_raw(
                       "cache")
         else:
             reason = f"could not load {src.repo_id} from the Hub ({type(err).__name__}: {err})"
-        raise DataUnavailableError(dataset, split, src.repo_id, reason, local_file,
-                                   _DISPLAY_NAMES.get((dataset, split))) from err
+        raise DataUnavailableError(dataset, split, src.repo_id, reason, row.local_file, row.display_name) from err
     if src.rows is not None:
         start, stop = src.rows
         ds = ds.select(range(start, min(stop, len(ds))))
-    return ds
+    return ds, row
 
 
 # -- row mapping --------------------------------------------------------------------------------------------------
@@ -386,9 +334,8 @@ def load_math(
         No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
         the Hugging Face cache); a :class:`ConnectionError`.
     """
-    ds = _load_raw("math", split, path, data_dir)
-    src = {"train": "math/train", "train_12k": "math/train_12k", "math500": "math500", "test": "math/test"}[split]
-    ds = _finish_math(ds, template, system_prompt, src, ("level", "type"))
+    ds, row = _load_raw("math", split, path, data_dir)
+    ds = _finish_math(ds, template, system_prompt, row.source, ("level", "type"))
     if levels is not None:
         lv = {int(x) for x in levels}
         if not lv or not lv <= {1, 2, 3, 4, 5}:
@@ -437,8 +384,8 @@ def load_gsm8k(
         No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
         the Hugging Face cache); a :class:`ConnectionError`.
     """
-    ds = _load_raw("gsm8k", split, path, data_dir)
-    return _finish_math(ds, template, system_prompt, f"gsm8k/{split}")
+    ds, row = _load_raw("gsm8k", split, path, data_dir)
+    return _finish_math(ds, template, system_prompt, row.source)
 
 
 def load_aime24(
@@ -469,8 +416,8 @@ def load_aime24(
         No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
         the Hugging Face cache); a :class:`ConnectionError`.
     """
-    ds = _load_raw("aime24", "test", path, data_dir)
-    return _finish_math(ds, template, system_prompt, "aime24")
+    ds, row = _load_raw("aime24", "test", path, data_dir)
+    return _finish_math(ds, template, system_prompt, row.source)
 
 
 def load_amc23(
@@ -501,8 +448,8 @@ def load_amc23(
         No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
         the Hugging Face cache); a :class:`ConnectionError`.
     """
-    ds = _load_raw("amc23", "test", path, data_dir)
-    return _finish_math(ds, template, system_prompt, "amc23")
+    ds, row = _load_raw("amc23", "test", path, data_dir)
+    return _finish_math(ds, template, system_prompt, row.source)
 
 
 def load_minerva(
@@ -540,9 +487,9 @@ def load_minerva(
         No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
         the Hugging Face cache); a :class:`ConnectionError`.
     """
-    ds = _load_raw("minerva", "test", path, data_dir)
+    ds, row = _load_raw("minerva", "test", path, data_dir)
     extra = ("answer_alternatives",) if alternatives else ()
-    return _finish_math(ds, template, system_prompt, "minerva_math", extra)
+    return _finish_math(ds, template, system_prompt, row.source, extra)
 
 
 def load_olympiadbench(
@@ -575,8 +522,8 @@ def load_olympiadbench(
         No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
         the Hugging Face cache); a :class:`ConnectionError`.
     """
-    ds = _load_raw("olympiadbench", "test", path, data_dir)
-    return _finish_math(ds, template, system_prompt, "olympiadbench", ("is_multiple_answer", "unit"))
+    ds, row = _load_raw("olympiadbench", "test", path, data_dir)
+    return _finish_math(ds, template, system_prompt, row.source, ("is_multiple_answer", "unit"))
 
 
 def _countdown_row(row: dict, idx: int, template: str, system_prompt: str | None, source: str) -> dict:
@@ -631,7 +578,7 @@ def load_countdown(
         No ``path``/``data_dir`` given and the Hub cannot serve the data (unreachable, or offline mode and not in
         the Hugging Face cache); a :class:`ConnectionError`.
     """
-    ds = _load_raw("countdown", split, path, data_dir)
+    ds, row = _load_raw("countdown", split, path, data_dir)
     if num_tasks is not None:
         if num_tasks < 1:
             raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
@@ -642,29 +589,30 @@ def load_countdown(
         fn_kwargs={
             "template": COUNTDOWN_TEMPLATE if template is None else template,
             "system_prompt": system_prompt,
-            "source": f"countdown/{split}",
+            "source": row.source,
         },
         remove_columns=ds.column_names,
         features=_COUNTDOWN_FEATURES,
-        desc=f"formatting countdown/{split}",
+        desc=f"formatting {row.source}",
     )
 
 
+#: dataset -> its loader (one per dataset of :data:`~sara_trl.data.splits.DATASET_SPLITS`)
 _LOADERS = {
-    "math": (load_math, "train"),
-    "math500": (load_math, "math500"),
-    "math_train_12k": (load_math, "train_12k"),
-    "gsm8k": (load_gsm8k, "test"),
-    "aime24": (load_aime24, None),
-    "amc23": (load_amc23, None),
-    "minerva": (load_minerva, None),
-    "olympiadbench": (load_olympiadbench, None),
-    "countdown": (load_countdown, "train"),
-    "countdown_test": (load_countdown, "test"),
+    "math": load_math,
+    "gsm8k": load_gsm8k,
+    "aime24": load_aime24,
+    "amc23": load_amc23,
+    "minerva": load_minerva,
+    "olympiadbench": load_olympiadbench,
+    "countdown": load_countdown,
 }
 
-#: names accepted by :func:`load_dataset_by_name`
-DATASET_NAMES = tuple(_LOADERS)
+# short name -> the split it loads by default
+_NAMED = {row.short_name: row for row in DATASET_SPLITS.values() if row.short_name}
+
+#: names accepted by :func:`load_dataset_by_name` (the splits' short names)
+DATASET_NAMES = tuple(_NAMED)
 
 
 def load_dataset_by_name(
@@ -698,11 +646,12 @@ def load_dataset_by_name(
     ValueError
         Unknown name, or a ``split`` other than ``"test"`` for a single-split benchmark; otherwise as the loader.
     """
-    if name not in _LOADERS:
+    if name not in _NAMED:
         raise ValueError(f"unknown dataset {name!r}; known: {list(DATASET_NAMES)}")
-    fn, default_split = _LOADERS[name]
-    if default_split is None:
+    row = _NAMED[name]
+    fn = _LOADERS[row.dataset]
+    if sum(d == row.dataset for d, _ in DATASET_SPLITS) == 1:  # a single-split benchmark: its loader takes no split
         if split not in (None, "test"):
             raise ValueError(f"{name} has a single (test) split, got split={split!r}")
         return fn(path=path, **kwargs)
-    return fn(split=split or default_split, path=path, **kwargs)
+    return fn(split=split or row.split, path=path, **kwargs)

@@ -4,9 +4,9 @@ The loaders read the Hugging Face Hub unless told otherwise. To work offline, or
 Lines (or Parquet, via ``path=``) files in a folder of your choice and pass it as ``data_dir=``; inside it each
 dataset split is looked up under its standard name in :data:`LOCAL_FILES` (``math500.jsonl``,
 ``countdown_tinyzero_test.jsonl``, ...). Rows may use our column names (``problem``, ``answer``, ``target``,
-``nums``) or the upstream ones of :data:`sara_trl.data.loaders.HUB_SOURCES` (``question``, GSM8K's ``#### 72``
-answers, ...): the loaders map both. Nothing is looked up anywhere else: no environment variable, no folder next to
-the checkout or the working directory.
+``nums``) or the upstream ones of the Hub sources in :data:`sara_trl.data.splits.DATASET_SPLITS` (``question``,
+GSM8K's ``#### 72`` answers, ...): the loaders map both. Nothing is looked up anywhere else: no environment
+variable, no folder next to the checkout or the working directory.
 """
 
 from __future__ import annotations
@@ -14,22 +14,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .splits import DATASET_SPLITS
+
 __all__ = ["LOCAL_FILES", "local_data_file"]
 
 #: standard file names inside a ``data_dir``, by dataset key (the loaders in :mod:`sara_trl.data.loaders` read them;
-#: their Hub sources are :data:`sara_trl.data.loaders.HUB_SOURCES`)
-LOCAL_FILES = {
-    "math_train": "math_train.jsonl",
-    "math_train_12k": "math_train_12k.jsonl",
-    "math500": "math500.jsonl",
-    "aime24": "aime24.jsonl",
-    "amc23": "amc23.jsonl",
-    "minerva": "minerva_math.jsonl",
-    "olympiadbench": "olympiadbench.jsonl",
-    "gsm8k_test": "gsm8k_test.jsonl",
-    "countdown_test": "countdown_tinyzero_test.jsonl",
-    "countdown_train": "countdown_3to4_train_head.jsonl",
-}
+#: derived from :data:`sara_trl.data.splits.DATASET_SPLITS`, which also holds their Hub sources)
+LOCAL_FILES: dict[str, str] = {r.local_key: r.local_file for r in DATASET_SPLITS.values() if r.local_key}
 
 
 def local_data_file(data_dir: str | os.PathLike, key_or_name: str) -> Path:

@@ -41,9 +41,10 @@ process. Timeouts give ``None`` and are counted separately: see :func:`stats`. T
 limit.
 
 **A new verifier** is one module: a function ``<name>_success(completion, **gold) -> Verdict``, and a small
-dataclass reward whose ``verdicts`` calls :func:`check_columns`, the success function and :func:`count_verdicts`,
-and whose ``__call__`` returns ``[v.reward for v in verdicts]`` (see :mod:`sara_trl.rewards.numeric`); register it
-in :data:`REWARD_FUNCS`.
+dataclass reward built on :class:`VerdictReward` that states its ``name``, its counter prefix, the dataset
+``columns`` it reads and a ``judge`` method calling the success function; ``verdicts`` (columns checked, verdicts
+counted) and ``__call__`` (TRL's signature) come from :class:`VerdictReward` (see :mod:`sara_trl.rewards.numeric`);
+register it in :data:`REWARD_FUNCS`.
 """
 
 from __future__ import annotations
@@ -66,13 +67,22 @@ from .pool import WorkerPool, get_pool, shutdown_pools
 from .relations import relation_to_interval
 from .stats import reset_stats, stats
 from .unicode_math import unicode_to_latex
-from .verdict import Status, Verdict, all_answers_verdict, check_columns, completion_text, count_verdicts
+from .verdict import (
+    Status,
+    Verdict,
+    VerdictReward,
+    all_answers_verdict,
+    check_columns,
+    completion_text,
+    count_verdicts,
+)
 
 __all__ = [
     "REWARD_FUNCS",
     "get_reward_func",
     "Status",
     "Verdict",
+    "VerdictReward",
     "completion_text",
     "check_columns",
     "all_answers_verdict",

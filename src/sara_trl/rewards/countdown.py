@@ -49,7 +49,7 @@ from typing import Any
 
 from .extract import answer_part
 from .unicode_math import unicode_digits_and_signs
-from .verdict import Status, Verdict, all_answers_verdict, check_columns, completion_text, count_verdicts
+from .verdict import Status, Verdict, VerdictReward, all_answers_verdict, completion_text
 
 __all__ = [
     "CountdownReward",
@@ -313,8 +313,13 @@ def countdown_success(completion: Any, target: Any, nums: Any, *, max_answer_cha
 
 
 @dataclass
-class CountdownReward:
+class CountdownReward(VerdictReward):
     """Countdown correctness reward in TRL's signature; picklable, ``__name__ == "countdown_reward"``.
+
+    ``verdicts(completions, target, nums)`` gives one :func:`countdown_success` verdict per completion (counted in
+    :func:`sara_trl.rewards.stats`); ``__call__(completions, target=None, nums=None, **kwargs)`` gives ``1.0``
+    correct, ``0.0`` wrong, ``None`` malformed gold. Both raise ValueError for missing ``target``/``nums`` columns or
+    mismatched lengths (:class:`~sara_trl.rewards.verdict.VerdictReward`).
 
     Parameters
     ----------
@@ -327,74 +332,25 @@ class CountdownReward:
         ``max_answer_chars < 1``.
     """
 
+    name = "countdown_reward"
+    counter = "countdown"
+    columns = ("target", "nums")
+
     max_answer_chars: int = MAX_ANSWER_CHARS
 
     def __post_init__(self):
         if self.max_answer_chars < 1:
             raise ValueError(f"max_answer_chars must be >= 1, got {self.max_answer_chars}")
         self.max_answer_chars = int(self.max_answer_chars)
-        self.__name__ = "countdown_reward"
+        super().__post_init__()
 
-    def verdicts(self, completions: Sequence[Any], target: Sequence[Any], nums: Sequence[Any]) -> list[Verdict]:
-        """Verdicts for completions, targets and number lists (counted in :func:`sara_trl.rewards.stats`).
-
-        Parameters
-        ----------
-        completions : sequence, shape (N,)
-            Strings or lists of chat messages.
-        target : sequence, shape (N,)
-            Whole numbers to reach.
-        nums : sequence of list of int, shape (N,)
-            The numbers of each problem.
-
-        Returns
-        -------
-        list of Verdict, shape (N,)
-            One verdict per completion (see :func:`countdown_success`).
-
-        Raises
-        ------
-        ValueError
-            Missing ``target``/``nums`` columns or mismatched lengths.
-        """
-        check_columns("countdown_reward", completions, target=target, nums=nums)
-        out = [
+    def judge(self, completions: Sequence[Any], target: Sequence[Any], nums: Sequence[Any]) -> list[Verdict]:
+        """One :func:`countdown_success` verdict per completion (``target``: whole numbers to reach; ``nums``: the
+        numbers of each problem)."""
+        return [
             countdown_success(c, t, ns, max_answer_chars=self.max_answer_chars)
             for c, t, ns in zip(completions, target, nums)
         ]
-        return count_verdicts("countdown", out)
-
-    def __call__(
-        self,
-        completions: Sequence[Any],
-        target: Sequence[Any] | None = None,
-        nums: Sequence[Any] | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        """TRL reward function: ``1.0`` correct, ``0.0`` wrong, ``None`` malformed gold.
-
-        Parameters
-        ----------
-        completions : sequence, shape (N,)
-            Strings or lists of chat messages.
-        target : sequence, shape (N,)
-            Dataset column ``target``: whole numbers.
-        nums : sequence of list of int, shape (N,)
-            Dataset column ``nums``: lists of whole numbers.
-        **kwargs
-            Ignored (other columns, ``prompts``, ``trainer_state``, ...).
-
-        Returns
-        -------
-        list of float or None, shape (N,)
-            ``1.0``, ``0.0`` or ``None`` per completion.
-
-        Raises
-        ------
-        ValueError
-            Missing ``target``/``nums`` columns or mismatched lengths.
-        """
-        return [v.reward for v in self.verdicts(completions, target, nums)]
 
 
 _DEFAULT = CountdownReward()

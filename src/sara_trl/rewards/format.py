@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .verdict import completion_text
+from .verdict import Status, Verdict, VerdictReward, completion_text
 
 __all__ = ["format_reward", "FormatReward", "has_think_answer_format"]
 
@@ -51,8 +51,13 @@ def has_think_answer_format(text: str, require_think_open: bool = False) -> bool
 
 
 @dataclass
-class FormatReward:
+class FormatReward(VerdictReward):
     """``<think>``/``<answer>`` layout reward in TRL's signature; picklable, ``__name__ == "format_reward"``.
+
+    ``__call__(completions, **kwargs)`` gives ``value`` for a well-formed completion and ``0.0`` otherwise (never
+    None; dataset columns and trainer arguments are ignored); it raises ValueError for a completion that is neither
+    a string nor a list of chat messages. ``verdicts(completions)`` gives the layout verdicts it is built from
+    (``CORRECT``: well-formed); they are not counted in :func:`sara_trl.rewards.stats` and are no success verdict.
 
     Parameters
     ----------
@@ -62,38 +67,24 @@ class FormatReward:
         Reward for a well-formed completion (a malformed one gets 0.0).
     """
 
+    name = "format_reward"
+
     require_think_open: bool = False
     value: float = 1.0
 
     def __post_init__(self):
         self.require_think_open = bool(self.require_think_open)
         self.value = float(self.value)
-        self.__name__ = "format_reward"
+        super().__post_init__()
 
-    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        """Score the layout of each completion.
+    def judge(self, completions: Sequence[Any]) -> list[Verdict]:
+        """``CORRECT`` for each completion in the layout of :func:`has_think_answer_format`, else ``WRONG``."""
+        formatted = [has_think_answer_format(completion_text(c), self.require_think_open) for c in completions]
+        return [Verdict(Status.CORRECT if ok else Status.WRONG) for ok in formatted]
 
-        Parameters
-        ----------
-        completions : sequence, shape (N,)
-            Strings or lists of chat messages.
-        **kwargs
-            Dataset columns and trainer arguments, ignored.
-
-        Returns
-        -------
-        list of float, shape (N,)
-            ``value`` for a well-formed completion, ``0.0`` otherwise (never None).
-
-        Raises
-        ------
-        ValueError
-            A completion is neither a string nor a list of chat messages.
-        """
-        return [
-            self.value if has_think_answer_format(completion_text(c), self.require_think_open) else 0.0
-            for c in completions
-        ]
+    def reward(self, verdict: Verdict) -> float:
+        """``value`` for a well-formed completion, ``0.0`` otherwise."""
+        return self.value if verdict.status is Status.CORRECT else 0.0
 
 
 _DEFAULT = FormatReward()

@@ -58,7 +58,7 @@ from typing import Any
 from . import pool as _pool
 from .extract import choice_letter, extract_math_answers, is_prose_answer, normalize_math_answer
 from .stats import count
-from .verdict import Status, Verdict, all_answers_verdict, check_columns, completion_text, count_verdicts
+from .verdict import Status, Verdict, VerdictReward, all_answers_verdict, completion_text
 
 __all__ = ["MathReward", "math_reward", "math_success", "math_successes", "default_num_workers", "clear_caches"]
 
@@ -234,12 +234,18 @@ def _choice_rule(raw: str | None, pred: str, golds: tuple[str, ...]) -> Status |
 
 
 @dataclass
-class MathReward:
+class MathReward(VerdictReward):
     r"""Math correctness reward (TRL reward-function signature) backed by math-verify with a hard time limit.
 
     Instances are picklable (only the configuration is pickled; worker processes are per process and started on
     first use) and usable directly as ``reward_funcs=`` of any TRL trainer. ``__name__`` is ``"math_reward"`` so TRL
     logs it as ``rewards/math_reward``. The judgement rules are listed in :mod:`sara_trl.rewards.math_verifier`.
+
+    ``verdicts(completions, answer, answer_alternatives=None)`` gives one verdict per completion (counted in
+    :func:`sara_trl.rewards.stats`); ``__call__(completions, answer=None, answer_alternatives=None, **kwargs)`` gives
+    ``1.0`` correct, ``0.0`` wrong or no answer, ``None`` unscorable (unparseable or prose gold, timeout or verifier
+    error). Both raise ValueError without an ``answer`` column or for mismatched lengths
+    (:class:`~sara_trl.rewards.verdict.VerdictReward`).
 
     Parameters
     ----------
@@ -263,6 +269,11 @@ class MathReward:
         Non-positive ``timeout_s``/``max_answer_chars``, negative ``grace_s``/``num_workers``.
     """
 
+    name = "math_reward"
+    counter = "math"
+    columns = ("answer", "answer_alternatives")
+    optional = ("answer_alternatives",)
+
     timeout_s: float = DEFAULT_TIMEOUT_S
     grace_s: float = DEFAULT_GRACE_S
     num_workers: int | None = None
@@ -281,7 +292,7 @@ class MathReward:
         self.timeout_s = float(self.timeout_s)
         self.grace_s = float(self.grace_s)
         self.max_answer_chars = int(self.max_answer_chars)
-        self.__name__ = "math_reward"
+        super().__post_init__()
 
     def pool(self) -> _pool.WorkerPool:
         """The shared :class:`~sara_trl.rewards.pool.WorkerPool` this verifier's comparisons run on."""
@@ -335,11 +346,8 @@ class MathReward:
                 out[j] = (Status.TIMEOUT, "timeout")
         return out
 
-    def verdicts(
-        self,
-        completions: Sequence[Any],
-        answer: Sequence[Any],
-        answer_alternatives: Sequence[Any] | None = None,
+    def judge(
+        self, completions: Sequence[Any], answer: Sequence[Any], answer_alternatives: Sequence[Any] | None
     ) -> list[Verdict]:
         """Binary verdicts for a batch of completions (one pool round for everything not decided locally).
 
@@ -349,23 +357,19 @@ class MathReward:
             Completions, each a string or a list of chat messages.
         answer : sequence, shape (N,)
             Gold answers (strings; numbers are written in their shortest decimal form; a list means "any of these").
-        answer_alternatives : sequence of list, shape (N,), optional
+        answer_alternatives : sequence of list, shape (N,), or None
             Further acceptable gold answers per completion (entries may be None).
 
         Returns
         -------
         list of Verdict, shape (N,)
-            One verdict per completion (counted in :func:`sara_trl.rewards.stats`).
+            One verdict per completion.
 
         Raises
         ------
         ValueError
-            A missing ``answer`` column, mismatched lengths or a malformed completion.
+            A malformed completion.
         """
-        check_columns(
-            "math_reward", completions, optional=("answer_alternatives",), answer=answer,
-            answer_alternatives=answer_alternatives,
-        )  # fmt: skip
         n = len(completions)
         if answer_alternatives is None:
             answer_alternatives = [None] * n
@@ -398,39 +402,7 @@ class MathReward:
         for i in range(n):
             if out[i] is None:
                 out[i] = all_answers_verdict(answers[i])  # type: ignore[arg-type]
-        return count_verdicts("math", out)  # type: ignore[arg-type]
-
-    def __call__(
-        self,
-        completions: Sequence[Any],
-        answer: Sequence[Any] | None = None,
-        answer_alternatives: Sequence[Any] | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        """TRL reward function: ``1.0`` correct, ``0.0`` wrong or no answer, ``None`` unscorable.
-
-        Parameters
-        ----------
-        completions : sequence, shape (N,)
-            Completions (strings or lists of chat messages).
-        answer : sequence, shape (N,)
-            Gold answers: the dataset column ``answer`` (TRL passes dataset columns as keyword arguments).
-        answer_alternatives : sequence of list, shape (N,), optional
-            The optional column of lists of other acceptable answers.
-        **kwargs
-            Other columns and trainer arguments (``prompts``, ``completion_ids``, ``trainer_state``, ...), ignored.
-
-        Returns
-        -------
-        list of float or None, shape (N,)
-            ``1.0`` / ``0.0`` / ``None`` (unparseable or prose gold, timeout or verifier error).
-
-        Raises
-        ------
-        ValueError
-            No ``answer`` column, or mismatched lengths.
-        """
-        return [v.reward for v in self.verdicts(completions, answer, answer_alternatives)]
+        return out  # type: ignore[return-value]
 
 
 _DEFAULT = MathReward()

@@ -34,7 +34,7 @@ from typing import Any
 
 from .extract import answer_part, boxed_answers
 from .unicode_math import unicode_digits_and_signs
-from .verdict import Status, Verdict, all_answers_verdict, check_columns, completion_text, count_verdicts
+from .verdict import Status, Verdict, VerdictReward, all_answers_verdict, completion_text
 
 __all__ = ["numeric_reward", "numeric_success", "parse_number", "NumericReward"]
 
@@ -155,61 +155,22 @@ def numeric_success(completion: Any, answer: Any) -> Verdict:
 
 
 @dataclass
-class NumericReward:
-    """Numeric-answer reward in TRL's signature; picklable, ``__name__ == "numeric_reward"``."""
+class NumericReward(VerdictReward):
+    """Numeric-answer reward in TRL's signature; picklable, ``__name__ == "numeric_reward"``.
 
-    def __post_init__(self):
-        self.__name__ = "numeric_reward"
+    ``verdicts(completions, answer)`` gives one :func:`numeric_success` verdict per completion (counted in
+    :func:`sara_trl.rewards.stats`); ``__call__(completions, answer=None, **kwargs)`` gives ``1.0`` when the final
+    number equals ``answer``, ``0.0`` otherwise and ``None`` for a non-numeric gold answer. Both raise ValueError
+    without an ``answer`` column or for mismatched lengths (:class:`~sara_trl.rewards.verdict.VerdictReward`).
+    """
 
-    def verdicts(self, completions: Sequence[Any], answer: Sequence[Any]) -> list[Verdict]:
-        """Verdicts of ``completions`` against ``answer`` (counted in :func:`sara_trl.rewards.stats`).
+    name = "numeric_reward"
+    counter = "numeric"
+    columns = ("answer",)
 
-        Parameters
-        ----------
-        completions : sequence, shape (N,)
-            Strings or lists of chat messages.
-        answer : sequence, shape (N,)
-            Gold numbers, one per completion.
-
-        Returns
-        -------
-        list of Verdict, shape (N,)
-            One verdict per completion (see :func:`numeric_success`).
-
-        Raises
-        ------
-        ValueError
-            No ``answer`` column or mismatched lengths.
-        """
-        check_columns("numeric_reward", completions, answer=answer)
-        return count_verdicts("numeric", [numeric_success(c, a) for c, a in zip(completions, answer)])
-
-    def __call__(
-        self, completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs: Any
-    ) -> list[float | None]:
-        """TRL reward function: ``1.0`` if the final number equals ``answer``, ``0.0`` otherwise, ``None`` for a
-        non-numeric gold answer.
-
-        Parameters
-        ----------
-        completions : sequence, shape (N,)
-            Strings or lists of chat messages.
-        answer : sequence, shape (N,)
-            The ``answer`` dataset column; required (``None`` raises).
-        **kwargs
-            Other dataset columns, ignored.
-
-        Returns
-        -------
-        list of float or None, shape (N,)
-            ``1.0``, ``0.0`` or ``None`` per completion.
-
-        Raises
-        ------
-        ValueError
-            No ``answer`` column or mismatched lengths.
-        """
-        return [v.reward for v in self.verdicts(completions, answer)]
+    def judge(self, completions: Sequence[Any], answer: Sequence[Any]) -> list[Verdict]:
+        """One :func:`numeric_success` verdict per completion against its gold number in ``answer``."""
+        return [numeric_success(c, a) for c, a in zip(completions, answer)]
 
 
 _DEFAULT = NumericReward()

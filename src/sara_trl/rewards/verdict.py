@@ -6,21 +6,32 @@ value a TRL reward function reports: ``1.0`` (correct), ``0.0`` (wrong) or ``Non
 unusable, the verifier timed out, or it crashed). TRL turns ``None`` into NaN, which the allocator treats as an
 unscorable rollout (it costs a rollout but does not move the posterior).
 
-The helpers below are the shared part of every verdict reward (math, numeric, Countdown): :func:`check_columns`
-validates the dataset columns a reward needs, :func:`all_answers_verdict` applies the one rule for completions that
-state several final answers, and :func:`count_verdicts` counts the verdicts in :func:`sara_trl.rewards.stats`.
+The rest is the shared part of every reward class (math, numeric, Countdown, format): :class:`VerdictReward` turns a
+``judge`` method into a TRL reward function (its ``__name__``, the dataset columns it reads, the checks of those
+columns, the counters, ``verdicts`` and ``__call__``); :func:`check_columns` validates the dataset columns a reward
+needs, :func:`all_answers_verdict` applies the one rule for completions that state several final answers, and
+:func:`count_verdicts` counts the verdicts in :func:`sara_trl.rewards.stats`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from .stats import count
 
-__all__ = ["Status", "Verdict", "completion_text", "check_columns", "all_answers_verdict", "count_verdicts"]
+__all__ = [
+    "Status",
+    "Verdict",
+    "VerdictReward",
+    "completion_text",
+    "check_columns",
+    "all_answers_verdict",
+    "count_verdicts",
+]
 
 
 class Status(str, enum.Enum):
@@ -207,3 +218,121 @@ def count_verdicts(verifier: str, verdicts: list[Verdict]) -> list[Verdict]:
     for v in verdicts:
         count(f"{verifier}/{v.status.value}")
     return verdicts
+
+
+# -- the reward-class scaffold ------------------------------------------------------------------------------------
+_POS = inspect.Parameter.POSITIONAL_OR_KEYWORD
+
+
+@dataclass
+class VerdictReward:
+    """A reward function in TRL's signature built from a ``judge`` method: the one scaffold of every reward class.
+
+    A verifier subclasses it (as a ``@dataclass`` of its options) and states only what differs: its name, the
+    counter prefix, the dataset columns it reads and how a batch is judged::
+
+        @dataclass
+        class NumericReward(VerdictReward):
+            name = "numeric_reward"
+            counter = "numeric"
+            columns = ("answer",)
+
+            def judge(self, completions, answer):
+                return [numeric_success(c, a) for c, a in zip(completions, answer)]
+
+    Every subclass then has
+
+    * ``__name__ == name`` on each instance (set in ``__post_init__``; TRL logs ``rewards/<name>``), and pickles as
+      the dataclass it is (only its fields and ``__name__``);
+    * ``verdicts(completions, <columns>)``: the columns checked by :func:`check_columns` (the optional ones may be
+      None), ``judge`` called with them by name, the verdicts counted by :func:`count_verdicts` under ``counter``;
+    * ``__call__(completions, <columns> = None, **kwargs)``: TRL's reward signature; the columns are taken from the
+      arguments, everything else TRL passes (other columns, ``prompts``, ``completion_ids``, ``trainer_state``, ...)
+      is ignored, and each verdict becomes :meth:`reward` (``1.0`` / ``0.0`` / ``None``).
+
+    Both methods carry the signature that names the columns (``inspect.signature``, ``help``).
+
+    Attributes
+    ----------
+    name : str
+        Class attribute: the ``__name__`` of the instances and the name in error messages (``"numeric_reward"``).
+    counter : str or None
+        Class attribute: the prefix of the verdict counters in :func:`sara_trl.rewards.stats` (``"numeric"``);
+        None: not counted.
+    columns : tuple of str
+        Class attribute: the dataset columns read, in the order of the positional parameters after
+        ``completions``.
+    optional : tuple of str
+        Class attribute: those of ``columns`` that may be absent (``judge`` then gets None for them).
+    """
+
+    name: ClassVar[str] = ""
+    counter: ClassVar[str | None] = None
+    columns: ClassVar[tuple[str, ...]] = ()
+    optional: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        names = ", ".join(f"``{c}``" for c in cls.columns) or "none"
+        raises = "Raises ValueError for a missing required column or mismatched lengths."
+        if "verdicts" not in cls.__dict__:
+            judged = [_param(c, optional=c in cls.optional) for c in cls.columns]
+            doc = f"One :class:`Verdict` per completion; dataset columns read: {names}.\n\n{raises}"
+            cls.verdicts = _signed(cls, "verdicts", VerdictReward._verdicts, judged, "list[Verdict]", doc)
+        if "__call__" not in cls.__dict__:
+            given = [_param(c, optional=True) for c in cls.columns]
+            given.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation="Any"))
+            returns = f"list[{inspect.get_annotations(cls.reward).get('return', 'float | None')}]"
+            doc = (f"TRL reward function: one reward per completion (see :meth:`reward`); dataset columns read: "
+                   f"{names}; other keyword arguments are ignored.\n\n{raises}")
+            cls.__call__ = _signed(cls, "__call__", VerdictReward._rewards, given, returns, doc)
+
+    def __post_init__(self) -> None:
+        self.__name__ = self.name
+
+    def judge(self, completions: Sequence[Any], **columns: Any) -> list[Verdict]:
+        """One verdict per completion, given the checked dataset columns by name (what each verifier writes)."""
+        raise NotImplementedError(f"{type(self).__name__} must define judge()")
+
+    def reward(self, verdict: Verdict) -> float | None:
+        """The reward reported for one verdict: :attr:`Verdict.reward` unless a subclass says otherwise."""
+        return verdict.reward
+
+    def _verdicts(self, completions: Sequence[Any], columns: dict[str, Any]) -> list[Verdict]:
+        check_columns(self.name, completions, optional=self.optional, **columns)
+        out = self.judge(completions, **columns)
+        return count_verdicts(self.counter, out) if self.counter else out
+
+    def _rewards(self, completions: Sequence[Any], columns: dict[str, Any]) -> list[float | None]:
+        return [self.reward(v) for v in self._verdicts(completions, columns)]
+
+
+def _param(name: str, optional: bool) -> inspect.Parameter:
+    """A dataset-column parameter: ``name: Sequence[Any]``, or ``name: Sequence[Any] | None = None``."""
+    if optional:
+        return inspect.Parameter(name, _POS, annotation="Sequence[Any] | None", default=None)
+    return inspect.Parameter(name, _POS, annotation="Sequence[Any]")
+
+
+def _signed(cls: type, name: str, body: Callable, columns: list[inspect.Parameter], returns: str, doc: str) -> Callable:
+    """``cls.<name>`` taking ``(self, completions, *columns)``: arguments bound as Python would, then
+    ``body(self, completions, {column: value})``."""
+    first = [inspect.Parameter("self", _POS), inspect.Parameter("completions", _POS, annotation="Sequence[Any]")]
+    signature = inspect.Signature(first + columns, return_annotation=returns)
+    names = cls.columns  # type: ignore[attr-defined]
+
+    def method(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise TypeError(f"{cls.__qualname__}.{name}() {err}") from None
+        bound.apply_defaults()
+        a = bound.arguments
+        return body(a["self"], a["completions"], {c: a[c] for c in names})
+
+    method.__name__ = name
+    method.__qualname__ = f"{cls.__qualname__}.{name}"
+    method.__module__ = cls.__module__
+    method.__doc__ = doc
+    method.__signature__ = signature  # type: ignore[attr-defined]
+    return method

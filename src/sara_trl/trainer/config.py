@@ -1,9 +1,9 @@
 """`SaraConfig` (extends `trl.GRPOConfig`) and `SaraRLOOConfig` (extends `trl.RLOOConfig`).
 
 Both carry the allocation options of :class:`sara_trl.allocation.AllocationConfig`, derived from its fields (same
-names, defaults, help texts and checks), plus a few options of the trainer's own (how a rollout is labelled, the
-prompt stream's seed, and command-line spellings of two core values). The parent's fields, defaults and checks are
-unchanged.
+names, defaults, help texts and checks; the group size k is TRL's ``num_generations``), plus a few options of the
+trainer's own (how a rollout is labelled, streaming's engine settings, the prompt stream's seed). The parent's
+fields, defaults and checks are unchanged.
 """
 
 from __future__ import annotations
@@ -21,31 +21,20 @@ from trl import GRPOConfig, RLOOConfig
 
 from sara_trl.allocation import AllocationConfig
 from sara_trl.allocation.config import (
-    ROUND_TO_DECISION,
+    STOPPING_RULES,
     AllocationConfigError,
     check_group_size,
     inert_options,
     options_doc,
+    upgrade_spellings,
 )
 from sara_trl.allocation.labels import DEFAULT_SUCCESS_THRESHOLD
 
-__all__ = ["COLLECTION_CHOICES", "STOPPING_RULES", "TRAINER_SPELLINGS", "SaraConfig", "SaraRLOOConfig"]
+__all__ = ["COLLECTION_CHOICES", "STOPPING_RULES", "SaraConfig", "SaraRLOOConfig"]
 
-STOPPING_RULES = ("threshold", "bayes_optimal")
-"""``stopping_rule`` values: the paper's fixed threshold on p_eff (``tau_low``), or the core's ``tau_low="auto"``."""
-
-TRAINER_SPELLINGS = {
-    "k": "num_generations",
-    "tau_low='auto'": "stopping_rule='bayes_optimal'",
-    f"round_increment={ROUND_TO_DECISION!r}": "continue_to_decision=True",
-}
-"""Core spellings that the trainer configs spell differently (error messages name both)."""
-
-# Core options whose trainer field differs (HfArgumentParser gives a field one type): field -> (type, default,
-# sentence added to the help). `k` is TRL's `num_generations` and is not repeated.
+# Core options whose trainer field differs: field -> (type, default, sentence added to the help). `k` is TRL's
+# `num_generations` and is not repeated.
 _FIELD_CHANGES = {
-    "tau_low": (float, dataclasses.MISSING, "A float here: for 'auto' set stopping_rule='bayes_optimal'."),
-    "round_increment": (int, dataclasses.MISSING, "An integer here: for 'to_decision' set continue_to_decision=True."),
     "selection_seed": (Optional[int], None, "None uses `seed`."),
     "collection": (str, "auto", (
         "'auto' (the default) resolves, in __post_init__, to the collection measured faster: 'streaming' for "
@@ -103,13 +92,6 @@ def _derived_fields() -> list[tuple]:
 
 
 _TRAINER_OWN_FIELDS = [
-    ("continue_to_decision", bool, field(default=False, metadata={"help": (
-        f"The core's round_increment={ROUND_TO_DECISION!r} (see round_increment), as a flag: HfArgumentParser gives "
-        "round_increment one type.")})),
-    ("stopping_rule", str, field(default="threshold", metadata={"help": (
-        "'threshold' (paper Eq. 3: abandon once p_eff < tau_low) or 'bayes_optimal' (the core's tau_low='auto', see "
-        "tau_low; SARA only; tau_low then stays at its default, which is the burn-in rule)."),
-        "choices": list(STOPPING_RULES)})),
     ("success_threshold", Optional[float], field(default=None, metadata={"help": (
         "A rollout is a success when its score is > success_threshold. The score is the weighted reward sum "
         "(reward_weights, as TRL combines rewards), or the raw value of the reward function named by "
@@ -146,22 +128,16 @@ _TRAINER_OWN_FIELDS = [
 ]
 
 
-def _core_value(args, name: str):
-    """The core's value of option ``name`` from the trainer fields (the few spelled differently, then the rest)."""
-    if name == "k":
-        return args.num_generations
-    if name == "tau_low":
-        return "auto" if args.stopping_rule == "bayes_optimal" else args.tau_low
-    if name == "round_increment":
-        return ROUND_TO_DECISION if args.continue_to_decision else args.round_increment
-    if name == "selection_seed":
-        return args.seed if args.selection_seed is None else args.selection_seed
-    return getattr(args, name)
+def _for_trainer(err: AllocationConfigError, owner: str) -> AllocationConfigError:
+    """``err`` reported for the trainer config ``owner``, noting where the message says k that k is
+    ``num_generations`` here (e.g. ``"SaraConfig: n0=5 must satisfy 1 <= n0 <= k=4: ... (here k is
+    num_generations)"``)."""
+    note = " (here k is num_generations)" if "k" in err.terms else ""
+    return AllocationConfigError(err.message + note, err.terms, owner)
 
 
 _SaraFields = dataclasses.make_dataclass("_SaraFields", _derived_fields() + _TRAINER_OWN_FIELDS)
 _SaraFields.__module__ = __name__
-_DEFAULT_TAU_LOW = next(f.default for f in dataclasses.fields(AllocationConfig) if f.name == "tau_low")
 
 
 class _SaraArguments(_SaraFields):
@@ -172,7 +148,14 @@ class _SaraArguments(_SaraFields):
         try:
             check_group_size(_as_int(self.num_generations))
         except AllocationConfigError as err:
-            raise err.respelled(type(self).__name__, TRAINER_SPELLINGS) from None
+            raise _for_trainer(err, type(self).__name__) from None
+
+    def _upgrade_spellings(self) -> None:
+        """Replace the old spellings ``tau_low="auto"`` and ``round_increment="to_decision"`` by
+        ``stopping_rule="bayes_optimal"`` and ``continue_to_decision=True``, with a FutureWarning (until sara_trl
+        0.3; :func:`sara_trl.allocation.config.upgrade_spellings`)."""
+        for name, value in upgrade_spellings(self, stacklevel=5).items():  # the line that built the config
+            setattr(self, name, value)
 
     def _adopt_trl_checkpointing_default(self) -> None:
         """Carry TRL's ``gradient_checkpointing=True`` default over to ``activation_checkpointing``.
@@ -203,8 +186,7 @@ class _SaraArguments(_SaraFields):
     def _warn_inert_options(self) -> None:
         """One warning naming the allocation options set away from their defaults that the configured allocator
         never reads (e.g. ``n0`` or ``tau_low`` with ``allocator="dynamic_sampling"``); defaults never warn."""
-        names = [("continue_to_decision=True" if name == "round_increment" and self.continue_to_decision
-                  else f"{name}={getattr(self, name)!r}") for name in inert_options(self.to_allocation_config())]
+        names = [f"{name}={getattr(self, name)!r}" for name in inert_options(self.to_allocation_config())]
         if names:
             where = f"allocator={self.allocator!r}" + (
                 f" and collection={self.collection!r}" if self.allocator == "dynamic_sampling" else "")
@@ -222,27 +204,10 @@ class _SaraArguments(_SaraFields):
         Raises
         ------
         ValueError
-            With a message naming the field and the invariant it protects (the core's messages name the trainer
-            spelling of a core option, see :data:`TRAINER_SPELLINGS`).
+            With a message naming the field and the invariant it protects (the allocation options' messages are
+            :class:`AllocationConfig`'s, with a note where they name k, which is ``num_generations`` here).
         """
         name = type(self).__name__
-        if self.stopping_rule not in STOPPING_RULES:
-            raise ValueError(f"stopping_rule must be one of {list(STOPPING_RULES)}, got {self.stopping_rule!r}.")
-        if isinstance(self.tau_low, str):
-            raise ValueError(
-                f"tau_low={self.tau_low!r}: tau_low is a float in [0, 1) here; for the core's tau_low='auto' set "
-                "stopping_rule='bayes_optimal' (one spelling on the command line and in Python)."
-            )
-        if self.continue_to_decision and self.round_increment != 1:
-            raise ValueError(
-                f"round_increment ({self.round_increment}) is not used with continue_to_decision=True (an unmixed "
-                "prompt then gets all its rollouts up to the next abandon point in one round): leave it at 1."
-            )
-        if self.stopping_rule == "bayes_optimal" and self.tau_low != _DEFAULT_TAU_LOW:
-            raise ValueError(
-                f"tau_low ({self.tau_low}) is not used with stopping_rule='bayes_optimal' (its burn-in runs the "
-                f"paper's rule at {_DEFAULT_TAU_LOW}): leave tau_low at its default or use stopping_rule='threshold'."
-            )
         if not (isinstance(self.success_threshold, numbers.Real) and math.isfinite(self.success_threshold)):
             raise ValueError(f"success_threshold ({self.success_threshold}) must be a finite number.")
         # The parent already checks divisibility; B*k must be exactly the generation batch, because TRL splits it
@@ -259,10 +224,7 @@ class _SaraArguments(_SaraFields):
                 "one call, and a fixed per-request seed would make the repeated rollouts of a prompt identical (never "
                 "mixed). Remove `seed` from generation_kwargs."
             )
-        try:
-            self.to_allocation_config()
-        except AllocationConfigError as err:
-            raise err.respelled(name, TRAINER_SPELLINGS) from None
+        self._checked_allocation_config()
         if self.collection == "streaming":
             self._check_streaming(name)
         elif self.streaming_max_in_flight is not None:
@@ -308,12 +270,10 @@ class _SaraArguments(_SaraFields):
             )
 
     def to_allocation_config(self) -> AllocationConfig:
-        """The :class:`sara_trl.allocation.AllocationConfig` these fields describe.
-
-        ``k = num_generations``; ``stopping_rule="bayes_optimal"`` becomes ``tau_low="auto"``;
-        ``continue_to_decision=True`` becomes ``round_increment="to_decision"``; ``selection_seed=None`` becomes
-        ``seed``. Numbers are converted to plain ``int``/``float`` only when that loses nothing (``2.0`` -> ``2``,
-        ``numpy.int64`` -> ``int``); anything else reaches the core unchanged and is rejected there, never rounded.
+        """The :class:`sara_trl.allocation.AllocationConfig` these fields describe: each field copied, with
+        ``k = num_generations`` and ``selection_seed=None`` as ``seed``. Numbers are converted to plain
+        ``int``/``float`` only when that loses nothing (``2.0`` -> ``2``, ``numpy.int64`` -> ``int``); anything
+        else reaches the core unchanged and is rejected there, never rounded.
 
         Raises
         ------
@@ -321,8 +281,25 @@ class _SaraArguments(_SaraFields):
             (a ``ValueError``) from :class:`AllocationConfig` for an invalid value or combination.
         """
         hints = typing.get_type_hints(AllocationConfig)
-        return AllocationConfig(**{f.name: _converter(hints[f.name])(_core_value(self, f.name))
-                                   for f in dataclasses.fields(AllocationConfig)})
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(AllocationConfig) if f.name != "k"}
+        values.update(k=self.num_generations,
+                      selection_seed=self.seed if self.selection_seed is None else self.selection_seed)
+        return AllocationConfig(**{name: _converter(hints[name])(value) for name, value in values.items()})
+
+    def _checked_allocation_config(self) -> AllocationConfig:
+        """:meth:`to_allocation_config`, its error reported for this class (``"SaraConfig: ..."``; where the message
+        names k, with a note that k is ``num_generations`` here).
+
+        Raises
+        ------
+        AllocationConfigError
+            (a ``ValueError``) for an invalid value or combination of the allocation options.
+        """
+        try:
+            # called unbound, so that the torch-free flag preview (sara_trl._cli_preview) checks plain values
+            return _SaraArguments.to_allocation_config(self)
+        except AllocationConfigError as err:
+            raise _for_trainer(err, type(self).__name__) from None
 
     @property
     def num_groups(self) -> int:
@@ -348,6 +325,7 @@ class _SaraArguments(_SaraFields):
             self.collection = "streaming" if _SaraArguments._auto_streams(self) else "rounds"
 
     def __post_init__(self):
+        self._upgrade_spellings()
         self._check_group_size()
         self._adopt_trl_checkpointing_default()
         super().__post_init__()

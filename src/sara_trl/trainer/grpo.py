@@ -41,15 +41,22 @@ quantization_config, peft_config
         ...}``), with ``collection="rounds"`` (what ``"auto"`` resolves to with it): each round calls it once for the
         round's prompts, each repeated once per rollout SARA asks of it. Its ``env_mask`` and extra fields are kept
         per rollout and handed back to TRL unchanged in the replay.
-    tools, environment_factory
+    tools : list of callable, optional
+        As in ``trl.GRPOTrainer`` (function calling), with ``collection="rounds"`` (what ``"auto"`` resolves to with
+        it): each round generates once for its rollouts, then runs TRL's own tool loop (``_tool_call_loop``: tool
+        calls, their output appended, generation again, up to ``max_tool_calling_iterations``). Each trajectory's
+        completion ids over every turn, ``tool_mask``, log-probs, messages and tool call / failure counts are kept and
+        handed back to TRL in the replay, so the loss (tool output masked), ``tools/*`` metrics and completion logs are
+        TRL's own. Not together with ``rollout_func``.
+    environment_factory
         Not supported yet; passing one raises ``ValueError``.
 
     Raises
     ------
     ValueError
-        An unsupported feature (tools, environment_factory, rollout_func with collection='streaming', vision-language
-        model or image columns), a dataset SARA cannot index, or a ``success_reward_func`` that names no reward
-        function.
+        An unsupported feature (environment_factory, tools together with rollout_func, rollout_func or tools with
+        collection='streaming', vision-language model or image columns), a dataset SARA cannot index, or a
+        ``success_reward_func`` that names no reward function.
     TypeError
         ``args`` is not a :class:`SaraConfig`.
 
@@ -102,8 +109,13 @@ quantization_config, peft_config
             SaraConfig,
             train_dataset,
             processing_class,
-            {"tools": tools, "environment_factory": environment_factory is not None},
-            rounds_only={"rollout_func": rollout_func is not None},
+            {
+                "environment_factory": environment_factory is not None,
+                # a string: refused, for this reason
+                "tools": "together with `rollout_func` yet: pass one of them (SARA replays either a rollout_func's "
+                         "output or TRL's tool loop)." if tools and rollout_func is not None else None,
+            },
+            rounds_only={"rollout_func": rollout_func is not None, "tools": bool(tools)},
         )
         with self._sara_engine_context(args):
             super().__init__(
@@ -118,6 +130,7 @@ quantization_config, peft_config
                 optimizers=optimizers,
                 quantization_config=quantization_config,
                 peft_config=peft_config,
+                tools=tools,
                 rollout_func=rollout_func,
             )
         # A round calls the user's rollout_func (sara_trl.trainer.rollout.call_rollout_func); TRL's own calls of

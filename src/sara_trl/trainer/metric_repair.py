@@ -9,7 +9,8 @@ When each correction runs:
 
 - after the replay, for a generation batch with padding rows (:func:`mask_padding_rows`): padding rows are masked out
   of the loss (:func:`zero_padding_rows`, ``num_items_in_batch``, ``num_input_tokens_seen``), the completion-length
-  metrics and ``frac_reward_zero_std`` are recomputed (:func:`correct_padding_metrics`), and the trainer's
+  metrics and ``frac_reward_zero_std`` are recomputed (:func:`correct_padding_metrics`), with ``tools=`` also
+  ``tools/call_frequency`` (:func:`correct_tool_metrics`), and the trainer's
   ``_sara_fix_replay_metrics`` hook recomputes what its TRL base logged during the replay: GRPO's vLLM
   ``sampling/*`` (:func:`repair_grpo_sampling_metrics`), RLOO's ``kl`` (:func:`repair_rloo_kl`);
 - after each micro-batch's loss (:func:`loss_with_real_row_metrics`): the loss-time ``kl``, ``entropy`` and clip ratios
@@ -30,9 +31,9 @@ from trl.trainer.utils import nanmax, nanmin
 from sara_trl.trainer.replay import PADDING_COMPLETION_TOKENS, PADDING_KEY
 
 __all__ = ["CLIP_RATIO_METRICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "correct_loss_metrics",
-           "correct_padding_metrics", "global_masked_mean", "loss_with_real_row_metrics", "mask_padding_rows",
-           "model_tokens", "numeric_logs", "repair_grpo_sampling_metrics", "repair_rloo_kl", "replace_last",
-           "zero_padding_rows"]
+           "correct_padding_metrics", "correct_tool_metrics", "global_masked_mean", "loss_with_real_row_metrics",
+           "mask_padding_rows", "model_tokens", "numeric_logs", "repair_grpo_sampling_metrics", "repair_rloo_kl",
+           "replace_last", "zero_padding_rows"]
 
 
 def numeric_logs(metrics: dict[str, list], logs: dict, prefix: str = "") -> None:
@@ -113,6 +114,24 @@ def correct_padding_metrics(
     if unfilled and metrics.get("frac_reward_zero_std"):
         # TRL's value is a mean over rows of isclose(group std, 0); fill-group rows (std NaN) counted as False.
         metrics["frac_reward_zero_std"][-1] += unfilled / num_groups
+
+
+def correct_tool_metrics(metrics: dict[str, list], cache: Any, plan_rollouts: np.ndarray) -> None:
+    """Recompute TRL's ``tools/call_frequency`` (tool calls per row) over real rows (``tools=``; NaN when every row is
+    padding). Padding rows made no tool call, so ``tools/failure_frequency`` (failures per call) is TRL's already.
+
+    Parameters
+    ----------
+    metrics : dict
+        ``trainer._metrics["train"]``.
+    cache : sara_trl.trainer.rollout.RolloutCache
+        The step's rollouts (each with the record of TRL's tool loop).
+    plan_rollouts : numpy.ndarray
+        ``(B*k,)`` rollout id of each row of the global batch, -1 for a padding row.
+    """
+    real = [int(r) for r in plan_rollouts if r >= 0]
+    calls = sum(cache.trajectories[r].tool_calls for r in real)
+    replace_last(metrics, "tools/call_frequency", calls / len(real) if real else float("nan"))
 
 
 def zero_padding_rows(output: dict, is_padding_local: torch.Tensor) -> None:
@@ -288,6 +307,8 @@ def mask_padding_rows(trainer: Any, output: dict, layout: Any, cache: Any, stats
          for r in plan_rollouts]
     )
     correct_padding_metrics(metrics, lengths, truncated, is_padding, stats.unfilled, trainer.args.num_groups)
+    if getattr(trainer, "tools", None):
+        correct_tool_metrics(metrics, cache, plan_rollouts)
     trainer._sara_fix_replay_metrics(output, pad_local, replay.logps)
     output[PADDING_KEY] = pad_local
 

@@ -9,8 +9,9 @@ How one generation batch is built:
 
 1. **Collect.** :meth:`sara_trl.allocation.Allocator.collect` runs rounds over SARA's own prompt stream. Each round is
    ONE call of the step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`): TRL's own ``_tokenize_prompts`` and
-   ``_generate_single_turn`` with every prompt's ids repeated ``count`` times (``num_generations=1``), then ONE pass of
-   the reward functions (TRL's ``_calculate_rewards``). Success labels come from the rewards (threshold on the
+   ``_generate_single_turn`` with every prompt's ids repeated ``count`` times (``num_generations=1``; with ``tools=``,
+   then TRL's own ``_tool_call_loop``, which runs the tools and generates again until no rollout calls one), then ONE
+   pass of the reward functions (TRL's ``_calculate_rewards``). Success labels come from the rewards (threshold on the
    weighted sum, or one named function). The result is exactly B groups: committed ones first, then fill groups.
 2. **Lay out.** Each group becomes k contiguous rows (TRL defines groups by contiguity, ``view(-1, k)``): its
    rollouts, then padding rows up to k (short groups when ``commit_min < k``; all k rows for a fill group). Padding
@@ -18,9 +19,11 @@ How one generation batch is built:
    row.
 3. **Replay.** The *unchanged* ``super()._generate_and_score_completions(rows)`` runs on those B*k rows with two
    hooks answering from the cache: ``_generate_single_turn`` returns the cached completion ids (and vLLM sampling
-   log-probs, so importance sampling sees the real sampling distribution), ``_calculate_rewards`` returns the cached
-   reward rows. Reward functions are therefore called exactly once per generated rollout. Everything else (padding,
-   old/ref log-probs, IS ratios, advantages, metrics, completion logs, output keys) is TRL's own code.
+   log-probs, so importance sampling sees the real sampling distribution), ``_tool_call_loop`` (``tools=``) returns the
+   cached trajectories (every turn's ids, ``tool_mask``, log-probs, messages, tool call counts), ``_calculate_rewards``
+   returns the cached reward rows. Reward functions are therefore called exactly once per generated rollout.
+   Everything else (padding, old/ref log-probs, IS ratios, advantages, metrics, completion logs, output keys) is
+   TRL's own code.
 4. **Mask.** Padding rows get ``completion_mask = 0`` (and RLOO's ``old_logps = 0``); ``num_items_in_batch`` is
    recomputed over the real tokens (a collective, done on every process). Their NaN rewards already kept them out
    of the group mean/std (GRPO) and the leave-one-out baseline (RLOO), and gave them a zero advantage.
@@ -199,6 +202,16 @@ class SaraTrainerMixin:
         if replay is None:  # generating: a round of the collection, or evaluation
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
         return replay.completions(prompt_ids, self._sara_returns_logprobs)
+
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields):
+        """TRL's multi-turn tool loop (``tools=``, GRPO); during the replay, the cached trajectories (completion ids
+        over every turn, ``tool_mask``, log-probs, messages, tool call and failure counts) instead of running it
+        again."""
+        replay = active_replay(self)
+        if replay is None:  # a round of the collection (sara_trl.trainer.rollout.run_tool_loop), or evaluation
+            return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, logprobs, images,
+                                           multimodal_fields)
+        return replay.tool_loop(completions)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """Score with TRL; during the replay, return the cached, already gathered ``(B*k, F)`` reward rows."""

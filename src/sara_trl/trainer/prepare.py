@@ -51,10 +51,11 @@ def prepare_arguments(
     processing_class : tokenizer or processor
         As passed to the trainer.
     unsupported : dict
-        ``{argument name: value}`` of TRL features SARA cannot replay; a truthy value raises.
+        ``{argument name: value}`` of TRL features SARA cannot replay; a truthy value raises (a string value is the
+        reason, said in the error).
     rounds_only : dict, optional
-        ``{argument name: value}`` of features SARA collects in rounds only (``rollout_func``): with a truthy
-        value, ``collection="auto"`` resolves to ``"rounds"`` and ``collection="streaming"`` raises.
+        ``{argument name: value}`` of features SARA collects in rounds only (``rollout_func``, ``tools``): with a
+        truthy value, ``collection="auto"`` resolves to ``"rounds"`` and ``collection="streaming"`` raises.
 
     Returns
     -------
@@ -64,8 +65,8 @@ def prepare_arguments(
     Raises
     ------
     ValueError
-        An unsupported feature was passed (tools, environment_factory, rollout_func, multimodal input), or the
-        dataset cannot feed SARA's prompt stream.
+        An unsupported feature was passed (environment_factory, a feature the TRL base lacks, rollout_func or tools
+        with collection='streaming', multimodal input), or the dataset cannot feed SARA's prompt stream.
     TypeError
         ``args`` is not a ``config_class``, or the class lacks a member of
         :class:`~sara_trl.trainer.hooks.SaraTrainerBase`.
@@ -73,11 +74,13 @@ def prepare_arguments(
     check_trainer_class(cls)
     hide_renamed_checkpointing_warnings()  # TRL's calls of renamed transformers methods, in this run
     for name, value in unsupported.items():
+        if isinstance(value, str):
+            raise ValueError(f"{cls.__name__} does not support `{name}`: {value}")
         if value:
             raise ValueError(
-                f"{cls.__name__} does not support `{name}` yet: SARA replays single-turn completions and their "
-                f"rewards through TRL's pipeline, and `{name}` changes how rollouts are generated. Use the plain "
-                f"TRL trainer for `{name}`."
+                f"{cls.__name__} does not support `{name}` yet: SARA replays cached rollouts and their rewards "
+                f"through TRL's pipeline, and `{name}` changes how rollouts are generated and scored in a way SARA "
+                f"does not cache. Use the plain TRL trainer for `{name}`."
             )
     if args is None:
         model_name = model if isinstance(model, str) else get_config_model_id(model.config)
@@ -123,8 +126,19 @@ def prepare_arguments(
     return args
 
 
+# Why a rounds-only feature cannot stream: (what it does that streaming cannot drive, the reason for "auto").
+_ROUNDS_ONLY_REASONS = {
+    "rollout_func": ("`rollout_func` generates whole batches itself, so SARA cannot stop one of its rollouts early",
+                     "`rollout_func` generates whole batches, which only rounds collection can use"),
+    "tools": ("with `tools` a rollout is several generations with tool calls run between them (TRL's tool loop), "
+              "not one request that SARA can add, step and abort",
+              "a `tools` trajectory is several generations with tool calls between them, which TRL's tool loop runs "
+              "in rounds"),
+}
+
+
 def require_rounds(cls: type, args: Any, name: str) -> None:
-    """``name`` (e.g. ``rollout_func``) is collected in rounds only: ``collection="auto"`` becomes ``"rounds"``
+    """``name`` (``rollout_func``, ``tools``) is collected in rounds only: ``collection="auto"`` becomes ``"rounds"``
     (recorded in ``args.collection_auto_reason`` for the set-up message), ``collection="streaming"`` raises.
 
     Raises
@@ -134,17 +148,20 @@ def require_rounds(cls: type, args: Any, name: str) -> None:
     """
     if args.collection != "streaming":
         return
+    why, auto_reason = _ROUNDS_ONLY_REASONS.get(name, (
+        f"`{name}` generates whole batches itself, so SARA cannot stop one of its rollouts early",
+        f"`{name}` generates whole batches, which only rounds collection can use"))
     if not getattr(args, "collection_auto", False):
         raise ValueError(
             f"{cls.__name__} does not support `{name}` with collection='streaming': streaming adds, steps and aborts "
-            f"single requests on the colocated vLLM engine, while `{name}` generates whole batches itself, so SARA "
-            "cannot stop one of its rollouts early. Use collection='rounds' (or leave collection='auto')."
+            f"single requests (one per completion) on the colocated vLLM engine, while {why}. Use "
+            "collection='rounds' (or leave collection='auto')."
         )
     if args.streaming_max_in_flight is not None:
         raise ValueError(f"streaming_max_in_flight ({args.streaming_max_in_flight}) is used only with "
                          f"collection='streaming', which `{name}` does not run; leave it unset.")
     args.collection = "rounds"
-    args.collection_auto_reason = f"`{name}` generates whole batches, which only rounds collection can use"
+    args.collection_auto_reason = auto_reason
 
 
 def check_iterable(cls: type, train_dataset: IterableDataset, args: Any) -> None:

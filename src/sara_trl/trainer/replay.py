@@ -6,11 +6,14 @@ prompt, a completion of :data:`PADDING_COMPLETION_TOKENS` EOS tokens and an all-
 
 The replay: inside ``with replaying(trainer, layout.replay):`` TRL's ``_generate_single_turn`` and
 ``_calculate_rewards`` are answered from the :class:`Replay` (:func:`active_replay` is not None there), and
-``_get_per_token_logps_and_entropies`` records its log-probs; outside it they generate and score as TRL does.
+``_get_per_token_logps_and_entropies`` records its log-probs; outside it they generate and score as TRL does. With
+``tools=``, ``_generate_single_turn`` answers with each rollout's first generation and TRL's ``_tool_call_loop`` with
+the cached trajectory (completion ids over every turn, ``tool_mask``, log-probs, messages, tool call counts).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -90,6 +93,9 @@ class Replay:
         With a ``rollout_func`` that returned ``env_mask``: ``(N,)`` masks (all ones where a row has none).
     fields : dict of str to list
         The ``rollout_func``'s extra fields, ``(N,)`` values each (None on padding rows).
+    tool_trajectories : list of (Trajectory or None) or None
+        With ``tools=``: ``(N,)`` the record of TRL's tool loop for each row (None on padding rows); None without
+        tools.
     """
 
     completion_ids: list[list[int]]
@@ -100,6 +106,7 @@ class Replay:
     prompt_ids: list[list[int]] | None = None
     env_mask: list[list[int]] | None = None
     fields: dict[str, list] = field(default_factory=dict)
+    tool_trajectories: list[Any] | None = None
 
     def _check(self, asked: int) -> None:
         if asked != len(self.completion_ids):
@@ -142,9 +149,47 @@ class Replay:
         self._check(len(prompt_ids))
         self.prompt_lengths = [len(ids) for ids in prompt_ids]
         completion_ids = [list(ids) for ids in self.completion_ids]
+        logprobs = self.logprobs
+        if self.tool_trajectories is not None:  # the first generation; `tool_loop` hands back the whole trajectory
+            completion_ids = [list(t.turn_ids) if t is not None else ids
+                              for t, ids in zip(self.tool_trajectories, completion_ids)]
+            if logprobs is not None:
+                logprobs = [list(lps[:len(ids)]) for lps, ids in zip(logprobs, completion_ids)]
         if with_logprobs:
-            return completion_ids, self.logprobs
+            return completion_ids, logprobs
         return completion_ids
+
+    def tool_loop(self, completions: list) -> tuple:
+        """What TRL's ``_tool_call_loop`` returns during the replay: the cached trajectories of these rows.
+
+        Parameters
+        ----------
+        completions : list
+            The first generations as TRL decoded them in the replay (kept for padding rows).
+
+        Returns
+        -------
+        tuple
+            ``(tool_mask, completions, completion_ids, logprobs, tool_call_count, tool_failure_count, tool_images)``
+            as TRL's loop returns them: the cached ``tool_mask`` (all ones on padding rows), messages, completion
+            ids over every turn and log-probs, the rows' tool calls and failures summed, and no tool images.
+
+        Raises
+        ------
+        RuntimeError
+            TRL asked for a different number of rows than the replay holds, or the replay has no tool record.
+        """
+        self._check(len(completions))
+        if self.tool_trajectories is None:
+            raise RuntimeError("replay mismatch: TRL ran its tool loop on rows replayed without tool trajectories")
+        rows = list(zip(self.tool_trajectories, self.completion_ids, completions))
+        tool_mask = [list(t.env_mask) if t is not None else [1] * len(ids) for t, ids, _ in rows]
+        messages = [copy.deepcopy(t.messages) if t is not None else decoded for t, _, decoded in rows]
+        calls = sum(t.tool_calls for t in self.tool_trajectories if t is not None)
+        failures = sum(t.tool_failures for t in self.tool_trajectories if t is not None)
+        logprobs = None if self.logprobs is None else [list(lps) for lps in self.logprobs]
+        return (tool_mask, messages, [list(ids) for ids in self.completion_ids], logprobs, calls, failures,
+                [[] for _ in rows])
 
     def reward_rows(self, expected: int) -> torch.Tensor:
         """What TRL's ``_calculate_rewards`` returns: the cached, already gathered ``(B*k, F)`` reward rows.
@@ -238,6 +283,8 @@ def lay_out(trainer: Any, result: StepResult, cache: Any) -> RowLayout:
                     rewards=reward_rows.to(trainer.accelerator.device))
     if getattr(trainer, "_sara_rollout_func", None) is not None:
         add_trajectories(trainer, replay, cache, plan_rollouts, local, rows)
+    elif getattr(trainer, "tools", None):  # TRL's tool loop made each trajectory; the replay hands it back
+        replay.tool_trajectories = [cache.trajectories[r] if r >= 0 else None for r in local_rollouts]
     return RowLayout(plan_prompts, plan_rollouts, is_padding, local, rows, replay)
 
 

@@ -42,12 +42,14 @@ quantization_config, peft_config
         functions as in GRPO; ``logprobs`` are not used (RLOO uses none); an ``env_mask`` raises (RLOO's loss has no
         such mask). TRL's replay then trains on the returned prompt and completion ids. Evaluation generates with
         RLOO's own backend.
+    tools, environment_factory
+        Refused with ``ValueError``: TRL 1.16's ``RLOOTrainer`` has no tool loop (use :class:`SaraGRPOTrainer`).
 
     Raises
     ------
     ValueError
-        A vision-language model or image columns, a dataset SARA cannot index, or a ``success_reward_func`` that
-        names no reward function.
+        ``tools`` or ``environment_factory``, a vision-language model or image columns, a dataset SARA cannot index,
+        or a ``success_reward_func`` that names no reward function.
     TypeError
         ``args`` is not a :class:`SaraRLOOConfig`.
     """
@@ -71,8 +73,14 @@ quantization_config, peft_config
         quantization_config=None,
         peft_config=None,
         rollout_func=None,
+        tools=None,
+        environment_factory=None,
     ):
-        args = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class, {},
+        no_tool_loop = ("TRL's RLOOTrainer (1.16) has no tool loop (no `tools` / `environment_factory`, no tool mask "
+                        "in its loss), so there is nothing for SARA to replay. Use SaraGRPOTrainer for tool use.")
+        args = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class,
+                                  {"tools": no_tool_loop if tools else None,
+                                   "environment_factory": no_tool_loop if environment_factory is not None else None},
                                   rounds_only={"rollout_func": rollout_func is not None})
         with self._sara_engine_context(args):
             super().__init__(

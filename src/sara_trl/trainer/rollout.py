@@ -2,10 +2,12 @@
 
 One call = one round = ONE batched generation call through TRL's own generation path (vLLM colocate/server engine,
 transformers continuous batching or ``model.generate``), then ONE pass of the reward functions over the new rollouts.
-Everything a rollout produced (completion ids, vLLM sampling log-probs, the per-function reward row, extra log
-columns) is kept in a :class:`RolloutCache`, indexed by the step-local rollout id the allocation core uses, so the
-committed rollouts can later be *replayed* through TRL's unchanged scoring pipeline without generating or scoring
-them again.
+With ``tools=`` (GRPO), the first generation is followed by TRL's own tool loop (:func:`run_tool_loop`): the rollouts
+that called a tool get its output appended and are generated again together, until none calls one. Everything a rollout
+produced (completion ids, vLLM sampling log-probs, the per-function reward row, extra log columns, and with tools its
+``tool_mask``, messages and tool call counts) is kept in a :class:`RolloutCache`, indexed by the step-local rollout id
+the allocation core uses, so the committed rollouts can later be *replayed* through TRL's unchanged scoring pipeline
+without generating or scoring them again.
 
 Distributed layout (lock-step rounds): every process runs the same allocator on the same
 outcomes, so every process builds the same global request list. It is padded to a multiple of the world size W with
@@ -20,6 +22,8 @@ the failing process, a ``RuntimeError`` naming it on the others) instead of hang
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from accelerate.utils import gather_object
+from transformers.utils import logging
 
 from sara_trl.allocation import RoundOutcome
 from sara_trl.allocation.labels import SuccessRule, allocator_labels
@@ -38,11 +43,13 @@ from sara_trl.trainer.distributed import (
     split_round,
 )
 
+logger = logging.get_logger(__name__)
+
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer.hooks import RoundTrainer
 
 __all__ = ["RolloutCache", "Trajectory", "call_rollout_func", "make_rollout_fn", "make_success_rule", "reward_score",
-           "score_source", "success_rule", "trainer_scores"]
+           "run_tool_loop", "score_source", "success_rule", "trainer_scores", "uses_tools"]
 
 # The keys every ``rollout_func`` output must hold (TRL 1.16's ``GRPOTrainer._generate``); the others are extra fields.
 ROLLOUT_FUNC_KEYS = ("prompt_ids", "completion_ids", "logprobs")
@@ -50,21 +57,37 @@ ROLLOUT_FUNC_KEYS = ("prompt_ids", "completion_ids", "logprobs")
 
 @dataclass
 class Trajectory:
-    """What a custom ``rollout_func`` returned for one rollout besides its completion ids and log-probs.
+    """What one rollout produced besides its completion ids and log-probs: what a custom ``rollout_func`` returned,
+    or the multi-turn record of TRL's tool loop (``tools=``).
 
     Attributes
     ----------
     prompt_ids : list of int
-        The prompt ids the ``rollout_func`` returned (its own chat templating; the replay hands them back to TRL).
+        The prompt ids: those the ``rollout_func`` returned (its own chat templating; the replay hands them back to
+        TRL), or TRL's tokenization of the prompt (tools; the replay lets TRL tokenize again).
     env_mask : list of int or None
-        Its ``env_mask`` (1 = model token, 0 = tool/environment token, one per completion token), or None.
+        1 = model token, 0 = tool/environment token, one per completion token: the ``rollout_func``'s ``env_mask``,
+        or the ``tool_mask`` TRL's tool loop built; None when there is none.
     fields : dict
-        Its other extra fields, this rollout's value of each (what TRL merges into the rollout's input row).
+        A ``rollout_func``'s other extra fields, this rollout's value of each (what TRL merges into the rollout's
+        input row).
+    turn_ids : list of int or None
+        Tools: the completion ids of the first generation (before any tool call), what TRL's ``_generate`` decodes
+        before it enters the tool loop; None without tools.
+    messages : list of dict or None
+        Tools: the completion as TRL's tool loop left it (assistant turns and tool messages), what the reward
+        functions received and TRL logs.
+    tool_calls, tool_failures : int
+        Tools: the tool calls the loop ran for this rollout, and how many of them failed (TRL's ``tools/*`` metrics).
     """
 
     prompt_ids: list[int]
     env_mask: list[int] | None = None
     fields: dict[str, Any] = field(default_factory=dict)
+    turn_ids: list[int] | None = None
+    messages: list[dict] | None = None
+    tool_calls: int = 0
+    tool_failures: int = 0
 
 
 @dataclass
@@ -94,7 +117,8 @@ class RolloutCache:
         Rollouts at the front that were carried in from the previous step (``carry_over``; round index 0); the
         step's own rollouts follow.
     trajectories : dict of int to Trajectory
-        By rollout id, what a custom ``rollout_func`` returned beyond the completion (empty without one).
+        By rollout id, what a custom ``rollout_func`` returned beyond the completion, or the record of TRL's tool
+        loop (empty without either).
     """
 
     completion_ids: list[list[int]] = field(default_factory=list)
@@ -146,7 +170,7 @@ class RolloutCache:
                 "success": self.success_labels(), "tokens": np.concatenate(self.tokens) if self.tokens else
                 np.zeros(0, np.int64), "round_index": self.round_index, "extra_logs": self.extra_logs,
                 "carried": self.carried,
-                "trajectories": {i: {"prompt_ids": t.prompt_ids, "env_mask": t.env_mask, "fields": t.fields}
+                "trajectories": {i: {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
                                  for i, t in self.trajectories.items()}}
 
     @classmethod
@@ -359,6 +383,140 @@ def call_rollout_func(trainer: Any, prompts: list) -> tuple[list, list, list | N
     return prompt_ids, completion_ids, None if logprobs is None else list(logprobs), trajectories
 
 
+def uses_tools(trainer: Any) -> bool:
+    """Whether the trainer trains with ``tools=`` (TRL's GRPO tool loop runs in every round)."""
+    return bool(getattr(trainer, "tools", None))
+
+
+class _CountingTools(dict):
+    """One rollout's synchronous tool dict for TRL's loop, counting its tool calls and failures as TRL counts them.
+
+    TRL's ``_tool_call_loop`` counts every call of type ``function`` and tests ``name in`` this dict exactly once
+    for each; a call fails when its tool raises or its name is in neither dict (TRL's "Tool ... not found").
+    """
+
+    def __init__(self, counter: _ToolCallCounter, index: int, tools: dict, async_names: set):
+        super().__init__(tools)
+        self._counter, self._index, self._async_names = counter, index, async_names
+
+    def __contains__(self, name) -> bool:
+        found = super().__contains__(name)
+        self._counter.calls[self._index] += 1
+        if not found and name not in self._async_names:
+            self._counter.failures[self._index] += 1
+        return found
+
+
+class _ToolCallCounter:
+    """Per-rollout tool dicts for one round of TRL's tool loop, with the tool calls and failures of each rollout
+    (TRL's loop returns only the batch's totals; SARA replays subsets of the rollouts)."""
+
+    def __init__(self, n: int, tools: list):
+        self.n, self.tools = n, list(tools)
+        self.calls, self.failures = [0] * n, [0] * n
+
+    def _counted(self, tool: Callable, index: int) -> Callable:
+        failures = self.failures
+        if inspect.iscoroutinefunction(tool):
+            async def call_async(**kwargs):
+                try:
+                    return await tool(**kwargs)
+                except Exception:
+                    failures[index] += 1
+                    raise
+
+            return call_async
+
+        def call(**kwargs):
+            try:
+                return tool(**kwargs)
+            except Exception:
+                failures[index] += 1
+                raise
+
+        return call
+
+    def tool_dicts(self) -> tuple[list[dict], list[dict]]:
+        """``(sync, async)``: one ``{name: tool}`` dict per rollout each, as TRL's ``_sync_tool_dicts`` /
+        ``_async_tool_dicts`` (built as ``_generate_and_score_completions`` builds them without environments)."""
+        sync_dicts, async_dicts = [], []
+        async_names = {tool.__name__ for tool in self.tools if inspect.iscoroutinefunction(tool)}
+        for i in range(self.n):
+            sync = {tool.__name__: self._counted(tool, i) for tool in self.tools
+                    if not inspect.iscoroutinefunction(tool)}
+            async_dicts.append({tool.__name__: self._counted(tool, i) for tool in self.tools
+                                if inspect.iscoroutinefunction(tool)})
+            sync_dicts.append(_CountingTools(self, i, sync, async_names))
+        return sync_dicts, async_dicts
+
+
+def run_tool_loop(
+    trainer: Any, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]],
+    completions: list, logprobs: list | None, images: Any, multimodal_fields: dict,
+) -> tuple[list[list[int]], list | None, list, list[Trajectory]]:
+    """TRL's multi-turn tool loop (``GRPOTrainer._tool_call_loop``) over one round's first generation.
+
+    As TRL's ``_generate_and_score_completions`` does before it generates, one tool dict per rollout is built (the
+    standalone ``tools``; SARA refuses ``environment_factory``; each counts its rollout's tool calls and failures),
+    then TRL's loop runs the tool calls, appends their output and generates again through ``_generate_single_turn``
+    (one completion per rollout, all rollouts still calling tools in one batch), up to
+    ``max_tool_calling_iterations``.
+
+    Parameters
+    ----------
+    prompts : list
+        The round's prompts (copied: TRL's loop appends to them).
+    prompt_ids, completion_ids : list of list of int
+        TRL's tokenization of the prompts and the first generation's completions.
+    completions : list
+        The first generation decoded as TRL's ``_generate`` decodes it (``parse_response``, which finds tool calls).
+    logprobs : list or None
+        The first generation's sampling log-probs (vLLM), or None.
+    images, multimodal_fields
+        As ``_tokenize_prompts`` returned them.
+
+    Returns
+    -------
+    completion_ids : list of list of int
+        The whole trajectories (model turns and tool output), one per rollout.
+    logprobs : list or None
+        Their sampling log-probs (0.0 on tool tokens, as TRL's loop fills them), or None.
+    completions : list
+        The trajectories as messages (what the reward functions receive).
+    trajectories : list of Trajectory
+        One per rollout: its prompt ids, first-generation ids, ``tool_mask`` (as ``env_mask``), messages and tool call
+        and failure counts.
+    """
+    n = len(prompts)
+    counter = _ToolCallCounter(n, trainer._standalone_tools)
+    trainer._sync_tool_dicts, trainer._async_tool_dicts = counter.tool_dicts()
+    turn_ids = [list(ids) for ids in completion_ids]
+    logprobs = None if logprobs is None else [list(lps) for lps in logprobs]
+    tool_mask, completions, completion_ids, logprobs, calls, failures, _ = trainer._tool_call_loop(
+        copy.deepcopy(prompts), prompt_ids, [list(ids) for ids in completion_ids], completions, logprobs, images,
+        multimodal_fields)
+    if (sum(counter.calls), sum(counter.failures)) != (calls, failures):  # pragma: no cover - see _ToolCallCounter
+        # Calls of a type other than "function" never reach the dicts; TRL counts each as a failed call and answers
+        # with an "Unsupported tool call type" error message (unless rolled back as overlong).
+        for i, messages in enumerate(completions):
+            unsupported = sum(1 for m in messages if m.get("role") == "tool"
+                              and str(m.get("content", "")).startswith("{'error': 'Unsupported tool call type"))
+            counter.calls[i] += unsupported
+            counter.failures[i] += unsupported
+        if (sum(counter.calls), sum(counter.failures)) != (calls, failures):
+            logger.warning(
+                f"TRL's tool loop counted {calls} tool calls ({failures} failed); SARA attributed "
+                f"{sum(counter.calls)} ({sum(counter.failures)}) to single rollouts, so the replayed tools/* metrics "
+                "may differ slightly from TRL's for this round.")
+    trajectories = [
+        Trajectory(prompt_ids=list(prompt_ids[i]), env_mask=list(tool_mask[i]), turn_ids=turn_ids[i],
+                   messages=copy.deepcopy(completions[i]), tool_calls=counter.calls[i],
+                   tool_failures=counter.failures[i])
+        for i in range(n)
+    ]
+    return [list(ids) for ids in completion_ids], logprobs, completions, trajectories
+
+
 def make_rollout_fn(
     trainer: RoundTrainer, cache: RolloutCache, on_round: Callable[[int, int, np.ndarray], None] | None = None
 ) -> Callable[[np.ndarray, np.ndarray], RoundOutcome]:
@@ -392,6 +550,7 @@ def make_rollout_fn(
     )
     rule = success_rule(trainer)
     custom = getattr(trainer, "_sara_rollout_func", None) is not None
+    tools = uses_tools(trainer)
     round_number = 0
 
     def rollout_fn(prompt_ids: np.ndarray, counts: np.ndarray) -> RoundOutcome:
@@ -413,11 +572,16 @@ def make_rollout_fn(
             if custom:  # the user's rollout_func generates the round; its extra fields join the rows (as in TRL)
                 prompt_token_ids, completion_ids, logprobs, trajectories = call_rollout_func(trainer, prompts)
                 rows = [{**row, **t.fields} for row, t in zip(rows, trajectories)]
+                completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
             else:
                 prompt_token_ids, images, multimodal_fields = trainer._tokenize_prompts(prompts)
                 completion_ids, logprobs = trainer._sara_generate_round(prompt_token_ids, images, multimodal_fields)
                 completion_ids = [list(ids) for ids in completion_ids]
-            completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
+                completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
+                if tools:  # TRL's tool loop turns each first generation into a whole trajectory
+                    completion_ids, logprobs, completions, trajectories = run_tool_loop(
+                        trainer, prompts, prompt_token_ids, completion_ids, completions, logprobs, images,
+                        multimodal_fields)
 
             # ONE reward pass over this round's rollouts. TRL's `_calculate_rewards` gathers over processes, so
             # every process receives all (per_rank * world, F) rows in global request order.

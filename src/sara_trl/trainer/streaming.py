@@ -122,6 +122,10 @@ class VLLMStreamingEngine:
         ``sampling_params.logprobs`` set.
     tag : str
         Prefix of the engine's request ids (``f"{tag}{rid}"``), unique per step.
+    request_seed : callable, optional
+        ``request_seed(prompt_ids) -> int``: a sampling seed for each request (vLLM's per-request ``seed``), called
+        once per :meth:`add`. The benchmarks use it for common random numbers (the j-th completion of a prompt is the
+        same draw in every configuration); None (the trainer) samples from the engine's own generator.
 
     Attributes
     ----------
@@ -134,7 +138,8 @@ class VLLMStreamingEngine:
         ``sampling_params.n != 1``, or ``keep_logprobs`` without ``sampling_params.logprobs``.
     """
 
-    def __init__(self, llm: Any, sampling_params: Any, keep_logprobs: bool, tag: str):
+    def __init__(self, llm: Any, sampling_params: Any, keep_logprobs: bool, tag: str,
+                 request_seed: Callable[[list[int]], int] | None = None):
         from vllm.sampling_params import RequestOutputKind
 
         if sampling_params.n != 1:
@@ -147,6 +152,7 @@ class VLLMStreamingEngine:
         self._params.output_kind = RequestOutputKind.DELTA
         self._keep_logprobs = keep_logprobs
         self._tag = tag
+        self._request_seed = request_seed
         self.running: dict[int, list[int]] = {}
         self._logprobs: dict[int, list] = {}
         # vLLM's own conversion of a prompt into an engine input (what LLM.generate does); older releases take the
@@ -171,7 +177,11 @@ class VLLMStreamingEngine:
         prompt = {"prompt_token_ids": list(prompt_ids)}
         if self._render is not None:
             prompt = self._render(prompt)
-        self._engine.add_request(f"{self._tag}{rid}", prompt, self._params)
+        params = self._params
+        if self._request_seed is not None:
+            params = params.clone()
+            params.seed = int(self._request_seed(prompt_ids))
+        self._engine.add_request(f"{self._tag}{rid}", prompt, params)
         self.running[rid] = []
         self._logprobs[rid] = []
 

@@ -13,9 +13,9 @@ from sara_trl.allocation.refill import (
     fresh_to_draw,
 )
 from sara_trl.allocation.strategies.base import StepContext, StrategyResult
-from sara_trl.allocation.types import ABANDON, ROUND_TO_DECISION
+from sara_trl.allocation.types import ABANDON
 
-__all__ = ["ROUND_TO_DECISION", "collect_sara"]
+__all__ = ["collect_sara"]
 
 
 def collect_sara(ctx: StepContext) -> StrategyResult:
@@ -23,7 +23,7 @@ def collect_sara(ctx: StepContext) -> StrategyResult:
 
     Per round: mixed prompts below the commit floor are topped up to it in one go (they are certain to be
     effective, paper Prop. 2), at most as many as still needed; unmixed prompts get ``round_increment`` more
-    rollouts (with ``"to_decision"``, all the rollouts up to their next abandon point,
+    rollouts (with ``continue_to_decision``, all the rollouts up to their next abandon point,
     :func:`~sara_trl.allocation.refill.steps_to_decision`);
     fresh prompts get ``n0`` each, drawn so that the expected number of commits covers the remaining need plus
     ``refill_margin`` standard deviations (1 per mixed prompt, the learned mix rate at its rollout count per unmixed
