@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from sara_trl.allocation import ALLOCATORS, STRATEGIES, Allocator, AllocationConfig, PromptStream, SimulatedTask
+from sara_trl.allocation import ALLOCATORS, STRATEGIES, AllocationConfig, Allocator, PromptStream, SimulatedTask
 from sara_trl.allocation.config import PAPER_TAU_LOW, ROUND_TO_DECISION, STOPPING_RULES
 from sara_trl.allocation.simulate import u_shaped_gammas
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from benchmarks import replay, sim
-from benchmarks.common import TextBlocks, current_command, current_path, mean_ci, md_table
+from benchmarks.common import TextBlocks, current_command, current_path, md_table, mean_ci
 from benchmarks.simulated import overhead, run
 from sara_trl.allocation import AllocationConfig
 

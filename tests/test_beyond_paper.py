@@ -14,8 +14,8 @@ from scipy.special import betaln
 
 from sara_trl.allocation import (
     ABANDON,
-    CONTINUE,
     COMMIT,
+    CONTINUE,
     AllocationConfig,
     Allocator,
     PromptStream,
@@ -23,8 +23,8 @@ from sara_trl.allocation import (
     decide,
     u_shaped_gammas,
 )
-from sara_trl.allocation.empirical_bayes import OutcomeTable, PredictiveBuffer, fit_prior, fit_prior_counts
 from sara_trl.allocation.beyond_paper import Extensions
+from sara_trl.allocation.empirical_bayes import OutcomeTable, PredictiveBuffer, fit_prior, fit_prior_counts
 from sara_trl.allocation.history import PromptHistory, select_candidates
 from sara_trl.allocation.optimal_stopping import (
     MixturePrior,

@@ -13,7 +13,14 @@ import pytest
 
 from benchmarks.real_training.real_training import ALLOCATORS, parse_args, run_path
 from benchmarks.real_training.real_training_report import (
-    barrier_rows, cost_to_reach, curve, load_runs, mean_curve, render, runs_command, totals,
+    barrier_rows,
+    cost_to_reach,
+    curve,
+    load_runs,
+    mean_curve,
+    render,
+    runs_command,
+    totals,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

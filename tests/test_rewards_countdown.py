@@ -10,6 +10,7 @@ from _helpers_rewards import read_jsonl, solve_countdown
 from sara_trl.rewards import Status, countdown_reward, countdown_success, evaluate_expression
 from sara_trl.rewards.countdown import ExpressionError
 
+
 def wrap(expr: str) -> str:
     # chat-role markers, a think block, newlines and spaces around the answer must not matter
     return f"<|im_start|>assistant\n<think>\nLet me try.\n</think>\n<answer>\n  {expr}  \n</answer><|im_end|>\n"

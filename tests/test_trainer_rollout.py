@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sara_trl.allocation import Group, StepStats
+from sara_trl.allocation.labels import score_spread_labels, success_labels
 from sara_trl.trainer.metric_repair import correct_padding_metrics
 from sara_trl.trainer.metrics import (
     STEP_METRICS,
@@ -17,7 +18,6 @@ from sara_trl.trainer.metrics import (
     round_barrier_metrics,
 )
 from sara_trl.trainer.replay import build_row_plan
-from sara_trl.allocation.labels import score_spread_labels, success_labels
 from sara_trl.trainer.rollout import RolloutCache, reward_score
 
 NAN = float("nan")

@@ -42,7 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from benchmarks import replay, sim  # noqa: E402
-from benchmarks.common import TextBlocks, environment_lines, fmt_ci, mean_ci, md_table  # noqa: E402
+from benchmarks.common import TextBlocks, environment_lines, fmt_ci, md_table, mean_ci  # noqa: E402
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream  # noqa: E402
 from sara_trl.allocation.optimal_stopping import MixturePrior, evaluate_policy, solve_rate  # noqa: E402
 from sara_trl.allocation.types import FATE_ABANDONED  # noqa: E402

@@ -12,13 +12,14 @@ Every cell is a ratio to dynamic sampling (DS) on the same seed: mean and 95% St
   :func:`benchmarks.real_training.real_training_report.seed_ratios` (timing ratios only for seeds whose DS run was
   timed on the same kind of machine). Where leaving one seed out moves a mean by 0.03 or more, the cell says so
   (leave-one-seed-out);
-- the vLLM-CPU engine (``benchmarks/streaming_engine/streaming_engine_overlap_seed{0,1,2}.json``, one invocation per
-  seed; pooled report ``benchmarks/streaming_engine/streaming_engine_overlap_pooled.md``): per seed, the mean over its
-  steps of generation seconds, requests submitted (aborted ones included) and tokens of SARA in streaming (its default
-  collection), divided by DS in rounds (DS's default) on the same seed;
+- the vLLM-CPU engine (``benchmarks/streaming_engine/streaming_engine_paired_seed{0,1,2}.json``, one invocation per
+  seed, configurations paired by common random numbers; pooled report
+  ``benchmarks/streaming_engine/streaming_engine_paired_pooled.md``): per seed, the mean over its steps of generation
+  seconds, requests submitted (aborted ones included) and tokens of SARA in streaming (its default collection; paper
+  rule, and the best beyond-paper setting), divided by DS in rounds (DS's default) on the same seed;
 - the replay of the real-training task's outcomes at the paper's batch size
-  (``benchmarks/real_replay/real_replay.json``, cell k=8, B=64) and the simulated U-shaped pool
-  (``benchmarks/simulated/results.json``, u_shaped k=8): the ratio intervals over seeds those runs saved.
+  (``benchmarks/real_replay/real_replay.json``, cell k=8, B=64): the ratio intervals over seeds that run saved.
+  (The simulated pools, without time, are in docs/benchmarks.md.)
 
 The figure shows the real-training ratios of uniform sampling, paper SARA and the beyond-paper SARA setting, with
 their intervals. ``tests/test_docs.py`` checks that README.md holds this table as printed here.
@@ -38,7 +39,8 @@ from benchmarks.real_training.real_training_report import load_runs, seed_ratios
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 REAL_RUNS = BENCH / "real_training" / "runs"
-ENGINE_SEEDS = tuple(BENCH / "streaming_engine" / f"streaming_engine_overlap_seed{seed}.json" for seed in range(3))
+ENGINE_SEEDS = tuple(BENCH / "streaming_engine" / f"streaming_engine_paired_seed{seed}.json" for seed in range(3))
+ENGINE_REPORT = "[streaming_engine_paired_pooled.md](benchmarks/streaming_engine/streaming_engine_paired_pooled.md)"
 FIGURE = Path(__file__).resolve().parent / "plots" / "headline.png"
 KEYS = ("rollouts", "tokens", "generation_seconds")
 LOSO_SHOWN = 0.03  # a leave-one-seed-out mean this far from the full one is printed beside the figure
@@ -67,30 +69,34 @@ def real_training(runs_dir: Path = REAL_RUNS) -> dict:
             continue
         out[a] = {}
         for key in KEYS:
-            by_seed = ratios[a][key]
-            full = mean_ci(list(by_seed.values()))
-            note = ""
-            if len(by_seed) >= 3:
-                left = {s: float(np.mean([v for t, v in by_seed.items() if t != s])) for s in by_seed}
-                worst = max(left, key=lambda s: abs(left[s] - full.mean))
-                if abs(left[worst] - full.mean) >= LOSO_SHOWN:
-                    note = f"{left[worst]:.2f} without seed {worst}"
-            out[a][key] = (full, note)
+            out[a][key] = with_loso(ratios[a][key])
     return out
 
 
+def with_loso(by_seed: dict) -> tuple[Interval, str]:
+    """``(Interval over seeds, note)`` of per-seed ratios ``{seed: ratio}``; the note names the mean without the seed
+    that moves it most, where that moves it by :data:`LOSO_SHOWN` or more (3 seeds or more), else ``""``."""
+    full = mean_ci(list(by_seed.values()))
+    if len(by_seed) < 3:
+        return full, ""
+    left = {s: float(np.mean([v for t, v in by_seed.items() if t != s])) for s in by_seed}
+    worst = max(left, key=lambda s: abs(left[s] - full.mean))
+    return full, (f"{left[worst]:.2f} without seed {worst}" if abs(left[worst] - full.mean) >= LOSO_SHOWN else "")
+
+
 def engine(files=ENGINE_SEEDS, config: str = "sara_streaming", reference: str = "ds_rounds") -> dict:
-    """``{key: Interval}``: per seed file, ``config``'s mean per step over ``reference``'s on the same seed."""
+    """``{key: (Interval, leave-one-seed-out note)}``: per seed file, ``config``'s mean per step over
+    ``reference``'s on the same seed."""
     fields = {"rollouts": "rollouts", "tokens": "tokens", "generation_seconds": "seconds"}
-    per_seed = {key: [] for key in fields}
+    per_seed = {key: {} for key in fields}
     for path in files:
         doc = json.loads(Path(path).read_text())
         runs = {r["config"]: r for r in doc["runs"]}
         for key, name in fields.items():
             mine = np.mean([st[name] for st in runs[config]["steps"]])
             ref = np.mean([st[name] for st in runs[reference]["steps"]])
-            per_seed[key].append(float(mine / ref))
-    return {key: mean_ci(values) for key, values in per_seed.items()}
+            per_seed[key][doc["settings"]["seed"]] = float(mine / ref)
+    return {key: with_loso(values) for key, values in per_seed.items()}
 
 
 def saved_ratios(path: Path, cell: tuple, allocator: str) -> dict:
@@ -114,9 +120,13 @@ def table() -> str:
     def n_of(a):
         return max(iv.n for iv, _ in rt[a].values())
 
-    eng = engine()
+    def cell(pair, suffix=""):
+        iv, note = pair
+        return fmt2(iv) + suffix + (f" ({note})" if note else "")
+
+    eng, best = engine(), engine(config="sara_best_streaming")
+    steps = len(json.loads(ENGINE_SEEDS[0].read_text())["runs"][0]["steps"])
     replay = saved_ratios(BENCH / "real_replay" / "real_replay.json", ("cells", "k=8,B=64"), "SARA (paper)")
-    sim = saved_ratios(BENCH / "simulated" / "results.json", ("grid", "u_shaped/k=8"), "SARA")
     rows = [
         ["**Real training**, SmolLM2-135M on the vLLM-CPU engine, 8 steps, B = 8, k = 8: SARA beyond the paper "
          "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.1, carry_over=True`)", n_of("SARA-auto"),
@@ -124,15 +134,15 @@ def table() -> str:
         ["same runs, paper SARA (defaults)", n_of("SARA"), *(rt_cell("SARA", key) for key in KEYS),
          "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
         ["**SARA's default collection** (`collection=\"auto\"`: streaming with overlapped reward scoring, paper "
-         "rule) on the same engine and task, 3 steps per seed, no training", eng["rollouts"].n,
-         fmt2(eng["rollouts"]) + " (requests)", fmt2(eng["tokens"]), fmt2(eng["generation_seconds"]),
-         "[streaming_engine_overlap_pooled.md](benchmarks/streaming_engine/streaming_engine_overlap_pooled.md)"],
+         f"rule) vs DS in rounds on the same engine and task, {steps} steps per seed, no training, configurations "
+         "paired by common random numbers", eng["rollouts"][0].n, cell(eng["rollouts"], " requests"),
+         cell(eng["tokens"]), cell(eng["generation_seconds"]), ENGINE_REPORT],
+        ["same runs, streaming SARA beyond the paper (`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.1, "
+         "carry_over=True, continue_to_decision=True`)", best["rollouts"][0].n, cell(best["rollouts"], " requests"),
+         cell(best["tokens"]), cell(best["generation_seconds"]), ENGINE_REPORT],
         ["**Replay** of that task's real outcomes at the paper's batch size, B = 64, k = 8, paper SARA",
          replay["rollouts"].n, fmt2(replay["rollouts"]), fmt2(replay["tokens"]), "not modelled",
          "[REAL_REPLAY.md](benchmarks/real_replay/REAL_REPLAY.md)"],
-        ["**Simulation**, the paper's U-shaped success rates (Phi = 0.26), B = 64, k = 8, paper SARA",
-         sim["rollouts"].n, fmt2(sim["rollouts"]), fmt2(sim["tokens"]), "not modelled",
-         "[RESULTS.md](benchmarks/simulated/RESULTS.md)"],
     ]
     head = ["setting", "seeds", "rollouts vs DS", "tokens vs DS", "generation time vs DS", "result file"]
     out = ["| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: | ---: | --- |"]

@@ -27,7 +27,14 @@ from scipy.special import comb
 
 from benchmarks.common import md_table
 from benchmarks.real_task import (
-    FAMILIES, REAL_TASK, SURVEY_DIR, RealTask, family_expressions, load_survey_cell, mixture_copies, mixture_rows,
+    FAMILIES,
+    REAL_TASK,
+    SURVEY_DIR,
+    RealTask,
+    family_expressions,
+    load_survey_cell,
+    mixture_copies,
+    mixture_rows,
 )
 
 HERE = Path(__file__).resolve().parent

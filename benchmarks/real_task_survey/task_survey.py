@@ -86,9 +86,9 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     import torch
     import transformers
+    from make_replay_bank import completion_lengths
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from make_replay_bank import completion_lengths
     from sara_trl.data.generators import make_arithmetic_dataset
     from sara_trl.rewards import numeric_reward
     from sara_trl.utils import convert_gguf_checkpoint, smollm2_gguf_path

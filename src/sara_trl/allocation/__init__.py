@@ -22,6 +22,7 @@ prior to logged outcomes, or evaluate a policy) are exported here.
 Depends on numpy and scipy only; never imports torch, TRL or transformers.
 """
 
+from sara_trl.allocation.allocator import Allocator
 from sara_trl.allocation.config import (
     ALLOCATORS,
     COLLECTIONS,
@@ -34,8 +35,10 @@ from sara_trl.allocation.config import (
     AllocationConfigError,
 )
 from sara_trl.allocation.empirical_bayes import fit_prior_counts
+from sara_trl.allocation.event_loop import Finished, StreamRun, drive_streaming_engine
 from sara_trl.allocation.history import PromptHistory
 from sara_trl.allocation.labels import allocator_labels, is_mixed, score_spread_labels, success_labels
+from sara_trl.allocation.latency import DecodeCost, DecodeEngine, EngineTally, call_cost
 from sara_trl.allocation.optimal_stopping import (
     MixturePrior,
     StoppingSolution,
@@ -45,11 +48,6 @@ from sara_trl.allocation.optimal_stopping import (
     solve_values,
 )
 from sara_trl.allocation.predictor import abandon_point_uniform, p_eff
-from sara_trl.allocation.rules import decide
-from sara_trl.allocation.allocator import Allocator
-from sara_trl.allocation.latency import DecodeCost, DecodeEngine, EngineTally, call_cost
-from sara_trl.allocation.simulate import SimulatedTask, phi, psi, u_shaped_gammas
-from sara_trl.allocation.strategies import STRATEGIES, StepContext, StrategyResult
 from sara_trl.allocation.prompt_stream import (
     DEFAULT_SHUFFLE_BUFFER,
     IterablePromptStream,
@@ -57,8 +55,10 @@ from sara_trl.allocation.prompt_stream import (
     RowSource,
     ShardStream,
 )
+from sara_trl.allocation.rules import decide
+from sara_trl.allocation.simulate import SimulatedTask, phi, psi, u_shaped_gammas
+from sara_trl.allocation.strategies import STRATEGIES, StepContext, StrategyResult
 from sara_trl.allocation.streaming import Request, StreamActions, StreamingCollector, merge_step_results
-from sara_trl.allocation.event_loop import Finished, StreamRun, drive_streaming_engine
 from sara_trl.allocation.types import (
     ABANDON,
     COMMIT,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from sara_trl.allocation.config import AllocationConfig
 from sara_trl.allocation.beyond_paper import Extensions, extensions_enabled
+from sara_trl.allocation.config import AllocationConfig
 from sara_trl.allocation.ledger import CARRY_DTYPES, Ledger
+from sara_trl.allocation.prompt_stream import PromptStream
 from sara_trl.allocation.refill import RefillModel, config_rule
 from sara_trl.allocation.strategies import STRATEGIES, StepContext
-from sara_trl.allocation.prompt_stream import PromptStream
 from sara_trl.allocation.streaming import StreamingCollector
 from sara_trl.allocation.types import Fate, RolloutFn, StepResult
 

@@ -11,6 +11,7 @@
 """
 
 from .generators import make_arithmetic_dataset, make_countdown_dataset, make_countdown_tasks
+from .hub import DataUnavailableError, hub_unreachable, offline_env_vars
 from .loaders import (
     DATASET_NAMES,
     DATASET_SPLITS,
@@ -27,7 +28,6 @@ from .loaders import (
     load_minerva,
     load_olympiadbench,
 )
-from .hub import DataUnavailableError, hub_unreachable, offline_env_vars
 from .paths import LOCAL_FILES, local_data_file
 from .templates import ARITHMETIC_INSTRUCTION, COUNTDOWN_TEMPLATE, MATH_TEMPLATE, chat_prompt, fill_template
 

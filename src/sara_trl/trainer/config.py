@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import numbers
+import os
 import typing
 import warnings
 from dataclasses import dataclass, field

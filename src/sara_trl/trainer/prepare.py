@@ -69,7 +69,7 @@ def prepare_arguments(
         with collection='streaming', multimodal input), or the dataset cannot feed SARA's prompt stream.
     TypeError
         ``args`` is not a ``config_class``, or the class lacks a member of
-        :class:`~sara_trl.trainer.hooks.SaraTrainerBase`.
+        :class:`~sara_trl.trainer.hooks.SaraTrainerBase` (or, with ``tools``, TRL's ``_tool_call_loop``).
     """
     check_trainer_class(cls)
     hide_renamed_checkpointing_warnings()  # TRL's calls of renamed transformers methods, in this run
@@ -94,6 +94,10 @@ def prepare_arguments(
     for name, value in (rounds_only or {}).items():
         if value:
             require_rounds(cls, args, name)
+    if (rounds_only or {}).get("tools") and not callable(getattr(cls, "_tool_call_loop", None)):
+        raise TypeError(f"{cls.__name__} trains `tools` through TRL's tool loop (`_tool_call_loop`, TRL 1.16's "
+                        "GRPOTrainer), which this TRL base does not have: use the TRL version sara_trl is tested "
+                        "with (docs/getting-started.md#install)")
     if isinstance(processing_class, ProcessorMixin):
         raise ValueError(
             f"{cls.__name__} does not support multimodal (vision-language) models yet: pass a text tokenizer "
