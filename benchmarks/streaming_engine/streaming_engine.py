@@ -112,6 +112,9 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
     # Common random numbers (--paired): the j-th completion of prompt p in this run is sampled with the seed
     # (run seed, p, j) in every configuration, so configurations that ask for the same completions get the same ones
     # (vLLM's per-request seed; the same draw whatever else runs in the batch) and differ only in what they ask for.
+    # p is the dataset row in rounds; in streaming the engine sees only token ids, so p is the last row holding that
+    # prompt text and j counts the draws of every row holding it: a text in several rows is paired within a schedule
+    # only (the committed paired runs were made so; keying both by text would change their seeds).
     draws: dict[int, int] = {}
     index_of = {tuple(ids): i for i, ids in enumerate(prompt_ids)}
 
@@ -222,9 +225,9 @@ class Occupancy:
 
 
 def fitted_boundary(diagnostics: dict) -> dict:
-    """stopping_rule="bayes_optimal": the fitted boundary a step used (``lam`` and the abandon points of an all-fail /
-    all-pass
-    prompt, and the prior's point masses); empty during the burn-in (no fit yet: paper rule) or without "auto"."""
+    """stopping_rule="bayes_optimal": the fitted boundary a step used (``lam``, the abandon points of an all-fail and
+    an all-pass prompt, and the prior's point masses); empty during the burn-in (no fit yet: the paper's rule) or with
+    the paper's rule."""
     lam = diagnostics.get("lam", float("nan"))
     if lam != lam:
         return {}
@@ -352,8 +355,7 @@ def seed_ratio_table(runs: list[dict], ref: str = "ds_rounds") -> list[str]:
 
 def boundary_lines(runs: list[dict]) -> list[str]:
     """For each stopping_rule="bayes_optimal" configuration: how many steps decided on a fitted boundary (the others
-    ran the
-    burn-in, i.e. the paper's rule) and the abandon points they used."""
+    ran the burn-in, i.e. the paper's rule) and the abandon points they used."""
     lines = []
     for run in runs:
         if CONFIGS.get(run["config"], {}).get("stopping_rule") != "bayes_optimal":
@@ -375,7 +377,8 @@ def settings_sentence(s: dict) -> str:
     return (f"B = {s['groups']}, k = {s['k']}, max_num_seqs = {s['max_num_seqs']}, streaming in flight = "
             f"{s['max_in_flight'] or s['max_num_seqs']}, {s['steps']} steps per configuration and seed, "
             + ("common random numbers (the j-th completion of a prompt is the same seeded draw in every configuration "
-               "of a seed), " if s.get("paired") else "") + "temperature "
+               "of a seed; a prompt text in several dataset rows is paired within a schedule only), "
+               if s.get("paired") else "") + "temperature "
             f"{TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens, streaming reward passes "
             + (f"overlapping {s['reward_lag']} engine steps" if s.get("reward_lag") else "blocking (before every next "
                "engine step)")

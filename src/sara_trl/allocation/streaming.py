@@ -89,8 +89,7 @@ class StreamingCollector:
         ``allocator`` must be ``"sara"`` or ``"dynamic_sampling"``. Used: ``k``, ``n0``, ``tau_low``,
         ``commit_min``, the prior, ``budget_cap``, ``round_increment`` (rollouts submitted at once to a continuing
         unmixed prompt whose requests have all finished), ``continue_to_decision`` (instead: up to its next abandon
-        point) and
-        ``refill_margin``. ``max_rounds`` and ``max_rollouts_per_round`` do not apply (no rounds).
+        point) and ``refill_margin``. ``max_rounds`` and ``max_rollouts_per_round`` do not apply (no rounds).
     B : int
         Groups the batch needs (>= 1).
     draw : callable
@@ -117,6 +116,9 @@ class StreamingCollector:
         :meth:`~sara_trl.allocation.ledger.Ledger.finish` returned, fields
         :data:`~sara_trl.allocation.ledger.CARRY_DTYPES`). They take the step's first slots and rollout ids, are
         decided again by the rule at :meth:`start`, and their continuations are submitted before any fresh probe.
+    speculate : bool, default False
+        ``streaming_speculate`` (beyond the paper; SARA only, ignored for dynamic sampling): engine slots the rule
+        leaves free go to speculative continuations of the undecided unmixed prompts (:meth:`_fill`).
 
     Attributes
     ----------
@@ -520,9 +522,10 @@ class StreamingCollector:
     def _fill(self, actions: StreamActions) -> None:
         """``streaming_speculate``: slots the rule leaves free go to speculative continuations. Each undecided,
         unmixed prompt, oldest first, gets one more request per pass (up to the commit floor, counting what is
-        recorded, in flight and queued) while slots and spare budget (beyond the undecided prompts' expected need,
-        :meth:`_reserved`) last. A prompt that mixes then has its top-up already running; one that is abandoned or
-        held has its speculative requests aborted (surplus), as any request of a decided prompt."""
+        recorded and in flight; it runs only with an empty queue) while slots and spare budget (beyond the undecided
+        prompts' expected need, :meth:`_reserved`) last. A prompt that mixes then has its top-up already running;
+        one that is abandoned or held has its speculative requests aborted (surplus), as any request of a decided
+        prompt."""
         led = self.ledger
         act = led.active()
         if len(act) == 0:
