@@ -48,15 +48,21 @@ quantization_config, peft_config
         completion ids over every turn, ``tool_mask``, log-probs, messages and tool call / failure counts are kept and
         handed back to TRL in the replay, so the loss (tool output masked), ``tools/*`` metrics and completion logs are
         TRL's own. Not together with ``rollout_func``.
-    environment_factory
-        Not supported yet; passing one raises ``ValueError``.
+    environment_factory : callable or dict of str to callable, optional
+        As in ``trl.GRPOTrainer`` (experimental in TRL), with ``collection="rounds"`` (what ``"auto"`` resolves to
+        with it): each round draws one instance per rollout from TRL's pool, resets it with the rollout's dataset row
+        (its observation appended to the prompt), exposes its public methods as that rollout's tools, runs TRL's tool
+        loop and scores the trajectories with the instances as ``environments`` (the environment's ``get_reward``
+        included, a reward column named after its class: ``success_reward_func`` may name it). The replay does not
+        reset the instances again (:mod:`sara_trl.trainer.environment`). Not together with ``rollout_func``; the
+        dataset keeps its ``prompt`` column.
 
     Raises
     ------
     ValueError
-        An unsupported feature (environment_factory, tools together with rollout_func, rollout_func or tools with
-        collection='streaming', vision-language model or image columns), a dataset SARA cannot index, or a
-        ``success_reward_func`` that names no reward function.
+        An unsupported feature (tools or environment_factory together with rollout_func, rollout_func, tools or
+        environment_factory with collection='streaming', vision-language model or image columns), a dataset SARA
+        cannot index, or a ``success_reward_func`` that names no reward function.
     TypeError
         ``args`` is not a :class:`SaraConfig`.
 
@@ -109,13 +115,13 @@ quantization_config, peft_config
             SaraConfig,
             train_dataset,
             processing_class,
-            {
-                "environment_factory": environment_factory is not None,
-                # a string: refused, for this reason
-                "tools": "together with `rollout_func` yet: pass one of them (SARA replays either a rollout_func's "
-                         "output or TRL's tool loop)." if tools and rollout_func is not None else None,
+            {  # a string: refused, for this reason
+                name: "together with `rollout_func` yet: pass one of them (SARA replays either a rollout_func's "
+                      "output or TRL's tool loop)." if value and rollout_func is not None else None
+                for name, value in (("tools", bool(tools)), ("environment_factory", environment_factory is not None))
             },
-            rounds_only={"rollout_func": rollout_func is not None, "tools": bool(tools)},
+            rounds_only={"rollout_func": rollout_func is not None, "tools": bool(tools),
+                         "environment_factory": environment_factory is not None},
         )
         with self._sara_engine_context(args):
             super().__init__(
@@ -132,6 +138,7 @@ quantization_config, peft_config
                 peft_config=peft_config,
                 tools=tools,
                 rollout_func=rollout_func,
+                environment_factory=environment_factory,
             )
         # A round calls the user's rollout_func (sara_trl.trainer.rollout.call_rollout_func); TRL's own calls of
         # `self.rollout_func` (the replay, evaluation) go through the stand-in, answered from the cache in the replay.
@@ -155,14 +162,20 @@ quantization_config, peft_config
         return self._generate_single_turn(prompt_ids, images, multimodal_fields, 1)
 
     def _sara_decode(self, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list:
-        """Decode completions exactly as ``GRPOTrainer._generate`` does (what reward functions receive)."""
+        """Decode completions exactly as ``GRPOTrainer._generate`` does (what reward functions receive): with
+        ``environment_factory``, each with the tools its prompt was rendered with (its row's environment's, as set by
+        :func:`~sara_trl.trainer.environment.draw_environments` for the round)."""
         if is_conversational({"prompt": prompts[0]}):
             if (
                 getattr(self._tokenizer, "response_template", None) is not None
                 or getattr(self._tokenizer, "response_schema", None) is not None
             ):
+                if self.environment_factories is not None:
+                    tools = [self._env_tools[name] for name in self._batch_environments]
+                else:
+                    tools = [self.tools] * len(completion_ids)
                 return [
-                    [parse_response(self._tokenizer, ids, prefix=prompt_ids[i], tools=self.tools)]
+                    [parse_response(self._tokenizer, ids, prefix=prompt_ids[i], tools=tools[i])]
                     for i, ids in enumerate(completion_ids)
                 ]
             contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)

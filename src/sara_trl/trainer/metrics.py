@@ -256,6 +256,8 @@ def log_collected_step(trainer: Any, step: Any) -> None:
     ``sara/rollouts_generated`` and ``sara/tokens_generated``), and what the collection mode cost: with streaming, the
     slowest process's engine steps and reward passes (``sara/rounds`` is 0: there are no rounds); with rounds, the
     decode steps each call spent on its longest completion (the round barrier's cost, :func:`round_barrier_metrics`).
+    With ``environment_factory``, ``sara/env_resets``: the environment resets of the step's rounds on every process
+    (one per generated rollout, plus the padding copies of a round split over processes; the replay resets none).
 
     Parameters
     ----------
@@ -286,3 +288,5 @@ def log_collected_step(trainer: Any, step: Any) -> None:
         tokens = np.concatenate(cache.tokens) if cache.tokens else np.zeros(0, np.int64)
         for name, value in round_barrier_metrics(np.asarray(cache.round_index), tokens).items():
             metrics[f"sara/{name}"].append(value)
+    if getattr(trainer, "environment_factories", None) is not None:  # environment_factory: resets of the rounds
+        metrics["sara/env_resets"].append(float(cache.env_resets))

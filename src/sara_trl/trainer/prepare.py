@@ -54,8 +54,9 @@ def prepare_arguments(
         ``{argument name: value}`` of TRL features SARA cannot replay; a truthy value raises (a string value is the
         reason, said in the error).
     rounds_only : dict, optional
-        ``{argument name: value}`` of features SARA collects in rounds only (``rollout_func``, ``tools``): with a
-        truthy value, ``collection="auto"`` resolves to ``"rounds"`` and ``collection="streaming"`` raises.
+        ``{argument name: value}`` of features SARA collects in rounds only (``rollout_func``, ``tools``,
+        ``environment_factory``): with a truthy value, ``collection="auto"`` resolves to ``"rounds"`` and
+        ``collection="streaming"`` raises.
 
     Returns
     -------
@@ -65,11 +66,14 @@ def prepare_arguments(
     Raises
     ------
     ValueError
-        An unsupported feature was passed (environment_factory, a feature the TRL base lacks, rollout_func or tools
-        with collection='streaming', multimodal input), or the dataset cannot feed SARA's prompt stream.
+        An unsupported feature was passed (a feature the TRL base lacks, such as ``tools`` or
+        ``environment_factory`` in RLOO; tools or environment_factory together with rollout_func; rollout_func,
+        tools or environment_factory with collection='streaming'; multimodal input), or the dataset cannot feed
+        SARA's prompt stream.
     TypeError
         ``args`` is not a ``config_class``, or the class lacks a member of
-        :class:`~sara_trl.trainer.hooks.SaraTrainerBase` (or, with ``tools``, TRL's ``_tool_call_loop``).
+        :class:`~sara_trl.trainer.hooks.SaraTrainerBase` (or, with ``tools`` or ``environment_factory``, TRL's
+        ``_tool_call_loop``).
     """
     check_trainer_class(cls)
     hide_renamed_checkpointing_warnings()  # TRL's calls of renamed transformers methods, in this run
@@ -94,8 +98,9 @@ def prepare_arguments(
     for name, value in (rounds_only or {}).items():
         if value:
             require_rounds(cls, args, name)
-    if (rounds_only or {}).get("tools") and not callable(getattr(cls, "_tool_call_loop", None)):
-        raise TypeError(f"{cls.__name__} trains `tools` through TRL's tool loop (`_tool_call_loop`, TRL 1.16's "
+    looped = [name for name in ("tools", "environment_factory") if (rounds_only or {}).get(name)]
+    if looped and not callable(getattr(cls, "_tool_call_loop", None)):
+        raise TypeError(f"{cls.__name__} trains `{looped[0]}` through TRL's tool loop (`_tool_call_loop`, TRL 1.16's "
                         "GRPOTrainer), which this TRL base does not have: use the TRL version sara_trl is tested "
                         "with (docs/getting-started.md#install)")
     if isinstance(processing_class, ProcessorMixin):
@@ -138,12 +143,19 @@ _ROUNDS_ONLY_REASONS = {
               "not one request that SARA can add, step and abort",
               "a `tools` trajectory is several generations with tool calls between them, which TRL's tool loop runs "
               "in rounds"),
+    "environment_factory": ("with `environment_factory` each rollout first resets an environment instance drawn "
+                            "from TRL's pool (its observation joins the prompt), then runs TRL's tool loop over the "
+                            "instance's methods, several generations with tool calls between them, not one request "
+                            "that SARA can add, step and abort",
+                            "an `environment_factory` rollout resets an environment, then runs TRL's tool loop, which "
+                            "runs in rounds"),
 }
 
 
 def require_rounds(cls: type, args: Any, name: str) -> None:
-    """``name`` (``rollout_func``, ``tools``) is collected in rounds only: ``collection="auto"`` becomes ``"rounds"``
-    (recorded in ``args.collection_auto_reason`` for the set-up message), ``collection="streaming"`` raises.
+    """``name`` (``rollout_func``, ``tools``, ``environment_factory``) is collected in rounds only:
+    ``collection="auto"`` becomes ``"rounds"`` (recorded in ``args.collection_auto_reason`` for the set-up message),
+    ``collection="streaming"`` raises.
 
     Raises
     ------

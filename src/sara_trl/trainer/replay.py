@@ -8,7 +8,10 @@ The replay: inside ``with replaying(trainer, layout.replay):`` TRL's ``_generate
 ``_calculate_rewards`` are answered from the :class:`Replay` (:func:`active_replay` is not None there), and
 ``_get_per_token_logps_and_entropies`` records its log-probs; outside it they generate and score as TRL does. With
 ``tools=``, ``_generate_single_turn`` answers with each rollout's first generation and TRL's ``_tool_call_loop`` with
-the cached trajectory (completion ids over every turn, ``tool_mask``, log-probs, messages, tool call counts).
+the cached trajectory (completion ids over every turn, ``tool_mask``, log-probs, messages, tool call counts). With
+``environment_factory``, TRL's environment pool holds stand-ins during the replay whose ``reset`` returns each row's
+cached observation (:func:`sara_trl.trainer.environment.replayed_environments`): no environment is reset again, and TRL
+rebuilds the prompts the rollouts were generated from (checked against the cached prompt ids).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import torch
 
 from sara_trl.allocation import Group, StepResult
+from sara_trl.trainer.environment import environment_name, replayed_environments, uses_environments
 
 __all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "Replay", "RowLayout", "active_replay", "add_trajectories",
            "build_row_plan", "lay_out", "replaying"]
@@ -96,6 +100,9 @@ class Replay:
     tool_trajectories : list of (Trajectory or None) or None
         With ``tools=``: ``(N,)`` the record of TRL's tool loop for each row (None on padding rows); None without
         tools.
+    environment_names, observations : list or None
+        With ``environment_factory``: ``(N,)`` each row's environment name and the observation its rollout's
+        ``reset`` returned (a padding row: its group's first rollout's; a fill group's rows: None); None without.
     """
 
     completion_ids: list[list[int]]
@@ -107,6 +114,8 @@ class Replay:
     env_mask: list[list[int]] | None = None
     fields: dict[str, list] = field(default_factory=dict)
     tool_trajectories: list[Any] | None = None
+    environment_names: list | None = None
+    observations: list | None = None
 
     def _check(self, asked: int) -> None:
         if asked != len(self.completion_ids):
@@ -151,6 +160,7 @@ class Replay:
         completion_ids = [list(ids) for ids in self.completion_ids]
         logprobs = self.logprobs
         if self.tool_trajectories is not None:  # the first generation; `tool_loop` hands back the whole trajectory
+            self._check_prompts(prompt_ids)
             completion_ids = [list(t.turn_ids) if t is not None else ids
                               for t, ids in zip(self.tool_trajectories, completion_ids)]
             if logprobs is not None:
@@ -158,6 +168,19 @@ class Replay:
         if with_logprobs:
             return completion_ids, logprobs
         return completion_ids
+
+    def _check_prompts(self, prompt_ids: list[list[int]]) -> None:
+        """TRL tokenized each replayed row's prompt as the round did (with environments: the same observation).
+
+        Raises
+        ------
+        RuntimeError
+            A row's prompt ids differ from those its rollout was generated from.
+        """
+        for row, (ids, trajectory) in enumerate(zip(prompt_ids, self.tool_trajectories)):
+            if trajectory is not None and list(ids) != list(trajectory.prompt_ids):
+                raise RuntimeError(f"replay mismatch: row {row}'s prompt tokenizes to {len(ids)} ids in the replay, "
+                                   f"not the {len(trajectory.prompt_ids)} ids its rollout was generated from")
 
     def tool_loop(self, completions: list) -> tuple:
         """What TRL's ``_tool_call_loop`` returns during the replay: the cached trajectories of these rows.
@@ -285,7 +308,24 @@ def lay_out(trainer: Any, result: StepResult, cache: Any) -> RowLayout:
         add_trajectories(trainer, replay, cache, plan_rollouts, local, rows)
     elif getattr(trainer, "tools", None):  # TRL's tool loop made each trajectory; the replay hands it back
         replay.tool_trajectories = [cache.trajectories[r] if r >= 0 else None for r in local_rollouts]
+    if uses_environments(trainer):  # TRL resets stand-ins that return the cached observations
+        replay.environment_names = [environment_name(trainer, row) for row in rows]
+        found = [_trajectory_of_row(cache, plan_rollouts, trainer.num_generations, j)
+                 for j in range(local.start, local.stop)]
+        replay.observations = [t.observation if t is not None else None for t in found]
     return RowLayout(plan_prompts, plan_rollouts, is_padding, local, rows, replay)
+
+
+def _trajectory_of_row(cache: Any, plan_rollouts: np.ndarray, k: int, j: int) -> Any:
+    """The cached trajectory row ``j`` of the plan replays: its rollout's, for a padding row its group's first
+    rollout's, None for a fill group's row (or a rollout without one)."""
+    r = int(plan_rollouts[j])
+    if r < 0:
+        real = [int(i) for i in plan_rollouts[(j // k) * k:(j // k + 1) * k] if i >= 0]
+        if not real:
+            return None
+        r = real[0]
+    return cache.trajectories.get(r)
 
 
 def add_trajectories(trainer: Any, replay: Replay, cache: Any, plan_rollouts: np.ndarray, local: slice,
@@ -323,10 +363,16 @@ def add_trajectories(trainer: Any, replay: Replay, cache: Any, plan_rollouts: np
 
 @contextmanager
 def replaying(trainer: Any, replay: Replay) -> Iterator[Replay]:
-    """While the block runs, TRL's generation and reward hooks answer from ``replay`` (:func:`active_replay`)."""
+    """While the block runs, TRL's generation and reward hooks answer from ``replay`` (:func:`active_replay`), and
+    with ``environment_factory`` TRL's pool holds stand-ins that return the cached observations instead of resetting
+    (:func:`sara_trl.trainer.environment.replayed_environments`)."""
     trainer._sara_replay = replay
     try:
-        yield replay
+        if replay.observations is None:
+            yield replay
+        else:
+            with replayed_environments(trainer, replay.environment_names, replay.observations):
+                yield replay
     finally:
         trainer._sara_replay = None
 

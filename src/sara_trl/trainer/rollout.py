@@ -3,11 +3,14 @@
 One call = one round = ONE batched generation call through TRL's own generation path (vLLM colocate/server engine,
 transformers continuous batching or ``model.generate``), then ONE pass of the reward functions over the new rollouts.
 With ``tools=`` (GRPO), the first generation is followed by TRL's own tool loop (:func:`run_tool_loop`): the rollouts
-that called a tool get its output appended and are generated again together, until none calls one. Everything a rollout
-produced (completion ids, vLLM sampling log-probs, the per-function reward row, extra log columns, and with tools its
-``tool_mask``, messages and tool call counts) is kept in a :class:`RolloutCache`, indexed by the step-local rollout id
-the allocation core uses, so the committed rollouts can later be *replayed* through TRL's unchanged scoring pipeline
-without generating or scoring them again.
+that called a tool get its output appended and are generated again together, until none calls one. With
+``environment_factory`` (GRPO), the round first draws one environment instance per rollout from TRL's pool, resets it
+with the rollout's row and appends its observation to the prompt (:mod:`sara_trl.trainer.environment`); the
+instances' methods are the rollouts' tools and they reach the reward functions as ``environments``. Everything a rollout
+produced (completion ids, vLLM sampling log-probs, the per-function reward row, extra log columns, with tools its
+``tool_mask``, messages and tool call counts, with environments its observation) is kept in a :class:`RolloutCache`,
+indexed by the step-local rollout id the allocation core uses, so the committed rollouts can later be *replayed*
+through TRL's unchanged scoring pipeline without generating, scoring or resetting an environment again.
 
 Distributed layout (lock-step rounds): every process runs the same allocator on the same
 outcomes, so every process builds the same global request list. It is padded to a multiple of the world size W with
@@ -42,14 +45,16 @@ from sara_trl.trainer.distributed import (
     raise_if_any_failed,
     split_round,
 )
+from sara_trl.trainer.environment import reset_environments, rollout_tools, uses_environments
 
 logger = logging.get_logger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer.hooks import RoundTrainer
 
-__all__ = ["RolloutCache", "Trajectory", "call_rollout_func", "make_rollout_fn", "make_success_rule", "reward_score",
-           "run_tool_loop", "score_source", "success_rule", "trainer_scores", "uses_tools"]
+__all__ = ["RolloutCache", "Trajectory", "call_rollout_func", "keep_observations", "make_rollout_fn",
+           "make_success_rule", "reward_score", "run_tool_loop", "score_source", "success_rule", "trainer_scores",
+           "uses_tools"]
 
 # The keys every ``rollout_func`` output must hold (TRL 1.16's ``GRPOTrainer._generate``); the others are extra fields.
 ROLLOUT_FUNC_KEYS = ("prompt_ids", "completion_ids", "logprobs")
@@ -79,6 +84,9 @@ class Trajectory:
         functions received and TRL logs.
     tool_calls, tool_failures : int
         Tools: the tool calls the loop ran for this rollout, and how many of them failed (TRL's ``tools/*`` metrics).
+    observation : any
+        ``environment_factory``: what the rollout's ``environment.reset(**row)`` returned (appended to the prompt's
+        last message; None: nothing appended), handed back to TRL in the replay instead of resetting again.
     """
 
     prompt_ids: list[int]
@@ -88,6 +96,7 @@ class Trajectory:
     messages: list[dict] | None = None
     tool_calls: int = 0
     tool_failures: int = 0
+    observation: Any = None
 
 
 @dataclass
@@ -118,7 +127,11 @@ class RolloutCache:
         step's own rollouts follow.
     trajectories : dict of int to Trajectory
         By rollout id, what a custom ``rollout_func`` returned beyond the completion, or the record of TRL's tool
-        loop (empty without either).
+        loop and the environment's observation (empty without any of them).
+    env_resets : int
+        ``environment_factory``: the ``reset`` calls this step's rounds made, on every process (a round split over W
+        processes also resets its padding copies, see :func:`~sara_trl.trainer.distributed.split_round`); 0 for a
+        cache carried in (those resets were counted in the step that generated the rollouts).
     """
 
     completion_ids: list[list[int]] = field(default_factory=list)
@@ -130,6 +143,7 @@ class RolloutCache:
     extra_logs: dict[str, list] = field(default_factory=dict)
     carried: int = 0
     trajectories: dict[int, Trajectory] = field(default_factory=dict)
+    env_resets: int = 0
 
     @property
     def num_rollouts(self) -> int:
@@ -411,9 +425,9 @@ class _ToolCallCounter:
     """Per-rollout tool dicts for one round of TRL's tool loop, with the tool calls and failures of each rollout
     (TRL's loop returns only the batch's totals; SARA replays subsets of the rollouts)."""
 
-    def __init__(self, n: int, tools: list):
-        self.n, self.tools = n, list(tools)
-        self.calls, self.failures = [0] * n, [0] * n
+    def __init__(self, tools: list[list[Callable]]):
+        self.n, self.tools = len(tools), [list(t) for t in tools]
+        self.calls, self.failures = [0] * self.n, [0] * self.n
 
     def _counted(self, tool: Callable, index: int) -> Callable:
         failures = self.failures
@@ -438,13 +452,13 @@ class _ToolCallCounter:
 
     def tool_dicts(self) -> tuple[list[dict], list[dict]]:
         """``(sync, async)``: one ``{name: tool}`` dict per rollout each, as TRL's ``_sync_tool_dicts`` /
-        ``_async_tool_dicts`` (built as ``_generate_and_score_completions`` builds them without environments)."""
+        ``_async_tool_dicts`` (built as ``_generate_and_score_completions`` builds them: each rollout's standalone
+        tools, then its environment's methods)."""
         sync_dicts, async_dicts = [], []
-        async_names = {tool.__name__ for tool in self.tools if inspect.iscoroutinefunction(tool)}
-        for i in range(self.n):
-            sync = {tool.__name__: self._counted(tool, i) for tool in self.tools
-                    if not inspect.iscoroutinefunction(tool)}
-            async_dicts.append({tool.__name__: self._counted(tool, i) for tool in self.tools
+        for i, tools in enumerate(self.tools):
+            async_names = {tool.__name__ for tool in tools if inspect.iscoroutinefunction(tool)}
+            sync = {tool.__name__: self._counted(tool, i) for tool in tools if not inspect.iscoroutinefunction(tool)}
+            async_dicts.append({tool.__name__: self._counted(tool, i) for tool in tools
                                 if inspect.iscoroutinefunction(tool)})
             sync_dicts.append(_CountingTools(self, i, sync, async_names))
         return sync_dicts, async_dicts
@@ -457,7 +471,8 @@ def run_tool_loop(
     """TRL's multi-turn tool loop (``GRPOTrainer._tool_call_loop``) over one round's first generation.
 
     As TRL's ``_generate_and_score_completions`` does before it generates, one tool dict per rollout is built (the
-    standalone ``tools``; SARA refuses ``environment_factory``; each counts its rollout's tool calls and failures),
+    standalone ``tools``, then the methods of the rollout's environment instance with ``environment_factory``,
+    :func:`~sara_trl.trainer.environment.rollout_tools`; each counts its rollout's tool calls and failures),
     then TRL's loop runs the tool calls, appends their output and generates again through ``_generate_single_turn``
     (one completion per rollout, all rollouts still calling tools in one batch), up to
     ``max_tool_calling_iterations``.
@@ -488,7 +503,7 @@ def run_tool_loop(
         and failure counts.
     """
     n = len(prompts)
-    counter = _ToolCallCounter(n, trainer._standalone_tools)
+    counter = _ToolCallCounter(rollout_tools(trainer, n))
     trainer._sync_tool_dicts, trainer._async_tool_dicts = counter.tool_dicts()
     turn_ids = [list(ids) for ids in completion_ids]
     logprobs = None if logprobs is None else [list(lps) for lps in logprobs]
@@ -515,6 +530,32 @@ def run_tool_loop(
         for i in range(n)
     ]
     return [list(ids) for ids in completion_ids], logprobs, completions, trajectories
+
+
+def keep_observations(trajectories: list[Trajectory] | None, prompt_ids: list[list[int]],
+                      observations: list) -> list[Trajectory]:
+    """Each rollout's trajectory with the observation its environment's ``reset`` returned (a new trajectory holding
+    only the prompt ids and the observation for an environment without tools, where TRL runs no tool loop).
+
+    Parameters
+    ----------
+    trajectories : list of Trajectory or None
+        ``(N,)`` the tool loop's records, or None without tools.
+    prompt_ids : list of list of int
+        ``(N,)`` TRL's tokenization of the prompts (observation appended).
+    observations : list
+        ``(N,)`` what each ``reset`` returned.
+
+    Returns
+    -------
+    list of Trajectory
+        ``(N,)``.
+    """
+    if trajectories is None:
+        trajectories = [Trajectory(prompt_ids=list(ids)) for ids in prompt_ids]
+    for trajectory, observation in zip(trajectories, observations):
+        trajectory.observation = copy.deepcopy(observation)
+    return trajectories
 
 
 def make_rollout_fn(
@@ -551,6 +592,7 @@ def make_rollout_fn(
     rule = success_rule(trainer)
     custom = getattr(trainer, "_sara_rollout_func", None) is not None
     tools = uses_tools(trainer)
+    environments = uses_environments(trainer)
     round_number = 0
 
     def rollout_fn(prompt_ids: np.ndarray, counts: np.ndarray) -> RoundOutcome:
@@ -574,6 +616,10 @@ def make_rollout_fn(
                 rows = [{**row, **t.fields} for row, t in zip(rows, trajectories)]
                 completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
             else:
+                observations = None
+                if environments:  # as TRL: draw an instance per rollout, reset it with the row, append the observation
+                    prompts, observations = reset_environments(trainer, rows, prompts)
+                    cache.env_resets += per_rank * world
                 prompt_token_ids, images, multimodal_fields = trainer._tokenize_prompts(prompts)
                 completion_ids, logprobs = trainer._sara_generate_round(prompt_token_ids, images, multimodal_fields)
                 completion_ids = [list(ids) for ids in completion_ids]
@@ -582,6 +628,8 @@ def make_rollout_fn(
                     completion_ids, logprobs, completions, trajectories = run_tool_loop(
                         trainer, prompts, prompt_token_ids, completion_ids, completions, logprobs, images,
                         multimodal_fields)
+                if observations is not None:
+                    trajectories = keep_observations(trajectories, prompt_token_ids, observations)
 
             # ONE reward pass over this round's rollouts. TRL's `_calculate_rewards` gathers over processes, so
             # every process receives all (per_rank * world, F) rows in global request order.
