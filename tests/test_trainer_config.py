@@ -196,11 +196,13 @@ def prompts():
     return Dataset.from_dict({"prompt": [f"Question {i}" for i in range(4)]})
 
 
-def test_environment_factory_raises_at_construction(prompts, tiny_model_dir, tokenizer):
-    # tools= trains in rounds (tests/test_trainer_tools.py, with its refusals); environments are not supported yet
-    with pytest.raises(ValueError, match="does not support `environment_factory`"):
+def test_environment_factory_with_rollout_func_raises_at_construction(prompts, tiny_model_dir, tokenizer):
+    # tools= and environment_factory train in rounds (tests/test_trainer_tools.py, tests/test_trainer_environment.py,
+    # with their refusals); together with a rollout_func they are refused before TRL's construction
+    with pytest.raises(ValueError, match="does not support `environment_factory`: together with `rollout_func`"):
         SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=constant_reward, args=SaraConfig(**BASE),
-                        train_dataset=prompts, processing_class=tokenizer, environment_factory=object)
+                        train_dataset=prompts, processing_class=tokenizer, environment_factory=object,
+                        rollout_func=lambda prompts, trainer: {})
 
 
 def test_dataset_and_args_errors(prompts, tiny_model_dir, tokenizer):

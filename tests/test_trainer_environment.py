@@ -280,3 +280,15 @@ def test_draw_and_replayed_pool_follow_trl():
         assert all(isinstance(env, ReplayedEnvironment) for env in stand_ins)
         assert [env.reset(target=1) for env in stand_ins] == ["x", None, "z"]
     assert trainer._environment_pool is pool and trainer.environments is again
+
+
+def test_environment_reward_alone(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    """With the environment's get_reward as the only reward source, reward_funcs may be omitted (as in TRL): its column
+    is the score, and success_reward_func may name it."""
+    for success in (None, "GuessEnv"):
+        trainer = SaraGRPOTrainer(model=tiny_model_dir, args=SaraConfig(**env_kwargs(cpu_trainer_kwargs,
+                                                                                      success_reward_func=success)),
+                                  train_dataset=env_dataset(), processing_class=tool_tokenizer(tokenizer),
+                                  environment_factory=GuessEnv)
+        assert trainer.reward_func_names == ["GuessEnv"]
+        assert "GuessEnv" in trainer._sara_success_rule.source

@@ -3,8 +3,9 @@ calls the user's function once, the cache keeps what it returned (prompt ids, ``
 hands it back to TRL unchanged, and with ``allocator="uniform"`` the loss is TRL's GRPOTrainer's on the same
 trajectories. With ``tools=`` (scripted generation: the model calls a tool, then answers), each round runs TRL's own
 tool loop, the replay hands back whole trajectories with TRL's ``tool_mask``, and with ``allocator="uniform"`` the
-loss and ``tools/*`` metrics are TRL's GRPOTrainer's. ``environment_factory`` stays refused, and RLOO (no tool loop
-in TRL) refuses both."""
+loss and ``tools/*`` metrics are TRL's GRPOTrainer's. RLOO (no tool loop in TRL) refuses ``tools`` and
+``environment_factory``; ``environment_factory`` in SaraGRPOTrainer is tested in
+``tests/test_trainer_environment.py``."""
 
 from __future__ import annotations
 
@@ -256,12 +257,6 @@ def test_rollout_func_runs_in_rounds_only(tiny_model_dir, tokenizer):
         SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward,
                         args=SaraConfig(**base, collection="streaming"), train_dataset=mode_dataset(),
                         processing_class=tokenizer, rollout_func=ScriptedRollouts())
-
-
-def test_environments_still_refused(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
-    with pytest.raises(ValueError, match="does not support `environment_factory` yet"):
-        SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward, args=SaraConfig(**cpu_trainer_kwargs()),
-                        train_dataset=mode_dataset(), processing_class=tokenizer, environment_factory=object)
 
 
 def test_tools_refusals(tiny_model_dir, tokenizer, cpu_trainer_kwargs):

@@ -10,7 +10,9 @@ How one generation batch is built:
 1. **Collect.** :meth:`sara_trl.allocation.Allocator.collect` runs rounds over SARA's own prompt stream. Each round is
    ONE call of the step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`): TRL's own ``_tokenize_prompts`` and
    ``_generate_single_turn`` with every prompt's ids repeated ``count`` times (``num_generations=1``; with ``tools=``,
-   then TRL's own ``_tool_call_loop``, which runs the tools and generates again until no rollout calls one), then ONE
+   then TRL's own ``_tool_call_loop``, which runs the tools and generates again until no rollout calls one; with
+   ``environment_factory``, each rollout's pooled environment instance is first reset with its row, as TRL does,
+   :mod:`~sara_trl.trainer.environment`), then ONE
    pass of the reward functions (TRL's ``_calculate_rewards``). Success labels come from the rewards (threshold on the
    weighted sum, or one named function). The result is exactly B groups: committed ones first, then fill groups.
 2. **Lay out.** Each group becomes k contiguous rows (TRL defines groups by contiguity, ``view(-1, k)``): its
@@ -21,9 +23,10 @@ How one generation batch is built:
    hooks answering from the cache: ``_generate_single_turn`` returns the cached completion ids (and vLLM sampling
    log-probs, so importance sampling sees the real sampling distribution), ``_tool_call_loop`` (``tools=``) returns the
    cached trajectories (every turn's ids, ``tool_mask``, log-probs, messages, tool call counts), ``_calculate_rewards``
-   returns the cached reward rows. Reward functions are therefore called exactly once per generated rollout.
-   Everything else (padding, old/ref log-probs, IS ratios, advantages, metrics, completion logs, output keys) is
-   TRL's own code.
+   returns the cached reward rows, and with ``environment_factory`` TRL's pool holds stand-ins whose ``reset`` returns
+   the cached observations (no environment is reset again). Reward functions are therefore called exactly once per
+   generated rollout. Everything else (padding, old/ref log-probs, IS ratios, advantages, metrics, completion logs,
+   output keys) is TRL's own code.
 4. **Mask.** Padding rows get ``completion_mask = 0`` (and RLOO's ``old_logps = 0``); ``num_items_in_batch`` is
    recomputed over the real tokens (a collective, done on every process). Their NaN rewards already kept them out
    of the group mean/std (GRPO) and the leave-one-out baseline (RLOO), and gave them a zero advantage.
