@@ -43,6 +43,13 @@ class RoundTrainer(Protocol):
     _sara_accepts_env_mask : bool
         *Hook* (optional class attribute, default False). Whether the base's loss masks a ``rollout_func``'s
         ``env_mask`` (GRPO: as its ``tool_mask``); without it an ``env_mask`` raises.
+    tools, _standalone_tools
+        *TRL* (optional; GRPO 1.16). Every tool, and those bound to no environment: with a tool, a round runs TRL's
+        ``_tool_call_loop`` (:func:`sara_trl.trainer.rollout.run_tool_loop`).
+    environment_factories, _multi_environment, _environment_pool, _env_tools, environments, _batch_environments
+        *TRL* (optional; GRPO 1.16 with ``environment_factory``). The factories by name, whether they are a dict, the
+        pool of instances by name, the tools by name, the drawn instances and each row's name: a round draws and
+        resets through them (:mod:`sara_trl.trainer.environment`).
     """
 
     accelerator: Any
