@@ -292,3 +292,62 @@ def test_environment_reward_alone(tiny_model_dir, tokenizer, cpu_trainer_kwargs)
                                   environment_factory=GuessEnv)
         assert trainer.reward_func_names == ["GuessEnv"]
         assert "GuessEnv" in trainer._sara_success_rule.source
+
+
+class QuizEnv:
+    """An environment without tools: ``reset`` sets the question's expected answer; a reward function reads it from
+    the ``environments`` argument."""
+
+    resets = 0
+
+    def reset(self, target, **kwargs):
+        QuizEnv.resets += 1
+        self.expected = "yes" if MODES[(int(target) - 1) // 3] != "never" else "no"
+        return OBSERVATION
+
+
+def quiz_reward(completions, environments, **kwargs):
+    """1 when the answer is the one the rollout's environment expects (the round's instances reach the rewards)."""
+    assert all(isinstance(env, QuizEnv) for env in environments) and len(environments) == len(completions)
+    return [float(c[-1]["content"].strip() == env.expected) for c, env in zip(completions, environments)]
+
+
+def test_environment_without_tools(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    """An environment with no tool method: no tool loop runs; reset still runs once per generated rollout (none in
+    the replay), the observation joins the prompt, and the round's instances reach the reward functions."""
+    QuizEnv.resets = 0
+    seen: dict[int, int] = {}
+    trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=quiz_reward,
+                              args=SaraConfig(**env_kwargs(cpu_trainer_kwargs, allocator="sara", budget_cap=12.0)),
+                              train_dataset=env_dataset(), processing_class=tool_tokenizer(tokenizer),
+                              environment_factory=QuizEnv)
+    assert trainer.tools == []
+    tok = trainer.processing_class
+
+    def generate(input_ids, attention_mask=None, **kwargs):
+        rows = []
+        for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+            text = tok.decode([t for t, m in zip(ids, mask) if m])
+            assert OBSERVATION in text
+            question = int(re.findall(r"Question (\d+)", text)[-1])
+            j = seen.get(question, 0)
+            seen[question] = j + 1
+            ok = MODES[question] == "always" or (MODES[question] == "coin" and j % 2 == 0)
+            answer = "yes" if ok == (MODES[question] != "never") else "no"
+            rows.append(tok(answer + "<|im_end|>", add_special_tokens=False)["input_ids"])
+        width = max(len(r) for r in rows)
+        completions = torch.tensor([r + [tok.eos_token_id] * (width - len(r)) for r in rows])
+        return torch.cat([input_ids, completions], dim=1)
+
+    trainer.model.generate = generate
+    records = spy_replays(trainer)
+    trainer.train()
+    logs = sara_logs(trainer)
+    generated = sum(entry["sara/rollouts_generated"] for entry in logs)
+    assert QuizEnv.resets == generated == sum(entry["sara/env_resets"] for entry in logs)
+    for record in records:
+        assert all(MODES[group.prompt_id] == "coin" for group in record["step"].groups)
+        assert "tool_mask" not in record["output"]
+        for row in range(record["output"]["prompt_ids"].shape[0]):
+            ids = record["output"]["prompt_ids"][row][record["output"]["prompt_mask"][row].bool()].tolist()
+            assert OBSERVATION in tok.decode(ids)
