@@ -12,7 +12,8 @@ Under a launcher (WORLD_SIZE > 1) each process builds its own colocated engine a
 Recorded: per step the ``sara/*`` and TRL sampling metrics, the number of ``LLM.generate`` calls and reward calls,
 and with ``--check_sync`` the log-prob agreement between the engine and the trained model before and after a weight
 sync (see :func:`engine_vs_model`). With ``--collection streaming``, every request the streaming engine finished or
-aborted (engine tag, request id, tokens).
+aborted (engine tag, request id, tokens), and per step this process's own collector result (its prompts, what it
+carried in and carries on, before the end-of-step merge).
 """
 
 from __future__ import annotations
@@ -135,6 +136,19 @@ def main() -> None:
             return original_aborted(self, rid, tokens)
 
         StreamingCollector.aborted = recording_aborted
+        original_finish = StreamingCollector.finish
+        events["local_steps"] = []  # this process's own share of each step, before the merge
+
+        def recording_finish(self):
+            result = original_finish(self)
+            events["local_steps"].append({
+                "prompt_id": result.prompt_table["prompt_id"].tolist(), "carried_in": result.stats.carried_in,
+                "rollouts_carried_in": result.stats.rollouts_carried_in,
+                "carry": [] if self.carry is None else self.carry["pid"].tolist(),  # what it carries on
+                "carry_rollouts": len(result.carry_rollout_ids)})
+            return result
+
+        StreamingCollector.finish = recording_finish
     trainer = trainer_cls(model=smollm2_checkpoint(), reward_funcs=counted_reward(numeric_reward), args=args,
                           train_dataset=make_task_mix(256, seed=0))
     llm = trainer.vllm_generation.llm
@@ -157,6 +171,17 @@ def main() -> None:
                               for key, values in table.items()})
 
     trainer.add_callback(RecordDecisions())
+    if cli.resume_from and trainer.accelerator.num_processes > 1:
+        # transformers loads the optimizer with map_location=args.device on several processes, "cpu:0" here, which
+        # torch cannot restore on a CPU (RuntimeError "don't know how to restore data location"): load onto "cpu".
+        original_load = torch.load
+
+        def cpu_load(*a, **kw):
+            if str(kw.get("map_location", "")).startswith("cpu:"):
+                kw["map_location"] = "cpu"
+            return original_load(*a, **kw)
+
+        torch.load = cpu_load
     trainer.train(resume_from_checkpoint=cli.resume_from)
     llm.generate = original_generate
     logs = [e for e in trainer.state.log_history if "sara/rollouts_generated" in e]

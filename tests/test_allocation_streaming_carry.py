@@ -12,8 +12,10 @@ from sara_trl.allocation import (
     DecodeEngine,
     Finished,
     PromptStream,
+    ShardStream,
     SimulatedTask,
     drive_streaming_engine,
+    merge_step_results,
 )
 from sara_trl.allocation.simulate import run_streaming_step
 from sara_trl.allocation.types import Fate
@@ -133,3 +135,89 @@ def test_carry_over_accounting_over_many_steps_matches_the_requests():
         generated += st.rollouts_generated
         assert st.unfilled == 0 and len(result.groups) == 16
     assert generated == sum(len(c[0]) for c in task.calls) == alloc.total_rollouts
+
+
+class RecordingScorer(Scorer):
+    """:class:`Scorer` that keeps each recorded completion with its prompt id, in the order the collector numbers
+    them (after the rollouts carried in): a stand-in for one process's rollout cache."""
+
+    def __init__(self, rollouts):
+        super().__init__()
+        self.rollouts, self.pending = rollouts, []
+
+    def score(self, prompt_ids, batch):
+        self.pending.append(list(zip(np.asarray(prompt_ids).tolist(), batch)))
+        return super().score(prompt_ids, batch)
+
+    def keep(self, positions):
+        super().keep(positions)
+        done = self.pending.pop(0)
+        self.rollouts.extend(done[i] for i in positions)
+
+
+def test_two_processes_each_carry_their_own_prompts_through_the_merge():
+    """Streaming on 2 processes with carry_over, B = 1 group per process, exact counts. Each process runs the
+    scenario of test_undecided_prompt_carries_its_finished_rollouts_into_the_next_step on its own shard (process 0:
+    prompts 0, 2, 4; process 1: prompts 1, 3, 5), except that process 1's trained prompt 1 has top-ups of 3 tokens
+    each (so its group costs 1 + 2 + 3 + 3 = 9 tokens, not 8). Step 1 on each process: 6 requests, one aborted after 2
+    tokens, so 5 recorded rollouts (ids 0..4); its held prompt (2, resp. 3) carries rollout id 1 (1 token).
+
+    Merged step 1: process 1's ids are shifted by process 0's 5 rollouts, so the carried ids are [1, 6], split [1, 1];
+    the accounting is the sum (12 generated, 8 trained, 2 surplus (the aborts), 2 active left) and holds. Step 2:
+    each process starts from its own slice of the merged carry (the same rollout it recorded), its prompt is decided
+    again and trained first, and the merged carried-in counts are exactly step 1's carried rollouts, once each."""
+    scripts = [{0: [(1, 1), (0, 2), (1, 2), (1, 3)], 2: [(1, 1), (1, 9), (0, 1), (0, 1), (1, 1)], 4: [(0, 1), (1, 1)]},
+               {1: [(1, 1), (0, 2), (1, 3), (1, 3)], 3: [(1, 1), (1, 9), (0, 1), (0, 1), (1, 1)], 5: [(0, 1), (1, 1)]}]
+    cfg = AllocationConfig(k=4, collection="streaming", carry_over=True, refill_margin=0.0)
+    world = 2
+    allocs = [Allocator(cfg) for _ in range(world)]
+    streams = [ShardStream(50, rank, world, seed=0, shuffle=False) for rank in range(world)]
+    engines = [Engine(lambda pid, nth, s=s: s[pid][nth]) for s in scripts]
+
+    def merged_step(carried):
+        """One step on every process from its carried rollouts ((pid, Finished) each); the merge and the merged
+        rollouts (the concatenation of the processes' rollouts, as the trainer's RolloutCache.concat)."""
+        results, parts = [], []
+        for rank in range(world):
+            rollouts = list(carried[rank])
+            assert allocs[rank].carried_rollouts == len(rollouts)
+            collector = allocs[rank].streaming(streams[rank], 1, 4)
+            drive_streaming_engine(collector, engines[rank], lambda pid: [int(pid)], RecordingScorer(rollouts))
+            results.append(collector.finish())
+            assert len(rollouts) == results[-1].stats.rollouts_carried_in + collector.recorded
+            parts.append(rollouts)
+        merged = merge_step_results(results, [len(p) for p in parts])
+        return merged, results, [r for part in parts for r in part]
+
+    first, locals_1, rollouts_1 = merged_step([[], []])
+    st = first.stats
+    st.check()
+    assert [g.prompt_id for g in first.groups] == [0, 1]
+    np.testing.assert_array_equal(first.groups[0].rollout_ids, [0, 2, 3, 4])
+    np.testing.assert_array_equal(first.groups[1].rollout_ids, [5, 7, 8, 9])  # shifted by process 0's 5 rollouts
+    assert len(rollouts_1) == 10
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_surplus, st.rollouts_active_left,
+            st.rollouts_aborted, st.rollouts_carried_in) == (12, 8, 2, 2, 2, 0)
+    assert (st.tokens_generated, st.tokens_trained, st.tokens_surplus, st.tokens_active_left) == (23, 17, 4, 2)
+    assert (st.active_left, st.batch_groups, st.committed) == (2, 2, 2)
+    assert first.carry_rollout_ids.tolist() == [1, 6] and first.carry_split == [1, 1]
+    for rank in range(world):  # each process's slice is its own carry, in the merged id space
+        ids = first.carried_by(rank)
+        assert ids.tolist() == (locals_1[rank].carry_rollout_ids + 5 * rank).tolist()
+        assert [rollouts_1[i][0] for i in ids] == allocs[rank].carried_prompt_ids.tolist() == [2 + rank]
+    assert sum(a.carried_rollouts for a in allocs) == len(first.carry_rollout_ids) == st.rollouts_active_left
+
+    # Step 2: every process picks its own carried rollouts out of the merged ones (what the trainer's cache.carry
+    # does with carried_by), and they take its ids 0 .. C-1.
+    second, locals_2, rollouts_2 = merged_step([[rollouts_1[i] for i in first.carried_by(r)] for r in range(world)])
+    st2 = second.stats
+    st2.check()
+    assert (st2.carried_in, st2.rollouts_carried_in, st2.tokens_carried_in) == (2, 2, 2)  # step 1's carry, once each
+    assert [local.stats.rollouts_carried_in for local in locals_2] == [1, 1]
+    offset = sum(locals_2[0].prompt_table["n"])
+    assert [g.prompt_id for g in second.groups] == [2, 3]  # the carried prompts, trained first on their process
+    assert second.groups[0].rollout_ids[0] == 0 and second.groups[1].rollout_ids[0] == offset
+    assert rollouts_2[0] == rollouts_1[1] and rollouts_2[offset] == rollouts_1[6]  # the very rollouts carried
+    assert second.prompt_table["fate"].tolist().count(Fate.TRAINED) == 2
+    assert len(second.carry_rollout_ids) == sum(second.carry_split) == sum(a.carried_rollouts for a in allocs)
+    assert sum(a.total_rollouts for a in allocs) == st.rollouts_generated + st2.rollouts_generated

@@ -4,6 +4,7 @@ and without carry_over (whose checkpoint also holds the carried prompts' complet
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -66,3 +67,59 @@ def test_resume_matches_straight_run(carry_over, tmp_path, tiny_model_dir, token
         (checkpoint / "sara_carry.pt").unlink()
         with pytest.raises(FileNotFoundError, match=r"carries \d+ undecided prompts .*sara_carry.pt"):
             make(tmp_path / "broken").train(resume_from_checkpoint=str(checkpoint))
+
+
+def test_streaming_on_two_processes_saves_and_restores_each_process_carry(tmp_path, monkeypatch):
+    """Streaming with carry_over on 2 processes (here two stand-in trainers, the gather replaced by the list of both
+    processes' states): each process writes its own carried completions (``sara_carry_rank<R>.pt``) and no
+    ``sara_carry.pt``; on resume each process restores its own allocator carry and completions, and a process whose
+    carry file is missing refuses to resume without it."""
+    import numpy as np
+
+    from sara_trl.allocation import AllocationConfig, Allocator, ShardStream
+    from sara_trl.trainer import checkpoint as ckpt
+    from sara_trl.trainer.rollout import RolloutCache
+
+    cfg = AllocationConfig(k=4, collection="streaming", carry_over=True)
+    carried = [[5, 6], [7]]  # process r carries these completions (one rollout each of its carried prompts)
+
+    def trainer(rank, with_carry):
+        alloc = Allocator(cfg)
+        if with_carry:
+            count = len(carried[rank])
+            pids = np.arange(count, dtype=np.int64) * 2 + rank  # its own shard's prompts
+            alloc.load_state_dict({**alloc.state_dict(), "carry": {
+                "pid": pids.tolist(), "n": [1] * count, "nsc": [1] * count, "s": [1] * count, "p": [1.0] * count,
+                "committed": [False] * count, "r_slot": list(range(count)), "r_success": [1.0] * count,
+                "r_tokens": [1] * count}})
+        cache = None
+        if with_carry:
+            cache = RolloutCache(completion_ids=[[t] for t in carried[rank]], logprobs=[None] * len(carried[rank]),
+                                 rewards=[torch.ones(len(carried[rank]), 1)],
+                                 success=[np.ones(len(carried[rank]))],
+                                 tokens=[np.ones(len(carried[rank]), np.int64)], round_index=[0] * len(carried[rank]),
+                                 carried=len(carried[rank]))
+        args = SimpleNamespace(should_save=rank == 0, collection="streaming", to_allocation_config=lambda: cfg)
+        return SimpleNamespace(sara_allocator=alloc, sara_stream=ShardStream(20, rank, 2, seed=0), _sara_carry=cache,
+                               args=args, accelerator=SimpleNamespace(num_processes=2, process_index=rank),
+                               state=SimpleNamespace(global_step=3), _get_output_dir=lambda trial: str(tmp_path))
+
+    saving = [trainer(rank, True) for rank in range(2)]
+    states = [{"allocator": t.sara_allocator.state_dict(), "stream": t.sara_stream.state_dict()} for t in saving]
+    monkeypatch.setattr(ckpt, "rank_states", lambda t: states)
+    for t in reversed(saving):  # the non-saving process writes its own carry file too
+        ckpt.save_sara_state(t, None)
+    folder = tmp_path / "checkpoint-3"
+    assert sorted(p.name for p in folder.iterdir()) == ["sara_carry_rank0.pt", "sara_carry_rank1.pt",
+                                                        "sara_state.json"]
+    for rank in range(2):
+        fresh = trainer(rank, False)
+        ckpt.load_sara_state(fresh, str(folder))
+        own = saving[rank].sara_allocator.carried_prompt_ids.tolist()
+        assert fresh.sara_allocator.carried_prompt_ids.tolist() == own == [2 * i + rank for i in range(len(own))]
+        assert fresh._sara_carry.completion_ids == [[t] for t in carried[rank]]
+        assert fresh._sara_carry.carried == fresh.sara_allocator.carried_rollouts == len(carried[rank])
+    (folder / "sara_carry_rank1.pt").unlink()
+    with pytest.raises(FileNotFoundError, match=r"carries 1 undecided prompts .*sara_carry_rank1.pt"):
+        ckpt.load_sara_state(trainer(1, False), str(folder))
+    ckpt.load_sara_state(trainer(0, False), str(folder))  # process 0 still has its own

@@ -247,10 +247,10 @@ def test_collection_auto_picks_streaming_wherever_it_runs(monkeypatch):
         assert SaraConfig(**{**colocate, **options}).collection == "streaming", options
     carry = SaraConfig(**colocate, carry_over=True)
     assert carry.collection == "streaming"
-    # carry_over in streaming runs on one process only (the rule alone: building a config under WORLD_SIZE=2 would
-    # set up a distributed state for the rest of the session)
+    # carry_over streams on several processes too (each process carries its own prompts): the rule alone, since
+    # building a config under WORLD_SIZE=2 would set up a distributed state for the rest of the session
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert not type(carry)._auto_streams(carry)
+    assert type(carry)._auto_streams(carry)
     monkeypatch.delenv("WORLD_SIZE")
     assert type(carry)._auto_streams(carry)
     explicit = SaraConfig(**colocate, collection="rounds")
@@ -275,6 +275,16 @@ def test_streaming_collection_needs_the_colocated_vllm_engine():
         == "score"  # dynamic sampling on its scores' spread streams too
     assert SaraConfig(**colocate, carry_over=True, history_decay=0.5).to_allocation_config().history_decay == 0.5
     assert SaraConfig(**colocate, carry_over=True).to_allocation_config().carry_over
+
+
+def test_streaming_with_carry_over_is_not_refused_on_several_processes(monkeypatch):
+    """Each process carries its own undecided prompts into its own next step, so streaming with carry_over is a
+    valid configuration whatever WORLD_SIZE says (the check alone: building a config under WORLD_SIZE=2 would set up
+    a distributed state for the rest of the session)."""
+    args = SaraConfig(**BASE, collection="streaming", use_vllm=True, vllm_mode="colocate", carry_over=True)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    args._check_streaming(type(args).__name__)  # raises nothing
+    assert type(args)._auto_streams(args) and args.to_allocation_config().carry_over
 
 
 def _warnings_of(make) -> list[str]:

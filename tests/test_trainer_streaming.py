@@ -362,6 +362,36 @@ def test_two_shards_merge_into_exactly_B_groups():
         merge_step_results(results, [counts[0] + 1, counts[1]])
 
 
+def test_caches_with_carried_rollouts_concatenate_and_each_process_takes_back_its_own():
+    """carry_over on 2 processes: each process's cache starts with the rollouts it carried in (1, then 2); the
+    concatenation knows where they lie (carried_runs), so the step's generated rollouts are the others, and each
+    process's slice of the merged carry ids (StepResult.carried_by) rebuilds exactly its own next-step cache."""
+    from sara_trl.allocation import StepResult, StepStats
+
+    def cache_of(tokens, carried):
+        cache = RolloutCache(carried=carried)
+        cache.completion_ids.extend([[t] * t for t in tokens])
+        cache.logprobs.extend([None] * len(tokens))
+        cache.rewards.append(torch.tensor([[float(t)] for t in tokens]))
+        cache.success.append(np.array([float(t % 2) for t in tokens]))
+        cache.tokens.append(np.array(tokens, np.int64))
+        cache.round_index.extend([0] * len(tokens))
+        return cache
+
+    merged_cache = RolloutCache.concat([cache_of([1, 2, 3], carried=1), cache_of([4, 5, 6, 7], carried=2)])
+    assert merged_cache.carried == 3 and merged_cache.carried_runs == [(0, 1), (3, 2)]
+    np.testing.assert_array_equal(merged_cache.generated_ids(), [1, 2, 5, 6])
+    assert RolloutCache.concat([cache_of([1, 2], carried=0)]).generated_ids().tolist() == [0, 1]
+    # process 0 carries its ids [2, 0], process 1 its id [1] (merged: 3 + 1 = 4)
+    merged = StepResult(groups=[], stats=StepStats(), carry_rollout_ids=np.array([2, 0, 4]), carry_split=[2, 1])
+    own = [merged_cache.carry(merged.carried_by(rank)) for rank in range(2)]
+    assert [c.completion_ids for c in own] == [[[3] * 3, [1]], [[5] * 5]]
+    assert [c.carried for c in own] == [2, 1] and own[1].generated_ids().tolist() == []
+    assert StepResult(groups=[], stats=StepStats(), carry_rollout_ids=np.array([3, 1])).carried_by(5).tolist() == [3, 1]
+    with pytest.raises(ValueError, match="rank 2 is not one of the 2 merged processes"):
+        merged.carried_by(2)
+
+
 def test_shard_groups_and_default_concurrency():
     assert shard_groups(8, 2) == 4
     with pytest.raises(ValueError, match="multiple of 3"):

@@ -124,14 +124,16 @@ def run_two_processes(tmp_path: Path, *flags: str) -> list[dict]:
     return [json.loads((tmp_path / f"result.json.rank{r}").read_text()) for r in (0, 1)]
 
 
+def _accounting(entries: list[dict]) -> list[dict]:
+    """The ``sara/*`` values of each logged step, timings left out (they differ between processes)."""
+    return [{k: v for k, v in e.items() if k.startswith("sara/") and not k.endswith("_seconds")} for e in entries]
+
+
 def test_two_processes_each_with_an_engine_stay_in_lock_step(tmp_path):
     ranks = run_two_processes(tmp_path, "--steps", "1")
     assert [r["world_size"] for r in ranks] == [2, 2] and [r["rank"] for r in ranks] == [0, 1]
     assert ranks[0]["decisions"] == ranks[1]["decisions"] and len(ranks[0]["decisions"]) == 1
-    def accounting(entries):  # the sara/* values, without the wall-clock ones (which differ between processes)
-        return [{k: v for k, v in e.items() if k.startswith("sara/") and not k.endswith("_seconds")} for e in entries]
-
-    assert accounting(ranks[0]["steps"]) == accounting(ranks[1]["steps"])  # logged (gathered) metrics agree
+    assert _accounting(ranks[0]["steps"]) == _accounting(ranks[1]["steps"])  # logged (gathered) metrics agree
     entry = ranks[0]["steps"][0]
     assert entry["sara/unfilled"] == 0 and entry["sara/effective_fraction"] == 1.0
     assert entry["sara/rollouts_generated"] == sum(
@@ -255,10 +257,7 @@ def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
         trained = [pid for pid, fate in zip(tables[0]["prompt_id"], tables[0]["fate"]) if fate == 0]  # Fate.TRAINED
         assert len(trained) == 4 and len(set(trained)) == 4  # B = 2 processes x 8 rows / k=4, distinct prompts
         assert sorted(p % 2 for p in trained) == [0, 0, 1, 1]  # two from each process's shard
-    def accounting(entries):
-        return [{k: v for k, v in e.items() if k.startswith("sara/") and not k.endswith("_seconds")} for e in entries]
-
-    assert accounting(ranks[0]["steps"]) == accounting(ranks[1]["steps"])
+    assert _accounting(ranks[0]["steps"]) == _accounting(ranks[1]["steps"])
     # the merged accounting is both processes' requests: finished, or aborted (in the engine or before being sent)
     requests = sum(len(r["events"]["finished"]) + len(r["events"]["collector_aborted"]) for r in ranks)
     assert sum(entry["sara/rollouts_generated"] for entry in ranks[0]["steps"]) == requests
@@ -289,3 +288,55 @@ def test_streaming_resumes_mid_run_from_a_checkpoint(tmp_path):
     assert after["sara/cumulative_rollouts"] == before["sara/cumulative_rollouts"] + after["sara/rollouts_generated"]
     assert after["sara/cumulative_tokens"] == before["sara/cumulative_tokens"] + after["sara/tokens_generated"]
     assert resumed["total_rollouts"] == after["sara/cumulative_rollouts"]
+
+
+def test_two_processes_streaming_with_carry_over_each_carry_their_own_and_resume(tmp_path):
+    """Streaming on 2 processes with carry_over, 2 steps, a checkpoint after step 1; then a 2-process run resumes
+    from that checkpoint and runs step 2 only. Each process carries the prompts its own collector left undecided (all
+    from its own shard) into its own next step, where they take the first slots; both processes log the same merged
+    accounting, which counts every carried prompt and rollout once; the checkpoint holds each process's carry
+    (``sara_carry_rank<R>.pt``) and the resumed step 2 starts from exactly the carry the uninterrupted run had."""
+    straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
+    straight_dir.mkdir()
+    resumed_dir.mkdir()
+    ranks = run_two_processes(straight_dir, "--steps", "2", "--collection", "streaming", "--carry_over",
+                              "--save_steps", "1")
+    for rank in ranks:
+        check_streaming(rank, 2, rank_share=2)
+    assert _accounting(ranks[0]["steps"]) == _accounting(ranks[1]["steps"])
+    for step in range(2):
+        assert ranks[0]["decisions"][step] == ranks[1]["decisions"][step]  # every process holds the merged step
+    first, second = ranks[0]["steps"]
+    local = [r["events"]["local_steps"] for r in ranks]
+    assert [len(steps) for steps in local] == [2, 2]
+    for rank, (one, two) in enumerate(local):
+        assert all(pid % 2 == rank for pid in one["carry"])  # its own shard's prompts
+        assert one["carried_in"] == 0 and two["carried_in"] == len(one["carry"])
+        assert two["prompt_id"][: len(one["carry"])] == one["carry"]  # they start its next step, on this process
+        assert two["rollouts_carried_in"] == one["carry_rollouts"]
+    # merged: each carried prompt and rollout counted once, carried in by the process that carried it on
+    assert second["sara/carried_in"] == sum(len(one["carry"]) for one, _ in local) \
+        == first["sara/active_left"] + first["sara/surplus"]
+    assert second["sara/rollouts_carried_in"] == sum(one["carry_rollouts"] for one, _ in local)
+    assert sum(len(one["carry"]) for one, _ in local) > 0, "no prompt was carried: the run checks nothing"
+    requests = sum(len(r["events"]["finished"]) + len(r["events"]["collector_aborted"]) for r in ranks)
+    assert sum(entry["sara/rollouts_generated"] for entry in ranks[0]["steps"]) == requests
+
+    checkpoint = straight_dir / "run" / "checkpoint-1"
+    assert (checkpoint / "sara_state.json").is_file() and not (checkpoint / "sara_carry.pt").exists()
+    for rank, (one, _) in enumerate(local):
+        assert (checkpoint / f"sara_carry_rank{rank}.pt").is_file() == (one["carry_rollouts"] > 0)
+    resumed = run_two_processes(resumed_dir, "--steps", "2", "--collection", "streaming", "--carry_over",
+                                "--resume_from", str(checkpoint))
+    assert _accounting(resumed[0]["steps"]) == _accounting(resumed[1]["steps"])
+    assert [e["step"] for e in resumed[0]["steps"]] == [1, 2] and resumed[0]["allocator_steps"] == 2
+    after = resumed[0]["steps"][1]
+    for rank, (one, _) in enumerate(local):
+        (two,) = resumed[rank]["events"]["local_steps"]  # step 2 only, from the restored carry
+        assert two["carried_in"] == len(one["carry"]) and two["prompt_id"][: len(one["carry"])] == one["carry"]
+        assert two["rollouts_carried_in"] == one["carry_rollouts"]
+    assert (after["sara/carried_in"], after["sara/rollouts_carried_in"], after["sara/tokens_carried_in"]) == (
+        second["sara/carried_in"], second["sara/rollouts_carried_in"], second["sara/tokens_carried_in"])
+    for unit in ("rollouts", "tokens"):
+        assert after[f"sara/{unit}_generated"] + after[f"sara/{unit}_carried_in"] == sum(
+            after[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))

@@ -583,17 +583,25 @@ class StreamingCollector:
 def merge_step_results(results: list[StepResult], num_rollouts: list[int]) -> StepResult:
     """One step's batch from the streaming results of several processes, each collected on its own shard.
 
-    Process ``i``'s rollout ids are shifted by the rollouts recorded on processes ``0 .. i-1``, so the merged ids
-    index the concatenation of the processes' rollouts in process order; groups, the per-prompt table and round
-    sizes are concatenated in process order and the accounting is summed (``stop_reason``: the distinct reasons,
-    comma-joined, in process order).
+    Process ``i``'s rollout ids (its carried-in rollouts first, with ``carry_over``, then those it recorded) are
+    shifted by the rollouts of processes ``0 .. i-1``, so the merged ids index the concatenation of the processes'
+    rollouts in process order; groups, the per-prompt table and round sizes are concatenated in process order and
+    the accounting is summed (``stop_reason``: the distinct reasons, comma-joined, in process order). Each rollout
+    belongs to exactly one process, so a carried rollout is counted once: as carried in by the process that carried
+    it, and, if carried on, in that process's share of ``carry_rollout_ids``.
+
+    With ``carry_over`` every process keeps its own carry (its collector's, for its own next step): the merged
+    ``carry_rollout_ids`` are every process's ``carry_rollout_ids`` shifted like its groups, process after process,
+    and ``carry_split`` says how many are whose (:meth:`StepResult.carried_by` gives process ``i`` its own, in the
+    order its next step numbers them).
 
     Parameters
     ----------
     results : list of StepResult
-        Per process, in process order; collected with ``carry_over`` off.
+        Per process, in process order (each one collector's result: ``carry_split`` empty).
     num_rollouts : list of int
-        Per process, the completions it recorded (:attr:`StreamingCollector.recorded`).
+        Per process, the rollouts its ids index: those it carried in plus those it recorded
+        (``stats.rollouts_carried_in + StreamingCollector.recorded``).
 
     Returns
     -------
@@ -603,7 +611,8 @@ def merge_step_results(results: list[StepResult], num_rollouts: list[int]) -> St
     Raises
     ------
     ValueError
-        The two lists differ in length, or a count disagrees with its result's per-prompt table (the sum of ``n``).
+        The two lists differ in length or are empty, a count disagrees with its result's per-prompt table (the sum
+        of ``n``), a carried id lies outside its process's rollouts, or a result is itself a merge.
     """
     if len(results) != len(num_rollouts) or not results:
         raise ValueError(f"{len(results)} results for {len(num_rollouts)} rollout counts")
@@ -611,10 +620,15 @@ def merge_step_results(results: list[StepResult], num_rollouts: list[int]) -> St
         if int(np.sum(res.prompt_table["n"])) != int(count):
             raise ValueError(f"process {i} reports {count} rollouts, its prompt table holds "
                              f"{int(np.sum(res.prompt_table['n']))}")
-    offsets = np.concatenate([[0], np.cumsum(num_rollouts)[:-1]]).astype(np.int64)
+        if res.carry_split:
+            raise ValueError(f"process {i}'s result is already a merge of {len(res.carry_split)} processes")
+        carried = np.asarray(res.carry_rollout_ids, np.int64)
+        if len(carried) and (carried.min() < 0 or carried.max() >= int(count)):
+            raise ValueError(f"process {i} carries rollout ids outside its {count} rollouts")
+    offsets = np.concatenate([[0], np.cumsum(num_rollouts)[:-1]]).astype(np.int64).tolist()
     groups = [Group(prompt_id=g.prompt_id, rollout_ids=np.asarray(g.rollout_ids, np.int64) + off,
                     success=g.success, is_fill=g.is_fill)
-              for res, off in zip(results, offsets.tolist()) for g in res.groups]
+              for res, off in zip(results, offsets) for g in res.groups]
     totals = {}
     for f in dataclasses.fields(StepStats):
         values = [getattr(res.stats, f.name) for res in results]
@@ -625,5 +639,8 @@ def merge_step_results(results: list[StepResult], num_rollouts: list[int]) -> St
     stats = StepStats(**totals)
     stats.check()
     table = {key: np.concatenate([res.prompt_table[key] for res in results]) for key in results[0].prompt_table}
+    carry_ids = np.concatenate([np.asarray(res.carry_rollout_ids, np.int64) + off
+                                for res, off in zip(results, offsets)]).astype(np.int64)
     return StepResult(groups=groups, stats=stats, prompt_table=table,
-                      round_sizes=[size for res in results for size in res.round_sizes])
+                      round_sizes=[size for res in results for size in res.round_sizes],
+                      carry_rollout_ids=carry_ids, carry_split=[len(res.carry_rollout_ids) for res in results])

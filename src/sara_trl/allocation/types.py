@@ -306,7 +306,11 @@ class StepResult:
     carry_rollout_ids : ndarray of int64, shape (C,)
         With ``carry_over``: step-local ids of the rollouts carried into the next step, in the order they take the
         next step's ids ``0 .. C-1`` (a trainer keeps these rollouts' completions for the next step). Empty
-        otherwise.
+        otherwise. In a merge of several processes' results (:func:`~sara_trl.allocation.merge_step_results`):
+        every process's carried ids in the merged id space, process after process (see :attr:`carry_split`).
+    carry_split : list of int
+        A merge of several processes' results: per process, in process order, how many of ``carry_rollout_ids``
+        it carries into its own next step (they sum to ``C``; :meth:`carried_by`). Empty for one collector's result.
     """
 
     groups: list[Group]
@@ -314,6 +318,24 @@ class StepResult:
     prompt_table: dict = field(default_factory=dict)
     round_sizes: list[int] = field(default_factory=list)
     carry_rollout_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    carry_split: list[int] = field(default_factory=list)
+
+    def carried_by(self, rank: int) -> np.ndarray:
+        """The rollout ids process ``rank`` carries into its next step, ``(C_rank,)`` int64, in the order they take
+        its next step's ids ``0 .. C_rank - 1``: its slice of ``carry_rollout_ids`` in a merged result, all of them
+        otherwise (one collector's result, or rounds, where every process carries the same prompts).
+
+        Raises
+        ------
+        ValueError
+            ``rank`` is not a process of the merge (``0 <= rank < len(carry_split)``).
+        """
+        if not self.carry_split:
+            return self.carry_rollout_ids
+        if not 0 <= rank < len(self.carry_split):
+            raise ValueError(f"rank {rank} is not one of the {len(self.carry_split)} merged processes")
+        start = int(sum(self.carry_split[:rank]))
+        return self.carry_rollout_ids[start: start + int(self.carry_split[rank])]
 
     @property
     def records(self) -> list[PromptRecord]:

@@ -2,8 +2,10 @@
 
 Beside TRL's own files: ``sara_state.json`` (allocator, stream, allocation config; with streaming collection on
 several processes every process's own allocator and stream shard under ``"ranks"``), ``sara_carry.pt`` (with
-``carry_over``: the completions of the prompts carried into the next step) and ``sara_stream_rows.pt`` (with an
-iterable ``train_dataset``: the rows its prompt stream holds, any Python values).
+``carry_over``: the completions of the prompts carried into the next step; with streaming on several processes each
+process carries its own, in ``sara_carry_rank<R>.pt``, written by that process as TRL writes ``rng_state_<R>.pth``)
+and ``sara_stream_rows.pt`` (with an iterable ``train_dataset``: the rows its prompt stream holds, any Python
+values).
 """
 
 from __future__ import annotations
@@ -19,12 +21,25 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from sara_trl.allocation import IterablePromptStream, ShardStream
 from sara_trl.trainer.rollout import RolloutCache
 
-__all__ = ["SARA_CARRY_NAME", "SARA_ROWS_NAME", "SARA_STATE_NAME", "load_sara_state", "rank_states", "save_sara_state",
-           "sara_state_dict"]
+__all__ = ["SARA_CARRY_NAME", "SARA_ROWS_NAME", "SARA_STATE_NAME", "carry_file_name", "load_sara_state", "rank_states",
+           "save_sara_state", "sara_state_dict"]
 
 SARA_STATE_NAME = "sara_state.json"
 SARA_CARRY_NAME = "sara_carry.pt"  # carry_over: completions of the prompts carried into the next step
 SARA_ROWS_NAME = "sara_stream_rows.pt"  # iterable train set: the rows its prompt stream holds (buffer, carried)
+
+
+def carry_file_name(rank: int | None) -> str:
+    """The file of a checkpoint that holds carried completions: ``sara_carry_rank<R>.pt`` for process ``rank`` with
+    streaming on several processes (each carries its own prompts); ``sara_carry.pt`` for ``rank=None`` (one process,
+    or rounds, where every process carries the same prompts)."""
+    return SARA_CARRY_NAME if rank is None else f"sara_carry_rank{int(rank)}.pt"
+
+
+def _sharded(trainer: Any) -> bool:
+    """Whether each process runs its own allocator on its own prompt shard (streaming on several processes)."""
+    stream = trainer.sara_stream
+    return isinstance(stream, ShardStream) or (isinstance(stream, IterablePromptStream) and stream.world > 1)
 
 
 def _stream_states(state: dict) -> list[dict]:
@@ -72,11 +87,17 @@ def rank_states(trainer: Any) -> list[dict] | None:
 def save_sara_state(trainer: Any, trial: Any) -> None:
     """Write ``sara_state.json`` (and ``sara_carry.pt`` / ``sara_stream_rows.pt`` when needed) into the checkpoint
     folder TRL is about to save (call it on every process, before TRL's own save, so that a ``push_to_hub`` of the
-    checkpoint includes it)."""
+    checkpoint includes it). With streaming on several processes every process writes its own carry
+    (``sara_carry_rank<R>.pt``, :func:`carry_file_name`); otherwise the saving process writes the one carry."""
     ranks = rank_states(trainer)  # every process takes part
+    folder = os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+    sharded = _sharded(trainer)
+    if sharded and trainer._sara_carry is not None:  # this process's own carried completions
+        os.makedirs(folder, exist_ok=True)
+        torch.save(trainer._sara_carry.state(),
+                   os.path.join(folder, carry_file_name(trainer.accelerator.process_index)))
     if not trainer.args.should_save:
         return
-    folder = os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
     os.makedirs(folder, exist_ok=True)
     state = sara_state_dict(trainer, ranks)
     rows = _pop_stream_rows(state)
@@ -84,8 +105,8 @@ def save_sara_state(trainer: Any, trial: Any) -> None:
         json.dump(state, handle, indent=2)
     if rows is not None:
         torch.save(rows, os.path.join(folder, SARA_ROWS_NAME))
-    if trainer._sara_carry is not None:  # the carried prompts' completions, for the next step
-        torch.save(trainer._sara_carry.state(), os.path.join(folder, SARA_CARRY_NAME))
+    if trainer._sara_carry is not None and not sharded:  # the carried prompts' completions, for the next step
+        torch.save(trainer._sara_carry.state(), os.path.join(folder, carry_file_name(None)))
 
 
 def load_sara_state(trainer: Any, checkpoint: str | None) -> None:
@@ -96,8 +117,9 @@ def load_sara_state(trainer: Any, checkpoint: str | None) -> None:
     Raises
     ------
     FileNotFoundError
-        The state carries undecided prompts into the next step but ``sara_carry.pt`` is missing, or was saved
-        from an iterable dataset without its ``sara_stream_rows.pt``.
+        The state carries undecided prompts into the next step but their carry file (``sara_carry.pt``; with
+        streaming on several processes this process's ``sara_carry_rank<R>.pt``) is missing, or was saved from an
+        iterable dataset without its ``sara_stream_rows.pt``.
     ValueError
         The state was saved with another process count or collection mode than streaming needs to resume.
     """
@@ -120,8 +142,7 @@ def load_sara_state(trainer: Any, checkpoint: str | None) -> None:
         for stream_state, rows in zip(_stream_states(state), torch.load(rows_path, weights_only=False)):
             stream_state["rows"] = rows
     world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
-    stream = trainer.sara_stream
-    sharded = isinstance(stream, ShardStream) or (isinstance(stream, IterablePromptStream) and stream.world > 1)
+    sharded = _sharded(trainer)
     if sharded:  # streaming on several processes: this process's own state
         ranks = state.get("ranks")
         if ranks is None or len(ranks) != world:
@@ -138,7 +159,7 @@ def load_sara_state(trainer: Any, checkpoint: str | None) -> None:
     trainer.sara_stream.load_state_dict(state["stream"])
     trainer._sara_carry = None
     if trainer.sara_allocator.carried_rollouts:
-        carry_path = os.path.join(checkpoint, SARA_CARRY_NAME)
+        carry_path = os.path.join(checkpoint, carry_file_name(rank if sharded else None))
         if not os.path.isfile(carry_path):
             raise FileNotFoundError(
                 f"{path} carries {trainer.sara_allocator.carried_prompts} undecided prompts into the next step "

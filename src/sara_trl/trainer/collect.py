@@ -51,7 +51,8 @@ class CollectedStep:
     cache : RolloutCache
         Every rollout of the step, ids as in ``result``.
     new_labels : numpy.ndarray
-        ``(rollouts generated this step,)`` success labels, NaN = unscorable (carried rollouts left out).
+        ``(rollouts generated this step,)`` success labels, NaN = unscorable (carried rollouts left out; on several
+        processes, every process's).
     seconds : float
         Wall-clock of the collection.
     stream_run : StreamRun or None
@@ -68,8 +69,10 @@ class CollectedStep:
 def collect_step(trainer: Any) -> CollectedStep:
     """Collect one training step's B groups (rounds or streaming), and hand the undecided ones to the next step.
 
-    Sets ``trainer.sara_last_step`` and, with ``carry_over``, ``trainer._sara_carry``; checks on the first step with
-    scores that they are success labels; logs a warning for a step that ended short of B groups or scored nothing.
+    Sets ``trainer.sara_last_step`` and, with ``carry_over``, ``trainer._sara_carry`` (the rollouts this process
+    carries: with streaming on several processes each process its own, :meth:`StepResult.carried_by`); checks on
+    the first step with scores that they are success labels; logs a warning for a step that ended short of B groups
+    or scored nothing.
 
     Parameters
     ----------
@@ -100,11 +103,13 @@ def collect_step(trainer: Any) -> CollectedStep:
                                                     num_groups)
     seconds = time.perf_counter() - start
     trainer.sara_last_step = result
-    if len(result.carry_rollout_ids):
-        trainer._sara_carry = cache.carry(result.carry_rollout_ids)
-    new_labels = cache.success_labels()[cache.carried:]
+    carried = result.carried_by(trainer.accelerator.process_index)
+    if len(carried):
+        trainer._sara_carry = cache.carry(carried)
+    generated = cache.generated_ids()
+    new_labels = cache.success_labels()[generated]
     if len(new_labels):  # the first step with scores: are they success labels? (same on every process)
-        trainer._sara_success_rule.end_step(trainer_scores(trainer, cache.reward_matrix()[cache.carried:]))
+        trainer._sara_success_rule.end_step(trainer_scores(trainer, cache.reward_matrix()[generated]))
     unscorable_by = (score_source(trainer) if args.success_reward_func is not None
                      else f"every reward function ({trainer.reward_func_names})")
     message = collection_warning(trainer.state.global_step + 1, args.allocator, result.stats, new_labels, num_groups,
@@ -128,14 +133,15 @@ def collect_streaming(
     num_groups : int
         B, the groups of the whole batch.
     cache : RolloutCache
-        Receives this process's rollouts; with ``carry_over`` it starts with the carried ones (one process).
+        Receives this process's rollouts; with ``carry_over`` it starts with the ones this process carried in.
 
     Returns
     -------
     result : StepResult
-        Exactly ``num_groups`` groups (this process's share first on process 0, in process order).
+        Exactly ``num_groups`` groups (this process's share first on process 0, in process order); with
+        ``carry_over`` on several processes, every process's carried ids (:meth:`StepResult.carried_by`).
     cache : RolloutCache
-        Every recorded rollout, ids as in ``result``.
+        Every process's rollouts (carried in and recorded), ids as in ``result``.
     run : StreamRun
         Engine steps and reward seconds of the slowest process (the one with the most engine steps).
     """
@@ -173,7 +179,8 @@ def collect_streaming(
     if world == 1:
         return result, cache, run
     local = None if result is None else result.stats  # None only on a failed process, which raises below
-    result, payloads = gather_streaming_step(trainer.accelerator, result, collector.recorded, (cache, run), error)
+    # the ids this process's result indexes: the rollouts it carried in, then those it recorded (= its cache)
+    result, payloads = gather_streaming_step(trainer.accelerator, result, cache.num_rollouts, (cache, run), error)
     # The cumulative totals count every process's rollouts (this process's allocator saw only its own).
     trainer.sara_allocator.total_rollouts += result.stats.rollouts_generated - local.rollouts_generated
     trainer.sara_allocator.total_tokens += result.stats.tokens_generated - local.tokens_generated

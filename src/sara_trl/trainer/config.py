@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import os
 import typing
 import warnings
 from dataclasses import dataclass, field
@@ -38,8 +37,8 @@ _FIELD_CHANGES = {
     "selection_seed": (Optional[int], None, "None uses `seed`."),
     "collection": (str, "auto", (
         "'auto' (the default) resolves, in __post_init__, to the collection measured faster: 'streaming' for "
-        "allocator='sara' wherever streaming runs (use_vllm=True, vllm_mode='colocate', vllm_tensor_parallel_size=1, "
-        "carry_over only on one process), 'rounds' everywhere else, including "
+        "allocator='sara' wherever streaming runs (use_vllm=True, vllm_mode='colocate', vllm_tensor_parallel_size=1), "
+        "'rounds' everywhere else, including "
         "dynamic sampling, whose few large rounds streaming did not speed up (docs/collection-modes.md). Set "
         "'rounds' for the paper's Algorithm 1 exactly.")),
 }
@@ -252,14 +251,6 @@ class _SaraArguments(_SaraFields):
                 f"{self.vllm_tensor_parallel_size}): every process drives its own engine at its own pace, while a "
                 "tensor-parallel engine needs the same requests on every process of its group."
             )
-        processes = int(os.environ.get("WORLD_SIZE", "1"))
-        if self.carry_over and processes > 1:
-            raise ValueError(
-                f"{name}: collection='streaming' with carry_over runs on one process only (this launch has "
-                f"WORLD_SIZE={processes}): each process would carry its own prompts and rollouts into the next step, "
-                "which the end-of-step exchange does not merge yet. Use collection='rounds' for carry_over on "
-                "several processes, or drop carry_over."
-            )
         if self.streaming_max_in_flight is not None and (
             isinstance(self.streaming_max_in_flight, bool) or not isinstance(self.streaming_max_in_flight, int)
             or self.streaming_max_in_flight < self.num_generations
@@ -311,8 +302,7 @@ class _SaraArguments(_SaraFields):
         real engine over seeds; dynamic sampling was not), where streaming runs (the rules :meth:`_check_streaming`
         and :class:`AllocationConfig` enforce for it)."""
         return (bool(self.use_vllm) and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size == 1
-                and self.allocator == "sara"
-                and not (self.carry_over and int(os.environ.get("WORLD_SIZE", "1")) > 1))
+                and self.allocator == "sara")
 
     def _resolve_collection(self) -> None:
         """``collection="auto"`` -> ``"streaming"`` where it runs, else ``"rounds"`` (see the field's help);
@@ -356,7 +346,8 @@ class SaraConfig(_SaraArguments, GRPOConfig):
     only counts steps, so the logged ``epoch`` does not measure passes over the data. With ``carry_over`` and vLLM,
     GRPO's ``vllm_importance_sampling_correction`` reweights (or masks) the carried, one-step-stale rollouts; with
     transformers generation they are trained as if on-policy. Checkpoints save the carried completions
-    (``sara_carry.pt``). Each step's allocation metrics are logged as ``sara/<name>``.
+    (``sara_carry.pt``; with streaming on several processes, each process's own in ``sara_carry_rank<R>.pt``). Each
+    step's allocation metrics are logged as ``sara/<name>``.
 
 """
         + _OPTIONS_DOC

@@ -123,8 +123,12 @@ class RolloutCache:
         Per column logged by a reward function through ``log_extra``, one value per rollout (``None`` where a round
         did not log that column).
     carried : int
-        Rollouts at the front that were carried in from the previous step (``carry_over``; round index 0); the
-        step's own rollouts follow.
+        Rollouts carried in from the previous step (``carry_over``; round index 0): the first ``carried`` ids, the
+        step's own rollouts following; in a concatenation of several processes' caches (:meth:`concat`), the sum of
+        theirs, which lie where :attr:`carried_runs` says.
+    carried_runs : list of (int, int)
+        :meth:`concat` only: ``(first id, count)`` of each part's carried rollouts, in id order; empty: the first
+        ``carried`` ids (:meth:`generated_ids` reads either).
     trajectories : dict of int to Trajectory
         By rollout id, what a custom ``rollout_func`` returned beyond the completion, or the record of TRL's tool
         loop and the environment's observation (empty without any of them).
@@ -144,11 +148,20 @@ class RolloutCache:
     carried: int = 0
     trajectories: dict[int, Trajectory] = field(default_factory=dict)
     env_resets: int = 0
+    carried_runs: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_rollouts(self) -> int:
         """Rollouts held (carried ones included)."""
         return len(self.completion_ids)
+
+    def generated_ids(self) -> np.ndarray:
+        """Ids of the rollouts generated in this step, ascending: ``(num_rollouts - carried,)`` int64 (every id but
+        the carried ones, wherever :attr:`carried_runs` puts them)."""
+        generated = np.ones(self.num_rollouts, bool)
+        for start, count in self.carried_runs or [(0, self.carried)]:
+            generated[start: start + count] = False
+        return np.flatnonzero(generated).astype(np.int64)
 
     def carry(self, ids: np.ndarray) -> RolloutCache:
         """The rollouts ``ids`` as the start of the next step's cache.
@@ -201,19 +214,18 @@ class RolloutCache:
     @classmethod
     def concat(cls, caches: list[RolloutCache]) -> RolloutCache:
         """The rollouts of ``caches`` one after the other (the per-process caches of a streaming step, in process
-        order, so the ids match :func:`sara_trl.allocation.merge_step_results`).
-
-        Raises
-        ------
-        ValueError
-            A cache holds carried rollouts (streaming does not carry prompts over).
+        order, so the ids match :func:`sara_trl.allocation.merge_step_results`). With ``carry_over`` each part starts
+        with the rollouts its process carried in: the result's ``carried`` is their sum and :attr:`carried_runs`
+        says where each part's lie.
         """
-        if any(cache.carried for cache in caches):
-            raise ValueError("cannot concatenate caches that hold carried rollouts")
         out = cls()
         for cache in caches:
             count = cache.num_rollouts
             offset = out.num_rollouts
+            out.carried_runs.extend((offset + start, run) for start, run in
+                                    cache.carried_runs or [(0, cache.carried)] if run)
+            out.carried += cache.carried
+            out.env_resets += cache.env_resets
             out.trajectories.update({offset + i: t for i, t in cache.trajectories.items()})
             out.completion_ids.extend(cache.completion_ids)
             out.logprobs.extend(cache.logprobs)

@@ -17,8 +17,11 @@ re-exports its names.
 Several processes (the trainer's layout): each process runs its own engine and collector on its own shard of the
 prompts (:class:`~sara_trl.allocation.ShardStream`) for B / world groups, with no collective during the step;
 :func:`gather_streaming_step` then exchanges the results once (one ``gather_object``) and every process holds the
-same merged batch of B groups (:func:`~sara_trl.allocation.merge_step_results`) and rollout cache. The reward pass
-runs locally on each process (:func:`local_reward_pass` keeps TRL's ``_calculate_rewards`` from gathering).
+same merged batch of B groups (:func:`~sara_trl.allocation.merge_step_results`) and rollout cache. With
+``carry_over`` each process carries its own undecided prompts (with their rollouts) into its own next step: its
+allocator keeps their counts, and its slice of the merged carry ids (``StepResult.carried_by``) picks their
+completions out of the merged cache. The reward pass runs locally on each process (:func:`local_reward_pass` keeps
+TRL's ``_calculate_rewards`` from gathering).
 """
 
 from __future__ import annotations
@@ -248,7 +251,7 @@ def local_reward_pass(trainer: Any) -> Iterator[None]:
         module.gather = original
 
 
-def gather_streaming_step(accelerator: Any, result: StepResult | None, recorded: int, payload: Any,
+def gather_streaming_step(accelerator: Any, result: StepResult | None, num_rollouts: int, payload: Any,
                           error: BaseException | None) -> tuple[StepResult, list]:
     """The one collective of a streaming step on several processes: exchange every process's result.
 
@@ -258,8 +261,8 @@ def gather_streaming_step(accelerator: Any, result: StepResult | None, recorded:
         ``num_processes``, ``process_index``.
     result : StepResult or None
         This process's result (None if it failed).
-    recorded : int
-        Rollouts it recorded.
+    num_rollouts : int
+        Rollouts its ids index: those it carried in (``carry_over``), then those it recorded.
     payload : object
         Anything picklable to hand to every process with the result (the trainer's rollout cache).
     error : BaseException or None
@@ -281,7 +284,7 @@ def gather_streaming_step(accelerator: Any, result: StepResult | None, recorded:
     from accelerate.utils import gather_object
 
     report = None if error is None else f"{type(error).__name__}: {error}"
-    items = gather_object([(accelerator.process_index, report, result, recorded, payload)])
+    items = gather_object([(accelerator.process_index, report, result, num_rollouts, payload)])
     items.sort(key=lambda item: item[0])
     if error is not None:
         raise error
