@@ -171,17 +171,6 @@ def main() -> None:
                               for key, values in table.items()})
 
     trainer.add_callback(RecordDecisions())
-    if cli.resume_from and trainer.accelerator.num_processes > 1:
-        # transformers loads the optimizer with map_location=args.device on several processes, "cpu:0" here, which
-        # torch cannot restore on a CPU (RuntimeError "don't know how to restore data location"): load onto "cpu".
-        original_load = torch.load
-
-        def cpu_load(*a, **kw):
-            if str(kw.get("map_location", "")).startswith("cpu:"):
-                kw["map_location"] = "cpu"
-            return original_load(*a, **kw)
-
-        torch.load = cpu_load
     trainer.train(resume_from_checkpoint=cli.resume_from)
     llm.generate = original_generate
     logs = [e for e in trainer.state.log_history if "sara/rollouts_generated" in e]

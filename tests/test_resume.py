@@ -123,3 +123,23 @@ def test_streaming_on_two_processes_saves_and_restores_each_process_carry(tmp_pa
     with pytest.raises(FileNotFoundError, match=r"carries 1 undecided prompts .*sara_carry_rank1.pt"):
         ckpt.load_sara_state(trainer(1, False), str(folder))
     ckpt.load_sara_state(trainer(0, False), str(folder))  # process 0 still has its own
+
+
+def test_optimizer_state_loads_onto_cpu_on_several_cpu_processes(tmp_path):
+    """transformers loads the optimizer state with ``map_location=args.device`` on several processes: ``cpu:0`` on a
+    CPU, which torch refuses; inside ``optimizer_state_onto_cpu`` it loads onto ``cpu``, elsewhere nothing changes."""
+    from sara_trl.trainer.checkpoint import optimizer_state_onto_cpu
+
+    path = tmp_path / "optimizer.pt"
+    torch.save({"exp_avg": torch.arange(3.0)}, path)
+    with pytest.raises(RuntimeError, match="restore data location"):  # what the fix is for
+        torch.load(path, map_location="cpu:0", weights_only=True)
+    original = torch.load
+    two_cpus = SimpleNamespace(args=SimpleNamespace(device=torch.device("cpu"), world_size=2))
+    with optimizer_state_onto_cpu(two_cpus):
+        state = torch.load(path, map_location="cpu:0", weights_only=True)
+    assert torch.equal(state["exp_avg"], torch.arange(3.0)) and torch.load is original
+    for unchanged in (SimpleNamespace(args=SimpleNamespace(device=torch.device("cpu"), world_size=1)),
+                      SimpleNamespace(args=SimpleNamespace(device=torch.device("meta"), world_size=2))):
+        with optimizer_state_onto_cpu(unchanged):
+            assert torch.load is original

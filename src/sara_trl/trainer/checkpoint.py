@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -107,6 +109,34 @@ def save_sara_state(trainer: Any, trial: Any) -> None:
         torch.save(rows, os.path.join(folder, SARA_ROWS_NAME))
     if trainer._sara_carry is not None and not sharded:  # the carried prompts' completions, for the next step
         torch.save(trainer._sara_carry.state(), os.path.join(folder, carry_file_name(None)))
+
+
+@contextmanager
+def optimizer_state_onto_cpu(trainer: Any) -> Iterator[None]:
+    """While the block runs, a ``torch.load`` asked for ``map_location="cpu:<N>"`` loads onto ``"cpu"``, on CPU
+    training with several processes only (elsewhere the block runs unchanged).
+
+    Why: transformers 5.17's ``Trainer._load_optimizer_and_scheduler`` loads the optimizer state with
+    ``map_location=args.device`` when ``world_size > 1``; on CPU processes that is ``cpu:0``, which torch cannot
+    restore to (``RuntimeError: don't know how to restore data location``), so resuming a CPU run on several
+    processes failed before SARA's state was read. The CPU has one memory, so ``"cpu"`` loads the same tensors.
+    """
+    device = getattr(trainer.args, "device", None)
+    if getattr(device, "type", None) != "cpu" or trainer.args.world_size <= 1:
+        yield
+        return
+    original = torch.load
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        if str(kwargs.get("map_location", "")).startswith("cpu:"):
+            kwargs["map_location"] = "cpu"
+        return original(*args, **kwargs)
+
+    torch.load = load
+    try:
+        yield
+    finally:
+        torch.load = original
 
 
 def load_sara_state(trainer: Any, checkpoint: str | None) -> None:

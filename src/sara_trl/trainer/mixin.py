@@ -68,7 +68,7 @@ from typing import Any
 from datasets import IterableDataset
 
 from sara_trl.allocation import IterablePromptStream
-from sara_trl.trainer.checkpoint import SARA_STATE_NAME, load_sara_state, save_sara_state
+from sara_trl.trainer.checkpoint import SARA_STATE_NAME, load_sara_state, optimizer_state_onto_cpu, save_sara_state
 from sara_trl.trainer.collect import collect_step
 from sara_trl.trainer.engine import engine_context
 from sara_trl.trainer.iterable import step_counter_dataset
@@ -262,6 +262,9 @@ class SaraTrainerMixin:
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         """Also restore SARA's state when resuming (:func:`sara_trl.trainer.checkpoint.load_sara_state`, which
-        documents the errors; a checkpoint without ``sara_state.json`` starts a fresh stream, with a warning)."""
-        super()._load_optimizer_and_scheduler(checkpoint)
+        documents the errors; a checkpoint without ``sara_state.json`` starts a fresh stream, with a warning). On
+        several CPU processes the optimizer state loads onto ``"cpu"``
+        (:func:`~sara_trl.trainer.checkpoint.optimizer_state_onto_cpu`)."""
+        with optimizer_state_onto_cpu(self):
+            super()._load_optimizer_and_scheduler(checkpoint)
         load_sara_state(self, checkpoint)
