@@ -598,7 +598,7 @@ def merge_step_results(results: list[StepResult], num_rollouts: list[int]) -> St
     Returns
     -------
     StepResult
-        ``sum(len(r.groups))`` groups, with a checked accounting.
+        ``sum(len(r.groups))`` groups, with a checked accounting (``rollout_fates`` concatenated in process order).
 
     Raises
     ------
@@ -626,4 +626,5 @@ def merge_step_results(results: list[StepResult], num_rollouts: list[int]) -> St
     stats.check()
     table = {key: np.concatenate([res.prompt_table[key] for res in results]) for key in results[0].prompt_table}
     return StepResult(groups=groups, stats=stats, prompt_table=table,
-                      round_sizes=[size for res in results for size in res.round_sizes])
+                      round_sizes=[size for res in results for size in res.round_sizes],
+                      rollout_fates=np.concatenate([res.rollout_fates for res in results]).astype(np.int8))

@@ -307,6 +307,11 @@ class StepResult:
         With ``carry_over``: step-local ids of the rollouts carried into the next step, in the order they take the
         next step's ids ``0 .. C-1`` (a trainer keeps these rollouts' completions for the next step). Empty
         otherwise.
+    rollout_fates : ndarray of int8, shape (R,)
+        The final :class:`Fate` code (0-3: trained, surplus, abandoned, active) of every rollout of the step, by
+        step-local rollout id (carried-in rollouts first): the fate of its prompt. What a trainer splits its own
+        per-rollout costs by (tool and model tokens, tool calls), consistently with :class:`StepStats`. Empty for a
+        result built without a ledger.
     """
 
     groups: list[Group]
@@ -314,6 +319,7 @@ class StepResult:
     prompt_table: dict = field(default_factory=dict)
     round_sizes: list[int] = field(default_factory=list)
     carry_rollout_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rollout_fates: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
 
     @property
     def records(self) -> list[PromptRecord]:
