@@ -303,11 +303,9 @@ def lookup(key: int) -> str:
 def tool_tokenizer(tokenizer):
     """The SmolLM2 tokenizer with Qwen3's chat template (which renders tool calls; TRL then sets its response template
     and swaps in its prefix-preserving training template), and <|im_end|>, which ends its turns, as EOS (as Qwen's)."""
-    from trl.chat_template_utils import qwen3_chat_template
+    from sara_trl.utils import use_tool_chat_template
 
-    tokenizer.chat_template = qwen3_chat_template
-    tokenizer.eos_token = "<|im_end|>"
-    return tokenizer
+    return use_tool_chat_template(tokenizer)
 
 
 class ScriptedToolModel:
