@@ -49,10 +49,10 @@ ALLOCATORS = ("sara", "dynamic_sampling")
 # Per-run totals reported per effective batch, and their labels.
 QUANTITIES = (("rollouts", "rollouts"), ("model_tokens", "model tokens"), ("env_resets", "env resets"),
               ("tool_calls", "tool calls"), ("collect_seconds", "generation s"))
-SETTINGS = {"steps": 3, "games": 64, "high": 4, "num_groups": 2, "k": 4, "max_completion_length": 32,
-            "budget_cap": 3.0, "max_rounds": 4, "n0": 2, "commit_min": 2, "max_tool_calling_iterations": 2,
+SETTINGS = {"steps": 2, "games": 64, "high": 2, "num_groups": 2, "k": 4, "max_completion_length": 32,
+            "budget_cap": 2.0, "max_rounds": 3, "n0": 2, "commit_min": 2, "max_tool_calling_iterations": 2,
             "temperature": 1.0, "learning_rate": 1e-6}
-QUICK = {"steps": 1, "games": 16, "budget_cap": 2.0, "max_rounds": 2}
+QUICK = {"steps": 1, "games": 16, "budget_cap": 1.5, "max_rounds": 2}
 
 OBSERVATION = " Guess it: reply with a single number."
 
@@ -323,7 +323,7 @@ def render(docs: list[dict], pool: dict) -> str:
     summary_rows = []
     for key, label in QUANTITIES:
         r = pool["ratios"].get(key)
-        summary_rows.append([label, "n/a (no tool call in a run)" if r is None else
+        summary_rows.append([label, "n/a (undefined on every seed: no effective group, or 0 under DS)" if r is None else
                              fmt_ci(mean_ci_from(r), digits=3)])
     missing = pool["seeds_without_effective_groups"]
     note = f" Seeds {missing} had no effective group under one allocator and are left out of the intervals." \
