@@ -41,17 +41,6 @@ def _limit_threads() -> None:
 _limit_threads()
 
 
-@pytest.fixture
-def two_threads():
-    """Real-model tests: a 135M model gains from both cores (one thread is set above for the tiny models)."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="session")
 def fixture_data_dir() -> Path:
     """The data fixtures folder (``tests/fixtures/data``), usable as ``data_dir=`` / ``--data_dir``."""

@@ -5,7 +5,8 @@ Qwen3's ChatML template and seldom emits a well-formed tool call. What SARA's ac
 the environments saw: one reset per generated rollout and each instance reset before every use, the pool no larger
 than the largest round (no instance leaked), the instances of abandoned prompts reset and reused for other games, and
 the tool split of the ``sara/*`` metrics against the tool calls the environments received (possibly none) and the
-tool loop's own records. Slow: about 1-2 minutes on 2 idle cores, plus the first conversion."""
+tool loop's own records. Slow: about a minute, plus the first conversion. One torch thread (conftest's): on the shared
+2-core machine two threads made the same run several times slower under load."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def test_real_model_environment_two_sara_steps(tmp_path, two_threads, monkeypatch):
+def test_real_model_environment_two_sara_steps(tmp_path, monkeypatch):
     from test_trainer_tools import sara_logs, spy_replays
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import supports_tool_calling

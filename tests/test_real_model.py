@@ -39,6 +39,17 @@ def test_smollm2_gguf_conversion_is_a_plain_checkpoint(tmp_path):
     assert Path(path, "tokenizer.json").is_file()
 
 
+@pytest.fixture
+def two_threads():
+    """A 135M model gains from both cores (conftest sets one thread for the tiny models)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(previous)
+
+
 def test_one_real_sara_step(tmp_path, two_threads):
     import torch
     from transformers import AutoModelForCausalLM

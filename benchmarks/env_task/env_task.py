@@ -51,7 +51,7 @@ QUANTITIES = (("rollouts", "rollouts"), ("model_tokens", "model tokens"), ("env_
               ("tool_calls", "tool calls"), ("collect_seconds", "generation s"))
 SETTINGS = {"steps": 2, "games": 64, "high": 2, "num_groups": 2, "k": 4, "max_completion_length": 32,
             "budget_cap": 2.0, "max_rounds": 3, "n0": 2, "commit_min": 2, "max_tool_calling_iterations": 2,
-            "temperature": 1.0, "learning_rate": 1e-6}
+            "temperature": 1.0, "learning_rate": 1e-6, "torch_threads": 1}
 QUICK = {"steps": 1, "games": 16, "budget_cap": 1.5, "max_rounds": 2}
 
 OBSERVATION = " Guess it: reply with a single number."
@@ -213,7 +213,7 @@ def run_allocator(allocator: str, seed: int, settings: dict, workdir: str) -> di
     from sara_trl.utils import smollm2_checkpoint, use_tool_chat_template
 
     load_start, start = os.getloadavg()[0], time.perf_counter()
-    torch.set_num_threads(2)
+    torch.set_num_threads(settings["torch_threads"])  # 1: on a shared 2-core machine two threads stall under load
     path = smollm2_checkpoint()
     factory = GuessFactory()
     sara_only = {"n0": settings["n0"], "commit_min": settings["commit_min"]} if allocator == "sara" else {}
@@ -325,6 +325,21 @@ def render(docs: list[dict], pool: dict) -> str:
         r = pool["ratios"].get(key)
         summary_rows.append([label, "n/a (undefined on every seed: no effective group, or 0 under DS)" if r is None else
                              fmt_ci(mean_ci_from(r), digits=3)])
+    effective = [doc[a]["effective_groups"] for doc in docs for a in ALLOCATORS]
+    cap = settings["steps"] * settings["budget_cap"] * settings["num_groups"] * settings["k"]
+    capped = {a: sum(doc[a]["rollouts"] >= cap for doc in docs) for a in ALLOCATORS}
+    unfilled = {a: sum(doc[a]["unfilled"] for doc in docs) for a in ALLOCATORS}
+    tool_calls = sum(doc[a]["tool_calls"] for doc in docs for a in ALLOCATORS)
+    caveat = (f"Scale: a run has {min(effective):.0f}-{max(effective):.0f} effective groups over its "
+              f"{settings['steps']} steps, so each per-seed ratio is a ratio of small counts, and the interval over "
+              f"{len(docs)} seeds does not see that discreteness. {capped['sara']} of {len(docs)} SARA runs and "
+              f"{capped['dynamic_sampling']} of {len(docs)} DS runs spent their whole budget cap ({cap:.0f} rollouts "
+              f"per run); {unfilled['sara']:.0f} (SARA) and {unfilled['dynamic_sampling']:.0f} (DS) groups were left "
+              "unfilled: at equal caps, the figure per effective batch counts what a run spent for the effective "
+              "groups it got. Environment resets equal rollouts (one reset per generated rollout, none in the "
+              "replay), so their ratio is the rollouts'. "
+              + (f"{tool_calls:.0f} tool calls in all." if tool_calls else
+                 "No run made a tool call (SmolLM2 emitted no well-formed one), so tool calls have no ratio."))
     missing = pool["seeds_without_effective_groups"]
     note = f" Seeds {missing} had no effective group under one allocator and are left out of the intervals." \
         if missing else ""
@@ -339,7 +354,8 @@ one invocation trains SARA and then dynamic sampling (`allocator="dynamic_sampli
 same games and prompt stream: {settings['steps']} steps, B = {settings['num_groups']} groups of
 k = {settings['k']}, `max_completion_length` {settings['max_completion_length']}, `budget_cap`
 {settings['budget_cap']}, `max_rounds` {settings['max_rounds']}, temperature {settings['temperature']}, transformers
-generation on the CPU (SARA: `n0` {settings['n0']}, `commit_min` {settings['commit_min']}). Counts are the `sara/*`
+generation on the CPU with {settings.get('torch_threads', 2)} torch thread(s) (SARA: `n0` {settings['n0']},
+`commit_min` {settings['commit_min']}; DS: full groups of k). Counts are the `sara/*`
 metrics (resets, answers and tool calls checked against the environments' own counters); generation s is
 `sara/collect_seconds` (generation, tool loop and scoring). Measured on a shared 2-core machine: the load average
 (1 minute) at each run's start and end is listed; CPU seconds under load are noisy.
@@ -358,6 +374,8 @@ metrics (resets, answers and tool calls checked against the environments' own co
 
 {len(pool['per_seed'])} seeds, one number per seed (its own ratio).{note} With 3 seeds the interval spans 4.3 standard
 errors either way.
+
+{caveat}
 
 {environment_lines(COMMAND + " --seed N (N = " + seeds + "), then " + COMMAND + " --report", seeds,
                    docs[0]["environment"])}
