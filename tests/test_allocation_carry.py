@@ -53,6 +53,27 @@ def test_every_rollout_is_trained_abandoned_or_still_carried_at_the_end():
         assert res.stats.unfilled == 0 and res.stats.effective_fraction == 1.0
 
 
+def test_rollout_fates_give_each_rollout_its_prompts_fate():
+    """StepResult.rollout_fates: one final fate per rollout id (carried ones first), trained exactly on the groups'
+    rollouts, its counts and tokens StepStats' (and the carried-out rollouts are the surplus and active ones)."""
+    from sara_trl.allocation import Fate
+
+    _, results = run_steps(AllocationConfig(carry_over=True), steps=6)
+    carried_tokens = np.zeros(0, np.int64)
+    for res, _, tokens in results:
+        fates, stats = res.rollout_fates, res.stats
+        assert fates.dtype == np.int8 and fates.shape == (stats.rollouts_carried_in + stats.rollouts_generated,)
+        trained = np.concatenate([g.rollout_ids for g in res.groups if not g.is_fill])
+        assert np.array_equal(np.flatnonzero(fates == Fate.TRAINED), np.sort(trained))
+        step_tokens = np.concatenate([carried_tokens, tokens])
+        for name, fate in (("trained", Fate.TRAINED), ("abandoned", Fate.ABANDONED), ("surplus", Fate.SURPLUS),
+                           ("active_left", Fate.ACTIVE)):
+            assert np.count_nonzero(fates == fate) == getattr(stats, f"rollouts_{name}")
+            assert step_tokens[fates == fate].sum() == getattr(stats, f"tokens_{name}")
+        assert set(fates[res.carry_rollout_ids].tolist()) <= {Fate.SURPLUS, Fate.ACTIVE}
+        carried_tokens = step_tokens[res.carry_rollout_ids]
+
+
 def test_carried_rollouts_keep_their_outcomes_and_ids():
     _, results = run_steps(AllocationConfig(carry_over=True, k=8))
     prev_succ = prev_tok = prev_ids = None

@@ -497,3 +497,37 @@ def test_quickstart_seeds_report_is_what_the_saved_runs_render_to():
         assert ratio["rollouts"] == doc["rollouts"] / doc["dynamic_sampling"]["rollouts"]
         assert doc["collection"] == "streaming" and doc["dynamic_sampling"]["collection"] == "rounds"
     assert qs.render(runs) == (BENCH / "quickstart_task" / "QUICKSTART_SEEDS.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------------ env task
+def test_env_task_pools_seeds_per_effective_batch(tmp_path):
+    """The environment study's pooling: per seed, totals per effective batch (total / (effective groups / B)) and
+    the ratio SARA / DS; intervals over the seeds that have effective groups under both (the others are named); a
+    quantity that is 0 under DS on every seed has no ratio."""
+    from benchmarks.env_task import env_task
+
+    def run(rollouts, effective, seconds):
+        return {"rollouts": rollouts, "model_tokens": 10.0 * rollouts, "tool_tokens": 0.0, "tool_calls": 0.0,
+                "env_resets": rollouts, "collect_seconds": seconds, "effective_groups": effective, "unfilled": 0.0,
+                "raw_success_rate": 0.25, "env_counters": {}, "steps": 2, "seconds": seconds + 5.0,
+                "load_average": [1.0, 2.0]}
+
+    settings = dict(env_task.SETTINGS, num_groups=2)
+    docs = [{"seed": 0, "settings": settings, "sara": run(16.0, 4.0, 8.0), "dynamic_sampling": run(32.0, 2.0, 16.0)},
+            {"seed": 1, "settings": settings, "sara": run(24.0, 4.0, 12.0), "dynamic_sampling": run(32.0, 4.0, 8.0)},
+            {"seed": 2, "settings": settings, "sara": run(8.0, 2.0, 4.0), "dynamic_sampling": run(32.0, 0.0, 9.0)}]
+    pool = env_task.pooled(docs)
+    first = pool["per_seed"][0]["rollouts"]
+    assert (first["sara"], first["dynamic_sampling"], first["ratio"]) == (8.0, 32.0, 0.25)
+    assert pool["per_seed"][1]["collect_seconds"]["ratio"] == 1.5
+    assert pool["seeds_without_effective_groups"] == [2]
+    ratios = pool["ratios"]
+    assert ratios["rollouts"]["seeds"] == 2 and ratios["rollouts"]["mean"] == pytest.approx((0.25 + 0.75) / 2)
+    assert ratios["model_tokens"]["mean"] == pytest.approx(0.5) and "tool_calls" not in ratios
+    for i, doc in enumerate(docs):
+        doc["environment"] = {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "numpy": "2", "scipy": "1",
+                              "sara_trl": "0"}
+        (tmp_path / f"env_task_seed{i}.json").write_text(json.dumps(doc))
+    text = env_task.report(tmp_path)
+    assert "| rollouts | 0.500 [" in text and "Seeds [2] had no effective group" in text
+    assert json.loads((tmp_path / "env_task.json").read_text())["ratios"] == ratios

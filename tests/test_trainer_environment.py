@@ -77,6 +77,7 @@ class ScriptedGuesser:
         self.hit = hit
         self.calls: list[tuple[int, bool]] = []
         self.observed: list[bool] = []
+        self.first_turns: list[tuple[int, bool]] = []  # per first turn, in generation order: (tokens, hit)
         trainer.model.generate = self.generate
 
     def ids(self, text: str) -> list[int]:
@@ -92,8 +93,9 @@ class ScriptedGuesser:
             if after_tool:
                 turn = "done<|im_end|>"
             else:
-                n = target_of(question) + (0 if self.hit(question, position) else 1)
-                turn = TOOL_CALL.format(n=n)
+                hit = self.hit(question, position)
+                turn = TOOL_CALL.format(n=target_of(question) + (0 if hit else 1))
+                self.first_turns.append((len(self.ids(turn)), hit))
             rows.append(self.ids(turn))
         self.calls.append((len(rows), after_tool))
         width = max(len(r) for r in rows)
@@ -126,6 +128,53 @@ def check_env_rows(tokenizer, output, targets):
         tool_text = tokenizer.decode(ids[zeros[0]:zeros[-1] + 1])
         assert "<tool_response>" in tool_text and re.search(r"correct|higher|lower", tool_text)
         assert tokenizer.decode(ids[zeros[-1] + 1:]) == "done<|im_end|>" and all(mask[zeros[-1] + 1:])
+
+
+def check_split_by_fate(model, records, logs):
+    """sara/model_tokens_*, tool_tokens_*, tool_calls_* of each step, exactly: a rollout's model tokens are its
+    scripted first turn plus "done<|im_end|>", its tool tokens TRL's rendering of its guess's response ("correct" on
+    a hit, "lower" on a miss: its length read off TRL's training rows), one guess each; summed by the rollout's fate.
+    The trained ones are also what TRL's batch holds (tool_mask 1 / 0 under completion_mask)."""
+    import numpy as np
+
+    from sara_trl.allocation import Fate
+
+    done = len(model.ids("done<|im_end|>"))
+    response_tokens = {}  # "correct" / "lower" -> tool tokens, from TRL's rows
+    for record in records:
+        output = record["output"]
+        for row in range(output["completion_ids"].shape[0]):
+            mask = output["tool_mask"][row][output["completion_mask"][row].bool()]
+            ids = output["completion_ids"][row][output["completion_mask"][row].bool()][mask == 0].tolist()
+            response = "correct" if "correct" in model.tokenizer.decode(ids) else "lower"
+            assert response_tokens.setdefault(response, len(ids)) == len(ids)
+    assert set(response_tokens) == {"correct", "lower"}  # the coin groups hold both
+    start = 0
+    for record, entry in zip(records, logs):
+        step, output = record["step"], record["output"]
+        turns = model.first_turns[start:start + int(entry["sara/rollouts_generated"])]
+        start += len(turns)
+        per_rollout = {"model_tokens": np.array([first + done for first, _ in turns]),
+                       "tool_tokens": np.array([response_tokens["correct" if hit else "lower"] for _, hit in turns]),
+                       "tool_calls": np.ones(len(turns), np.int64)}
+        fates = step.rollout_fates
+        assert np.array_equal(np.flatnonzero(fates == Fate.TRAINED),
+                              np.sort(np.concatenate([g.rollout_ids for g in step.groups])))
+        for unit, values in per_rollout.items():
+            assert entry[f"sara/{unit}_generated"] == values.sum() and entry[f"sara/{unit}_carried_in"] == 0
+            for name, fate in (("trained", Fate.TRAINED), ("abandoned", Fate.ABANDONED), ("surplus", Fate.SURPLUS),
+                               ("active_left", Fate.ACTIVE)):
+                assert entry[f"sara/{unit}_{name}"] == values[fates == fate].sum(), (unit, name)
+            assert entry[f"sara/{unit}_generated"] == sum(
+                entry[f"sara/{unit}_{name}"] for name in ("trained", "abandoned", "surplus", "active_left"))
+        for name in ("generated", "trained", "abandoned", "surplus", "active_left"):
+            split = entry[f"sara/model_tokens_{name}"] + entry[f"sara/tool_tokens_{name}"]
+            assert split == entry[f"sara/tokens_{name}"]
+        assert entry["sara/tool_calls_generated"] == entry["sara/rollouts_generated"]
+        assert entry["sara/tool_calls_abandoned"] == entry["sara/rollouts_abandoned"] > 0  # the allocator abandoned
+        mask, completion = output["tool_mask"].bool(), output["completion_mask"].bool()
+        assert entry["sara/model_tokens_trained"] == int((completion & mask).sum())
+        assert entry["sara/tool_tokens_trained"] == int((completion & ~mask).sum())
 
 
 def test_environment_trains_in_rounds(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
@@ -175,6 +224,7 @@ def test_environment_trains_in_rounds(tiny_model_dir, tokenizer, cpu_trainer_kwa
         assert (output["advantages"].abs() > 0).all()
     tool_logs = [entry for entry in trainer.state.log_history if "tools/call_frequency" in entry]
     assert [entry["tools/call_frequency"] for entry in tool_logs] == [1.0, 1.0]
+    check_split_by_fate(model, records, logs)
     # The rounds' instances came from TRL's pool (grown to the largest round), and the pool is TRL's again.
     pool = trainer._environment_pool[None]
     assert all(isinstance(env, GuessEnv) for env in pool) and len(pool) == max(first_turns)
@@ -345,6 +395,11 @@ def test_environment_without_tools(tiny_model_dir, tokenizer, cpu_trainer_kwargs
     logs = sara_logs(trainer)
     generated = sum(entry["sara/rollouts_generated"] for entry in logs)
     assert QuizEnv.resets == generated == sum(entry["sara/env_resets"] for entry in logs)
+    for entry in logs:  # no tool loop: no tool token, no tool call; the model tokens are the step's tokens
+        for name in ("generated", "trained", "abandoned", "surplus", "active_left", "carried_in"):
+            assert entry[f"sara/tool_tokens_{name}"] == entry[f"sara/tool_calls_{name}"] == 0.0
+            assert entry[f"sara/model_tokens_{name}"] == entry[f"sara/tokens_{name}"]
+        assert entry["sara/model_tokens_generated"] == entry["sara/rollouts_generated"] * 2  # "yes"/"no", <|im_end|>
     for record in records:
         assert all(MODES[group.prompt_id] == "coin" for group in record["step"].groups)
         assert "tool_mask" not in record["output"]

@@ -352,6 +352,8 @@ def test_two_shards_merge_into_exactly_B_groups():
     assert len(merged.groups) == B and merged.stats.batch_groups == B
     assert merged.stats.rollouts_generated == sum(r.stats.rollouts_generated for r in results)
     merged.stats.check()
+    assert np.array_equal(merged.rollout_fates, np.concatenate([r.rollout_fates for r in results]))
+    assert merged.rollout_fates.shape == (sum(counts),)
     pids = [g.prompt_id for g in merged.groups]
     assert [p % 2 for p in pids] == [0, 0, 0, 1, 1, 1] and len(set(pids)) == B  # process order, disjoint shards
     assert cache.num_rollouts == sum(counts)

@@ -303,11 +303,9 @@ def lookup(key: int) -> str:
 def tool_tokenizer(tokenizer):
     """The SmolLM2 tokenizer with Qwen3's chat template (which renders tool calls; TRL then sets its response template
     and swaps in its prefix-preserving training template), and <|im_end|>, which ends its turns, as EOS (as Qwen's)."""
-    from trl.chat_template_utils import qwen3_chat_template
+    from sara_trl.utils import use_tool_chat_template
 
-    tokenizer.chat_template = qwen3_chat_template
-    tokenizer.eos_token = "<|im_end|>"
-    return tokenizer
+    return use_tool_chat_template(tokenizer)
 
 
 class ScriptedToolModel:
@@ -428,6 +426,12 @@ def test_grpo_tools_train_in_rounds_through_trl_tool_loop(tiny_model_dir, tokeni
     tool_logs = [entry for entry in trainer.state.log_history if "tools/call_frequency" in entry]
     assert [entry["tools/call_frequency"] for entry in tool_logs] == [1.0, 1.0]
     assert [entry["tools/failure_frequency"] for entry in tool_logs] == [0.0, 0.0]
+    for entry in logs:  # one lookup per rollout: its calls follow its fate; model + tool tokens = its tokens
+        for name in ("generated", "trained", "abandoned", "surplus", "active_left", "carried_in"):
+            assert entry[f"sara/tool_calls_{name}"] == entry[f"sara/rollouts_{name}"]
+            split = entry[f"sara/model_tokens_{name}"] + entry[f"sara/tool_tokens_{name}"]
+            assert split == entry[f"sara/tokens_{name}"]
+        assert entry["sara/tool_tokens_abandoned"] > 0 and entry["sara/model_tokens_abandoned"] > 0
 
 
 def test_uniform_with_tools_equals_trl(tiny_model_dir, tokenizer, smollm2_tokenizer_dir, cpu_trainer_kwargs):
@@ -475,6 +479,23 @@ def test_uniform_with_tools_equals_trl(tiny_model_dir, tokenizer, smollm2_tokeni
 
     trl, sara = results["trl"], results["sara"]
     assert sara["tool_runs"] == trl["tool_runs"] == 4  # the tool ran once per rollout that called it
+    # 8 rollouts, per group of 4: 3 tool calls (2 lookups, 1 failed), then the answers of the 6 tool-calling rollouts
+    # alternate yes / no (positions in the turn after the tools), and 2 answer yes at once. Model tokens = the scripted
+    # turns, tool tokens = the rest of the completion tokens (TRL's tool_mask 0), everything trained (uniform).
+    call = len(model.ids(TOOL_CALL.format(name="lookup", key=0)))
+    missing = len(model.ids(TOOL_CALL.format(name="missing", key=0)))
+    yes, no = len(model.ids("yes<|im_end|>")), len(model.ids("no<|im_end|>"))
+    model_tokens = 4 * call + 2 * missing + (3 + 2) * yes + 3 * no
+    tool_mask, completion_mask = sara["output"]["tool_mask"].bool(), sara["output"]["completion_mask"].bool()
+    tool_tokens = int((completion_mask & ~tool_mask).sum())
+    assert tool_tokens > 0 and int((completion_mask & tool_mask).sum()) == model_tokens
+    assert {k: v for k, v in sara["log"].items() if k.startswith(("sara/model_", "sara/tool_"))} == {
+        "sara/model_tokens_generated": model_tokens, "sara/model_tokens_trained": model_tokens,
+        "sara/tool_tokens_generated": tool_tokens, "sara/tool_tokens_trained": tool_tokens,
+        "sara/tool_calls_generated": 6.0, "sara/tool_calls_trained": 6.0,
+        **{f"sara/{unit}_{name}": 0.0 for unit in ("model_tokens", "tool_tokens", "tool_calls")
+           for name in ("abandoned", "surplus", "active_left", "carried_in")}}
+    assert model_tokens + tool_tokens == sara["log"]["sara/tokens_generated"]
     for key in ("completion_ids", "completion_mask", "tool_mask", "advantages"):
         assert torch.equal(sara["output"][key], trl["output"][key]), key
     assert trl["log"]["tools/call_frequency"] == 0.75 and trl["log"]["tools/failure_frequency"] == pytest.approx(1 / 3)
@@ -541,3 +562,51 @@ def test_tool_trajectories_survive_carry_and_checkpoint_state():
     assert carried.trajectories == {0: trajectories[2], 1: trajectories[0]}
     restored = RolloutCache.from_state(carried.state())
     assert restored.trajectories == carried.trajectories
+
+
+def test_tool_accounting_splits_tokens_and_calls_by_fate():
+    """sara/model_tokens_*, tool_tokens_*, tool_calls_*: each rollout's tokens split by its tool_mask (no mask: all
+    model tokens), its calls, by its fate; carried rollouts count as carried in, not generated; a broken split
+    raises."""
+    import dataclasses
+
+    import numpy as np
+
+    from sara_trl.allocation import Fate, StepStats
+    from sara_trl.trainer.metrics import TOOL_METRICS, check_tool_accounting, tool_accounting
+    from sara_trl.trainer.rollout import RolloutCache, Trajectory
+
+    masks = {0: [1, 0, 0, 1], 1: [1, 1, 0, 1, 1], 3: [1, 0, 0, 0, 1, 1]}  # rollout 2: no tool loop (no mask)
+    calls = {0: 1, 1: 2, 3: 1}
+    trajectories = {i: Trajectory(prompt_ids=[7], env_mask=m, tool_calls=calls[i]) for i, m in masks.items()}
+    trajectories[2] = Trajectory(prompt_ids=[7], observation="obs")
+    ids = [[5] * 4, [5] * 5, [5] * 3, [5] * 6]
+    cache = RolloutCache(completion_ids=ids, logprobs=[None] * 4, tokens=[np.array([4, 5, 3, 6])],
+                         round_index=[0, 1, 1, 2], carried=1, trajectories=trajectories)
+    fates = np.array([Fate.TRAINED, Fate.ABANDONED, Fate.TRAINED, Fate.ACTIVE], np.int8)
+    stats = StepStats(rollouts_generated=3, rollouts_carried_in=1, rollouts_trained=2, rollouts_abandoned=1,
+                      rollouts_active_left=1, tokens_generated=14, tokens_carried_in=4, tokens_trained=7,
+                      tokens_abandoned=5, tokens_active_left=6)
+    values = tool_accounting(cache, fates, stats)
+    assert set(values) == set(TOOL_METRICS)
+    assert {k: v for k, v in values.items() if k.startswith("model_")} == {
+        "model_tokens_generated": 4 + 3 + 3, "model_tokens_carried_in": 2, "model_tokens_trained": 2 + 3,
+        "model_tokens_abandoned": 4, "model_tokens_surplus": 0, "model_tokens_active_left": 3}
+    assert {k: v for k, v in values.items() if k.startswith("tool_tokens")} == {
+        "tool_tokens_generated": 1 + 0 + 3, "tool_tokens_carried_in": 2, "tool_tokens_trained": 2,
+        "tool_tokens_abandoned": 1, "tool_tokens_surplus": 0, "tool_tokens_active_left": 3}
+    assert {k: v for k, v in values.items() if k.startswith("tool_calls")} == {
+        "tool_calls_generated": 3, "tool_calls_carried_in": 1, "tool_calls_trained": 1, "tool_calls_abandoned": 2,
+        "tool_calls_surplus": 0, "tool_calls_active_left": 1}
+
+    with pytest.raises(AssertionError, match="accounting broken: 5 model \\+ 2 tool tokens trained, but the step "
+                                             "counts 8 tokens trained"):
+        tool_accounting(cache, fates, dataclasses.replace(stats, tokens_trained=8))
+    with pytest.raises(AssertionError, match="accounting broken: generated 3 tool_calls \\(\\+ carried in 1\\) but "
+                                             "fates .* sum to 5"):
+        check_tool_accounting({**values, "tool_calls_surplus": 1}, stats)
+    with pytest.raises(ValueError, match="3 rollout fates for 4 cached rollouts"):
+        tool_accounting(cache, fates[:3], stats)
+    trajectories[3] = Trajectory(prompt_ids=[7], env_mask=[1, 0])
+    with pytest.raises(ValueError, match="rollout 3: its tool mask has 2 entries for 6 completion tokens"):
+        tool_accounting(cache, fates, stats)

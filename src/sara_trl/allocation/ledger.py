@@ -314,7 +314,8 @@ class Ledger:
             carried_in=self.carried_in,
         )
         stats.check()
-        result = StepResult(groups=groups, stats=stats, prompt_table=table, round_sizes=list(self.round_sizes))
+        result = StepResult(groups=groups, stats=stats, prompt_table=table, round_sizes=list(self.round_sizes),
+                            rollout_fates=r_fate.astype(np.int8))
         if not carry_over:
             return result, None
         # Carry the surplus groups (in commit order, so they lead next step's batch) and the undecided prompts.

@@ -606,7 +606,7 @@ def merge_step_results(results: list[StepResult], num_rollouts: list[int]) -> St
     Returns
     -------
     StepResult
-        ``sum(len(r.groups))`` groups, with a checked accounting.
+        ``sum(len(r.groups))`` groups, with a checked accounting (``rollout_fates`` concatenated in process order).
 
     Raises
     ------
@@ -643,4 +643,5 @@ def merge_step_results(results: list[StepResult], num_rollouts: list[int]) -> St
                                 for res, off in zip(results, offsets)]).astype(np.int64)
     return StepResult(groups=groups, stats=stats, prompt_table=table,
                       round_sizes=[size for res in results for size in res.round_sizes],
-                      carry_rollout_ids=carry_ids, carry_split=[len(res.carry_rollout_ids) for res in results])
+                      carry_rollout_ids=carry_ids, carry_split=[len(res.carry_rollout_ids) for res in results],
+                      rollout_fates=np.concatenate([res.rollout_fates for res in results]).astype(np.int8))

@@ -311,6 +311,11 @@ class StepResult:
     carry_split : list of int
         A merge of several processes' results: per process, in process order, how many of ``carry_rollout_ids``
         it carries into its own next step (they sum to ``C``; :meth:`carried_by`). Empty for one collector's result.
+    rollout_fates : ndarray of int8, shape (R,)
+        The final :class:`Fate` code (0-3: trained, surplus, abandoned, active) of every rollout of the step, by
+        step-local rollout id (carried-in rollouts first): the fate of its prompt. What a trainer splits its own
+        per-rollout costs by (tool and model tokens, tool calls), consistently with :class:`StepStats`. Empty for a
+        result built without a ledger.
     """
 
     groups: list[Group]
@@ -319,6 +324,7 @@ class StepResult:
     round_sizes: list[int] = field(default_factory=list)
     carry_rollout_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     carry_split: list[int] = field(default_factory=list)
+    rollout_fates: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
 
     def carried_by(self, rank: int) -> np.ndarray:
         """The rollout ids process ``rank`` carries into its next step, ``(C_rank,)`` int64, in the order they take

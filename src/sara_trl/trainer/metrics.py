@@ -21,10 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from sara_trl.allocation import StepStats
+from sara_trl.allocation import Fate, StepStats
+from sara_trl.trainer.environment import uses_environments
+from sara_trl.trainer.rollout import uses_tools
 
-__all__ = ["CUMULATIVE_DIAGNOSTICS", "STEP_METRICS", "collection_warning", "log_collected_step", "log_step_metrics",
-           "masked_group_counts", "round_barrier_metrics", "truncation_masked_rollouts"]
+__all__ = ["CUMULATIVE_DIAGNOSTICS", "STEP_METRICS", "TOOL_FATES", "TOOL_METRICS", "TOOL_UNITS",
+           "check_tool_accounting", "collection_warning", "log_collected_step", "log_step_metrics",
+           "masked_group_counts", "round_barrier_metrics", "tool_accounting", "truncation_masked_rollouts"]
 
 # StepStats fields that only make up ``effective_fraction`` (effective groups / B): logged as that fraction, in the
 # place of the first of them.
@@ -46,6 +49,16 @@ def _step_metrics() -> tuple[str, ...]:
 # Per-step counters logged as `sara/<name>`, read from StepStats (units: rollouts, tokens = completion tokens,
 # groups = prompts, rounds = batched generation calls).
 STEP_METRICS = _step_metrics()
+
+# With ``tools=`` or ``environment_factory``: the completion tokens split into the model's own (``tool_mask`` 1) and
+# the tool / environment output TRL's tool loop inserted (``tool_mask`` 0), and the tool calls, each by the fate of
+# its rollout (StepStats' fates), logged as `sara/<unit>_<fate>` (:func:`tool_accounting`).
+TOOL_UNITS = ("model_tokens", "tool_tokens", "tool_calls")
+TOOL_FATES = ("generated", "trained", "abandoned", "surplus", "active_left", "carried_in")
+TOOL_METRICS = tuple(f"{unit}_{fate}" for unit in TOOL_UNITS for fate in TOOL_FATES)
+# The final fates a rollout can have (StepResult.rollout_fates codes), by the name used in the metrics.
+_ROLLOUT_FATES = {"trained": Fate.TRAINED, "abandoned": Fate.ABANDONED, "surplus": Fate.SURPLUS,
+                  "active_left": Fate.ACTIVE}
 
 # Beyond-paper diagnostics (``Allocator.diagnostics()``) that are running totals since the start of training: logged
 # like ``sara/cumulative_*`` (latest value), not averaged over the logging window.
@@ -145,6 +158,100 @@ def masked_group_counts(groups, rollout_masked: np.ndarray) -> tuple[int, int]:
             masked += 1
             effective += int(group.effective)
     return masked, effective
+
+
+def tool_accounting(cache: Any, rollout_fates: np.ndarray, stats: StepStats) -> dict[str, int]:
+    """Model tokens, tool/environment tokens and tool calls of one step, each split by the fate of its rollout.
+
+    A rollout's completion tokens (``len(cache.completion_ids[i])``, what :class:`~sara_trl.allocation.StepStats`
+    counts as its tokens) are its model tokens (``env_mask``, TRL's ``tool_mask``, 1) plus its tool tokens (mask 0:
+    tool or environment output TRL's tool loop appended); without a mask (no tool loop ran, e.g. an environment
+    without tool methods) all of them are model tokens. Its tool calls are the calls TRL's loop ran for it (failed
+    ones included, as TRL's ``tools/call_frequency`` counts them).
+
+    Parameters
+    ----------
+    cache : sara_trl.trainer.rollout.RolloutCache
+        The step's rollouts (``(R,)`` by step-local id, the first ``cache.carried`` carried in).
+    rollout_fates : numpy.ndarray
+        ``(R,)`` int :class:`~sara_trl.allocation.Fate` codes by rollout id (``StepResult.rollout_fates``).
+    stats : StepStats
+        The step's accounting, which the split is checked against (:func:`check_tool_accounting`).
+
+    Returns
+    -------
+    dict of str to int
+        Every name of :data:`TOOL_METRICS`: ``<unit>_<fate>`` for ``unit`` in :data:`TOOL_UNITS` (tokens, tokens,
+        calls) and ``fate`` in :data:`TOOL_FATES` (``generated`` in this step's rounds, ``carried_in`` from the
+        previous step with ``carry_over``, and the four final fates).
+
+    Raises
+    ------
+    ValueError
+        ``rollout_fates`` does not hold one fate per cached rollout, or a rollout's mask is not one entry per
+        completion token.
+    AssertionError
+        The split breaks the invariant (:func:`check_tool_accounting`).
+    """
+    fates = np.asarray(rollout_fates, dtype=np.int64)
+    n = cache.num_rollouts
+    if fates.shape != (n,):
+        raise ValueError(f"{fates.shape[0]} rollout fates for {n} cached rollouts")
+    per_unit = {unit: np.zeros(n, np.int64) for unit in TOOL_UNITS}
+    for i, ids in enumerate(cache.completion_ids):
+        trajectory = cache.trajectories.get(i)
+        mask = None if trajectory is None else trajectory.env_mask
+        if mask is not None and len(mask) != len(ids):
+            raise ValueError(f"rollout {i}: its tool mask has {len(mask)} entries for {len(ids)} completion tokens")
+        tool = 0 if mask is None else len(mask) - int(np.count_nonzero(mask))
+        per_unit["tool_tokens"][i] = tool
+        per_unit["model_tokens"][i] = len(ids) - tool
+        per_unit["tool_calls"][i] = 0 if trajectory is None else trajectory.tool_calls
+    carried = np.arange(n) < cache.carried
+    out = {}
+    for unit, values in per_unit.items():
+        out[f"{unit}_generated"] = int(values[~carried].sum())
+        out[f"{unit}_carried_in"] = int(values[carried].sum())
+        for name, code in _ROLLOUT_FATES.items():
+            out[f"{unit}_{name}"] = int(values[fates == code].sum())
+    check_tool_accounting(out, stats)
+    return out
+
+
+def check_tool_accounting(values: Mapping[str, int], stats: StepStats) -> None:
+    """Check the invariant of :func:`tool_accounting`'s split.
+
+    For model tokens, tool tokens and tool calls alike, as :meth:`StepStats.check` for rollouts and tokens:
+    ``generated + carried_in = trained + abandoned + surplus + active_left`` (without ``carry_over``,
+    ``carried_in`` is 0); and per fate, model tokens + tool tokens = the step's tokens of that fate
+    (``StepStats.tokens_<fate>``).
+
+    Parameters
+    ----------
+    values : mapping
+        Every name of :data:`TOOL_METRICS` (counts).
+    stats : StepStats
+        The step's accounting.
+
+    Raises
+    ------
+    AssertionError
+        Either equality fails (the message names the unit or fate and both sides).
+    """
+    for unit in TOOL_UNITS:
+        total = values[f"{unit}_generated"] + values[f"{unit}_carried_in"]
+        split = sum(values[f"{unit}_{name}"] for name in _ROLLOUT_FATES)
+        if total != split:
+            raise AssertionError(f"accounting broken: generated {values[f'{unit}_generated']} {unit} (+ carried in "
+                                 f"{values[f'{unit}_carried_in']}) but fates (trained, abandoned, surplus, "
+                                 f"active_left) sum to {split}")
+    for name in ("generated", "carried_in", *_ROLLOUT_FATES):
+        tokens = getattr(stats, f"tokens_{name}")
+        split = values[f"model_tokens_{name}"] + values[f"tool_tokens_{name}"]
+        if split != tokens:
+            raise AssertionError(f"accounting broken: {values[f'model_tokens_{name}']} model + "
+                                 f"{values[f'tool_tokens_{name}']} tool tokens {name}, but the step counts {tokens} "
+                                 f"tokens {name}")
 
 
 def collection_warning(step: int, allocator: str, stats: StepStats, success_labels: np.ndarray, num_groups: int,
@@ -258,6 +365,9 @@ def log_collected_step(trainer: Any, step: Any) -> None:
     decode steps each call spent on its longest completion (the round barrier's cost, :func:`round_barrier_metrics`).
     With ``environment_factory``, ``sara/env_resets``: the environment resets of the step's rounds on every process
     (one per generated rollout, plus the padding copies of a round split over processes; the replay resets none).
+    With ``tools=`` or ``environment_factory``, ``sara/<name>`` for each name of :data:`TOOL_METRICS`: model tokens,
+    tool/environment tokens and tool calls by fate (:func:`tool_accounting`, which checks their invariant and raises
+    ``AssertionError`` when it is broken).
 
     Parameters
     ----------
@@ -288,5 +398,8 @@ def log_collected_step(trainer: Any, step: Any) -> None:
         tokens = np.concatenate(cache.tokens) if cache.tokens else np.zeros(0, np.int64)
         for name, value in round_barrier_metrics(np.asarray(cache.round_index), tokens).items():
             metrics[f"sara/{name}"].append(value)
-    if getattr(trainer, "environment_factories", None) is not None:  # environment_factory: resets of the rounds
+    if uses_environments(trainer):  # environment_factory: resets of the rounds
         metrics["sara/env_resets"].append(float(cache.env_resets))
+    if uses_tools(trainer) or uses_environments(trainer):  # model vs tool tokens, tool calls, by fate
+        for name, value in tool_accounting(cache, result.rollout_fates, result.stats).items():
+            metrics[f"sara/{name}"].append(float(value))
