@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _helpers_trainer import ScriptedGeneration
 from datasets import Dataset
 from test_trainer_tools import sara_logs, spy_replays, tool_tokenizer
 from trl import GRPOConfig, GRPOTrainer
@@ -67,41 +68,25 @@ def events(kind: str) -> list[tuple]:
     return [event for event in GuessEnv.log if event[0] == kind]
 
 
-class ScriptedGuesser:
-    """Replaces ``model.generate``: a first turn calls ``guess`` (the target when ``hit(question, position)``, else
-    one more), a turn after the tool response says "done". Records per call its rows, whether it followed a tool
-    response, and whether every prompt carried the environment's observation."""
+class ScriptedGuesser(ScriptedGeneration):
+    """Scripted generation for the environment tests: a first turn calls ``guess`` (the target when
+    ``hit(question, position)``, else one more), a turn after the tool response says "done". Records also whether
+    every prompt carried the environment's observation, and each first turn's tokens and hit."""
 
     def __init__(self, trainer, hit):
-        self.tokenizer = trainer.processing_class
+        super().__init__(trainer)
         self.hit = hit
-        self.calls: list[tuple[int, bool]] = []
         self.observed: list[bool] = []
         self.first_turns: list[tuple[int, bool]] = []  # per first turn, in generation order: (tokens, hit)
-        trainer.model.generate = self.generate
 
-    def ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    def generate(self, input_ids, attention_mask=None, **kwargs):
-        rows, after_tool = [], None
-        for position, (ids, mask) in enumerate(zip(input_ids.tolist(), attention_mask.tolist())):
-            text = self.tokenizer.decode([t for t, m in zip(ids, mask) if m])
-            question = int(re.findall(r"Question (\d+)", text)[-1])
-            self.observed.append(f"Question {question}{OBSERVATION}" in text)
-            after_tool = "<tool_response>" in text
-            if after_tool:
-                turn = "done<|im_end|>"
-            else:
-                hit = self.hit(question, position)
-                turn = TOOL_CALL.format(n=target_of(question) + (0 if hit else 1))
-                self.first_turns.append((len(self.ids(turn)), hit))
-            rows.append(self.ids(turn))
-        self.calls.append((len(rows), after_tool))
-        width = max(len(r) for r in rows)
-        eos = self.tokenizer.eos_token_id
-        completions = torch.tensor([r + [eos] * (width - len(r)) for r in rows])
-        return torch.cat([input_ids, completions.to(input_ids.device)], dim=1)
+    def turn(self, question, position, text, after_tool):
+        self.observed.append(f"Question {question}{OBSERVATION}" in text)
+        if after_tool:
+            return "done<|im_end|>"
+        hit = self.hit(question, position)
+        turn = TOOL_CALL.format(n=target_of(question) + (0 if hit else 1))
+        self.first_turns.append((len(self.ids(turn)), hit))
+        return turn
 
 
 def done_reward(completions, **kwargs):

@@ -9,10 +9,9 @@ loss and ``tools/*`` metrics are TRL's GRPOTrainer's. RLOO (no tool loop in TRL)
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
+from _helpers_trainer import ScriptedGeneration
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
@@ -308,40 +307,21 @@ def tool_tokenizer(tokenizer):
     return use_tool_chat_template(tokenizer)
 
 
-class ScriptedToolModel:
-    """Replaces ``model.generate`` (TRL's transformers generation path): each row's completion is scripted from its
-    prompt. ``first(question, position)`` says what a first turn does: ``"lookup"`` (a tool call), ``"missing"`` (a
-    call of an unknown tool: a failure), or an answer; ``answer(question, position)`` is the final answer after a tool
-    response. Records every call (rows per call, and whether it followed a tool response)."""
+class ScriptedToolModel(ScriptedGeneration):
+    """Scripted generation for the tool tests. ``first(question, position)`` says what a first turn does:
+    ``"lookup"`` (a tool call), ``"missing"`` (a call of an unknown tool: a failure), or an answer;
+    ``answer(question, position)`` is the final answer after a tool response."""
 
     def __init__(self, trainer, first, answer):
-        self.tokenizer = trainer.processing_class
+        super().__init__(trainer)
         self.first, self.answer = first, answer
-        self.calls: list[tuple[int, bool]] = []
-        self.turns: dict[str, list[int]] = {}  # text -> ids of a scripted turn
-        trainer.model.generate = self.generate
 
-    def ids(self, text: str) -> list[int]:
-        return self.turns.setdefault(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def generate(self, input_ids, attention_mask=None, **kwargs):
-        rows, after_tool = [], None
-        for position, (ids, mask) in enumerate(zip(input_ids.tolist(), attention_mask.tolist())):
-            text = self.tokenizer.decode([t for t, m in zip(ids, mask) if m])
-            question = int(re.findall(r"Question (\d+)", text)[-1])
-            after_tool = "<tool_response>" in text
-            if after_tool:
-                turn = self.answer(question, position) + "<|im_end|>"
-            else:
-                action = self.first(question, position)
-                turn = (TOOL_CALL.format(name=action, key=question) if action in ("lookup", "missing")
-                        else action + "<|im_end|>")
-            rows.append(self.ids(turn))
-        self.calls.append((len(rows), after_tool))
-        width = max(len(r) for r in rows)
-        eos = self.tokenizer.eos_token_id
-        completions = torch.tensor([r + [eos] * (width - len(r)) for r in rows])
-        return torch.cat([input_ids, completions.to(input_ids.device)], dim=1)
+    def turn(self, question, position, text, after_tool):
+        if after_tool:
+            return self.answer(question, position) + "<|im_end|>"
+        action = self.first(question, position)
+        return (TOOL_CALL.format(name=action, key=question) if action in ("lookup", "missing")
+                else action + "<|im_end|>")
 
 
 def answer_reward(completions, **kwargs):
