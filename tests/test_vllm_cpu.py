@@ -17,7 +17,11 @@ What is asserted:
   issue that asked for this path, before :mod:`sara_trl.trainer.vllm_cpu` existed);
 * two processes (``accelerate launch`` with ``examples/accelerate_configs/multi_cpu.yaml``), each with its own
   colocated engine, run one SARA step in lock-step: the same decisions on both, one engine call per round on each,
-  and no hang (a time limit kills the launch).
+  and no hang (a time limit kills the launch);
+* custom rollouts on the engine (``tests/_vllm_custom.py``): a ``rollout_func`` calling ``trainer.vllm_generation.llm``
+  itself is called once per round and its completion ids, ``env_mask``, log-probs and extra field reach TRL's replay
+  unchanged; ``tools=`` and ``environment_factory`` run TRL's tool loop once per round on the engine, the tools and
+  ``reset`` never run in the replay, and the tool output is masked exactly where it was appended.
 """
 
 from __future__ import annotations
@@ -340,3 +344,115 @@ def test_two_processes_streaming_with_carry_over_each_carry_their_own_and_resume
     for unit in ("rollouts", "tokens"):
         assert after[f"sara/{unit}_generated"] + after[f"sara/{unit}_carried_in"] == sum(
             after[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))
+
+
+# ------------------------------------------------------------- rollout_func, tools=, environment_factory on the engine
+def run_custom(tmp_path: Path, *flags: str) -> dict:
+    """``tests/_vllm_custom.py`` in its own process (one engine), its JSON."""
+    out = tmp_path / "result.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "_vllm_custom.py"), str(out), *flags],
+                          capture_output=True, text=True, timeout=1500, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return json.loads(out.read_text())
+
+
+def check_accounting(logs: list[dict]) -> None:
+    for entry in logs:
+        for unit in ("rollouts", "tokens"):
+            assert entry[f"sara/{unit}_generated"] + entry[f"sara/{unit}_carried_in"] == sum(
+                entry[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))
+
+
+def test_rollout_func_calling_the_engine(tmp_path):
+    """A user ``rollout_func`` that templates the prompts itself and calls the colocated engine
+    (``trainer.vllm_generation.llm.generate``) with its own SamplingParams (``logprobs=0``), returning the sampling
+    log-probs, an ``env_mask`` (last 2 tokens 0) and a per-rollout ``tag``; 2 SARA steps. It is called once per round
+    (and is the only engine caller); the replay hands TRL exactly what it returned for the committed rollouts: the
+    rows' tags, the completion ids, the env_mask as TRL's tool_mask, the log-probs as TRL's sampling log-probs."""
+    result = run_custom(tmp_path, "--mode", "rollout_func", "--steps", "2")
+    logs, counts, record = result["steps"], result["counts"], result["record"]
+    assert len(logs) == 2 and result["engine_dtype"] == "torch.float32"
+    check_accounting(logs)
+    rounds = sum(entry["sara/rounds"] for entry in logs)
+    generated = sum(entry["sara/rollouts_generated"] for entry in logs)
+    assert counts["rollout_func_calls"] == rounds == counts["generate_calls"]  # one call per round, nothing else
+    assert counts["rollout_func_prompts"] == generated == counts["generate_prompts"] == result["total_rollouts"]
+    returned = record["returned"]
+    tags = list(returned)  # generation order
+    assert len(tags) == generated and len(record["replays"]) == 2
+    start = 0
+    for replay, entry in zip(record["replays"], logs):
+        step_tags = tags[start:start + int(entry["sara/rollouts_generated"])]
+        start += int(entry["sara/rollouts_generated"])
+        expected = [step_tags[r] for _, rollout_ids in replay["groups"] for r in rollout_ids]
+        assert replay["tags"] == expected and len(expected) == 8 and entry["sara/unfilled"] == 0
+        for tag, ids, row in zip(expected, replay["completion_ids"], replay["rows"]):
+            sent = returned[tag]
+            assert ids == row["completion_ids"] == sent["completion_ids"]
+            assert row["tool_mask"] == sent["env_mask"] and sent["env_mask"][-1] == 0
+            assert max(abs(a - b) for a, b in zip(row["logprobs"], sent["logprobs"])) < 1e-6
+        # the function's own log-probs are the engine's, in sync with the trained model
+        assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
+
+
+def test_tools_on_the_engine(tmp_path):
+    """``tools=[lookup]`` with the SmolLM2 tokenizer on TRL's Qwen3 template, 1 SARA step on the engine. The 135M model
+    does not call tools unprompted, so ``vllm_structured_outputs_regex`` lets each turn be a well-formed ``lookup``
+    call or "yes"/"no" (the engine samples which). Every round runs TRL's ``_tool_call_loop`` once over its rollouts
+    (never in the replay); the tool ran exactly as often as TRL counted calls; in every trained row the tool_mask is 0
+    exactly over the appended tool responses (one block after a call, none without), the accounting holds."""
+    result = run_custom(tmp_path, "--mode", "tools", "--steps", "1")
+    logs, counts, record = result["steps"], result["counts"], result["record"]
+    assert len(logs) == 1 and result["engine_dtype"] == "torch.float32"
+    check_accounting(logs)
+    entry = logs[0]
+    loops = record["tool_loops"]
+    assert len(loops) == entry["sara/rounds"] and not any(loop["replay"] for loop in loops)
+    assert sum(loop["rows"] for loop in loops) == entry["sara/rollouts_generated"] == result["total_rollouts"]
+    assert counts["lookup_calls"] == sum(loop["calls"] for loop in loops) and counts["tools_in_replay"] == 0
+    assert sum(loop["failures"] for loop in loops) == 0  # the regex only allows calls of `lookup`
+    # one engine call for the first turns of a round, one more after the tool responses (max_tool_calling_iterations=1)
+    assert entry["sara/rounds"] <= counts["generate_calls"] <= 2 * entry["sara/rounds"]
+    (tool_log,) = result["tool_logs"]
+    assert 0.0 <= tool_log["tools/call_frequency"] <= 1.0 and tool_log["tools/failure_frequency"] == 0.0
+    (replay,) = record["replays"]
+    rows = [row for row in replay["rows"] if not row["padding"]]
+    assert rows and len(rows) == entry["sara/rollouts_trained"]
+    for row in rows:
+        assert "<tool_response>" not in row["model_text"]
+        called = row["model_text"].startswith("<tool_call>")
+        assert len(row["zero_blocks"]) == int(called)
+        for block in row["zero_blocks"]:
+            assert "<tool_response>" in block and "value-" in block
+    # the logged call frequency is the trained rows' (each called at most once)
+    assert tool_log["tools/call_frequency"] == sum(len(row["zero_blocks"]) for row in rows) / len(rows)
+
+
+def test_environment_factory_on_the_engine(tmp_path):
+    """``environment_factory`` (guess a number 0-9 with the environment's ``guess`` tool; ``get_reward`` is the success
+    label), 1 SARA step on the engine, turns restricted by a regex to a ``guess`` call or "done". Every generated
+    rollout reset its own instance once (in the rounds; none in the replay), the guesses ran as often as TRL's tool
+    loop counted calls, and every trained row carries the observation in its prompt and its guess's answer (tool_mask
+    0) after each call."""
+    result = run_custom(tmp_path, "--mode", "environment", "--steps", "1")
+    logs, counts, record = result["steps"], result["counts"], result["record"]
+    assert len(logs) == 1 and result["engine_dtype"] == "torch.float32"
+    check_accounting(logs)
+    entry = logs[0]
+    generated = entry["sara/rollouts_generated"]
+    assert counts["resets"] == generated == entry["sara/env_resets"] == result["total_rollouts"]
+    assert counts["resets_in_replay"] == 0 and counts["tools_in_replay"] == 0
+    loops = record["tool_loops"]
+    assert len(loops) == entry["sara/rounds"] and not any(loop["replay"] for loop in loops)
+    assert sum(loop["rows"] for loop in loops) == generated
+    assert counts["guesses"] == sum(loop["calls"] for loop in loops) and sum(loop["failures"] for loop in loops) == 0
+    (replay,) = record["replays"]
+    rows = [row for row in replay["rows"] if not row["padding"]]
+    assert rows and len(rows) == entry["sara/rollouts_trained"]
+    for row in rows:
+        assert "I picked a number from 0 to 9" in row["prompt"]
+        assert "<tool_response>" not in row["model_text"]
+        assert len(row["zero_blocks"]) == int(row["model_text"].startswith("<tool_call>"))
+        for block in row["zero_blocks"]:
+            assert "<tool_response>" in block and any(word in block for word in ("correct", "higher", "lower"))
