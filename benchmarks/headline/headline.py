@@ -39,7 +39,7 @@ from benchmarks.real_training.real_training_report import load_runs, seed_ratios
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 REAL_RUNS = BENCH / "real_training" / "runs"
-ENGINE_SEEDS = tuple(BENCH / "streaming_engine" / f"streaming_engine_paired_seed{seed}.json" for seed in range(3))
+ENGINE_SEEDS = tuple(BENCH / "streaming_engine" / f"streaming_engine_paired_seed{seed}.json" for seed in range(5))
 ENGINE_REPORT = "[streaming_engine_paired_pooled.md](benchmarks/streaming_engine/streaming_engine_paired_pooled.md)"
 FIGURE = Path(__file__).resolve().parent / "plots" / "headline.png"
 KEYS = ("rollouts", "tokens", "generation_seconds")

@@ -172,7 +172,7 @@ def tool_accounting(cache: Any, rollout_fates: np.ndarray, stats: StepStats) -> 
     Parameters
     ----------
     cache : sara_trl.trainer.rollout.RolloutCache
-        The step's rollouts (``(R,)`` by step-local id, the first ``cache.carried`` carried in).
+        The step's rollouts (``(R,)`` by step-local id; those carried in: every id but ``cache.generated_ids()``).
     rollout_fates : numpy.ndarray
         ``(R,)`` int :class:`~sara_trl.allocation.Fate` codes by rollout id (``StepResult.rollout_fates``).
     stats : StepStats
@@ -207,7 +207,8 @@ def tool_accounting(cache: Any, rollout_fates: np.ndarray, stats: StepStats) -> 
         per_unit["tool_tokens"][i] = tool
         per_unit["model_tokens"][i] = len(ids) - tool
         per_unit["tool_calls"][i] = 0 if trajectory is None else trajectory.tool_calls
-    carried = np.arange(n) < cache.carried
+    carried = np.ones(n, bool)
+    carried[cache.generated_ids()] = False  # carried in from the previous step (carry_over), wherever they lie
     out = {}
     for unit, values in per_unit.items():
         out[f"{unit}_generated"] = int(values[~carried].sum())
