@@ -55,10 +55,11 @@ pytestmark = [
 ]
 
 
-def run_case(tmp_path: Path, *flags: str) -> dict:
+def run_case(tmp_path: Path, *flags: str, script: str = "_vllm_run.py") -> dict:
+    """``tests/<script>`` in its own process (one engine), its JSON."""
     out = tmp_path / "result.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "_vllm_run.py"), str(out), *flags],
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / script), str(out), *flags],
                           capture_output=True, text=True, timeout=1500, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return json.loads(out.read_text())
@@ -349,12 +350,7 @@ def test_two_processes_streaming_with_carry_over_each_carry_their_own_and_resume
 # ------------------------------------------------------------- rollout_func, tools=, environment_factory on the engine
 def run_custom(tmp_path: Path, *flags: str) -> dict:
     """``tests/_vllm_custom.py`` in its own process (one engine), its JSON."""
-    out = tmp_path / "result.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "_vllm_custom.py"), str(out), *flags],
-                          capture_output=True, text=True, timeout=1500, env=env, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads(out.read_text())
+    return run_case(tmp_path, *flags, script="_vllm_custom.py")
 
 
 def check_accounting(logs: list[dict]) -> None:
