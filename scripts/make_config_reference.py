@@ -34,7 +34,8 @@ SECTIONS = (
      ("success_threshold", "success_reward_func", "ds_filter", "stream_seed")),
     ("Collection: rounds, streaming, carry-over", "Beyond the paper, off by default: how a step's rollouts reach "
      "the allocator ([collection-modes.md](collection-modes.md)).",
-     ("collection", "streaming_max_in_flight", "streaming_reward_lag", "streaming_speculate", "carry_over")),
+     ("collection", "streaming_max_in_flight", "streaming_reward_lag", "overlap_round_scoring", "streaming_speculate",
+      "carry_over")),
     ("Beyond the paper: stopping rule, history, selection", "Off by default "
      "([allocation.md](allocation.md#beyond-the-paper); measured in "
      "[BEYOND_PAPER.md](../benchmarks/beyond_paper/BEYOND_PAPER.md)).",

@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--stopping_rule", choices=["threshold", "bayes_optimal"], default="threshold")
     parser.add_argument("--auto_min_prompts", type=int, default=64)
     parser.add_argument("--carry_over", action="store_true")
+    parser.add_argument("--overlap_round_scoring", action="store_true")
     parser.add_argument("--save_steps", type=int, default=0, help="save a checkpoint every N steps (0: never)")
     parser.add_argument("--resume_from", default=None, help="checkpoint folder to resume from")
     cli = parser.parse_args()
@@ -106,10 +107,10 @@ def main() -> None:
         gradient_checkpointing=False, disable_tqdm=True, seed=0, allocator=cli.allocator, budget_cap=12.0,
         use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False, vllm_max_model_length=512,
         collection=cli.collection, stopping_rule=cli.stopping_rule, auto_min_prompts=cli.auto_min_prompts,
-        carry_over=cli.carry_over,
+        carry_over=cli.carry_over, overlap_round_scoring=cli.overlap_round_scoring,
     )
     events = {"finished": [], "aborted": []}  # streaming: (engine tag, request id[, tokens]) per finished / aborted
-    if cli.collection == "streaming":
+    if cli.collection == "streaming" or cli.overlap_round_scoring:
         from sara_trl.trainer.streaming import VLLMStreamingEngine
 
         original_step, original_abort = VLLMStreamingEngine.step, VLLMStreamingEngine.abort

@@ -145,9 +145,9 @@ def test_ledger_counts_effective_groups_of_the_batch_from_scored_successes():
 def test_a_new_strategy_is_one_function_and_one_registry_line(monkeypatch):
     assert tuple(STRATEGIES) == ALLOCATORS == ("sara", "dynamic_sampling", "uniform")
 
-    def collect_first_b(ctx):  # every drawn prompt gets n0 rollouts and is committed
+    def collect_first_b(ctx):  # every drawn prompt gets n0 rollouts (one round) and is committed
         slots = ctx.ledger.add(ctx.draw(ctx.B))
-        ctx.ledger.generate(slots, np.full(len(slots), ctx.config.n0, np.int64))
+        yield from ctx.ledger.round(slots, np.full(len(slots), ctx.config.n0, np.int64))
         ctx.ledger.mark(slots, Fate.COMMITTED)
         return StrategyResult("filled")
 

@@ -427,6 +427,23 @@ def test_streaming_needs_a_colocated_vllm_engine(tmp_path):
     assert args.to_allocation_config().collection == "streaming"
 
 
+def test_overlap_round_scoring_needs_rounds_on_a_colocated_engine(tmp_path):
+    with pytest.raises(ValueError, match="overlap_round_scoring=True adds a round's rollouts .*got use_vllm=False"):
+        _config(tmp_path, collection="rounds", overlap_round_scoring=True)
+    with pytest.raises(ValueError, match="vllm_tensor_parallel_size=2"):
+        _config(tmp_path, collection="rounds", overlap_round_scoring=True, use_vllm=True, vllm_mode="colocate",
+                vllm_tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="overlaps them already"):
+        _config(tmp_path, use_vllm=True, vllm_mode="colocate", overlap_round_scoring=True)
+    with pytest.raises(ValueError, match="must be True or False"):
+        _config(tmp_path, collection="rounds", overlap_round_scoring="yes")
+    # collection='auto' picks streaming for SARA on this engine: its reward passes overlap already, nothing to refuse
+    assert _config(tmp_path, use_vllm=True, vllm_mode="colocate", collection="auto",
+                   overlap_round_scoring=True).collection == "streaming"
+    args = _config(tmp_path, use_vllm=True, vllm_mode="colocate", collection="rounds", overlap_round_scoring=True)
+    assert args.overlap_round_scoring and args.to_allocation_config().collection == "rounds"
+
+
 def test_colocate_sampling_params_match_trl():
     """The streaming engine's SamplingParams equal those TRL's colocate path hands to ``LLM.generate``."""
     pytest.importorskip("vllm")

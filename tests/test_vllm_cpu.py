@@ -225,6 +225,29 @@ def check_streaming(result: dict, steps: int, rank_share: int = 1, logprobs: boo
         assert sum(entry["sara/rollouts_surplus"] for entry in logs) >= len(aborted) > 0  # aborts happened
 
 
+def test_rounds_with_overlapped_scoring_through_the_engine(tmp_path):
+    """``overlap_round_scoring``: each round's rollouts are single requests on the engine, scored as they finish;
+    no generate call, nothing aborted (a round runs to its end), every rollout scored once and accounted."""
+    result = run_case(tmp_path, "--overlap_round_scoring")
+    logs, counts, events = result["steps"], result["counts"], result["events"]
+    assert len(logs) == 2 and counts["generate_calls"] == 0
+    finished = [(tag, rid) for tag, rid, *_ in events["finished"]]
+    assert len(set(finished)) == len(finished) and events["aborted"] == [] and events["collector_aborted"] == []
+    generated = sum(entry["sara/rollouts_generated"] for entry in logs)
+    assert counts["reward_rollouts"] == generated == len(finished) == result["total_rollouts"]
+    assert sum(n for *_, n, _ in events["finished"]) == sum(entry["sara/tokens_generated"] for entry in logs)
+    assert all(n_lp == n_tok for _, _, n_tok, n_lp in events["finished"])  # GRPO's sampling log-probs
+    for entry in logs:
+        assert entry["sara/rounds"] >= 1 and entry["sara/engine_steps"] > 0
+        assert entry["sara/reward_passes"] >= entry["sara/rounds"]  # at least one pass per round
+        assert 0 <= entry["sara/reward_wait_seconds"] <= entry["sara/collect_seconds"]
+        for unit in ("rollouts", "tokens"):
+            assert entry[f"sara/{unit}_generated"] + entry[f"sara/{unit}_carried_in"] == sum(
+                entry[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))
+        assert entry["sara/unfilled"] == 0 and entry["sara/effective_fraction"] == 1.0
+        assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
+
+
 @pytest.mark.parametrize("trainer", ["grpo", "rloo"])
 def test_streaming_collection_through_the_engine(tmp_path, trainer):
     result = run_case(tmp_path, "--trainer", trainer, "--collection", "streaming")

@@ -8,6 +8,8 @@ beyond-paper extensions and, with ``carry_over``, the prompts handed to the next
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import numpy as np
 
 from sara_trl.allocation.beyond_paper import Extensions, extensions_enabled
@@ -15,9 +17,10 @@ from sara_trl.allocation.config import AllocationConfig
 from sara_trl.allocation.ledger import CARRY_DTYPES, Ledger
 from sara_trl.allocation.prompt_stream import PromptStream
 from sara_trl.allocation.refill import RefillModel, config_rule
+from sara_trl.allocation.rounds import RoundCollector, run_rounds
 from sara_trl.allocation.strategies import STRATEGIES, StepContext
 from sara_trl.allocation.streaming import StreamingCollector
-from sara_trl.allocation.types import Fate, RolloutFn, StepResult
+from sara_trl.allocation.types import Fate, RolloutFn, RoundRequest, StepResult
 
 __all__ = ["Allocator"]
 
@@ -218,9 +221,9 @@ class Allocator:
         self._ext.end_step(ledger.pid[: ledger.size][fed], ledger.nsc[: ledger.size][fed],
                            ledger.s[: ledger.size][fed], success[fed[rs]], tokens[fed[rs]])
 
-    # ----------------------------------------------------------------------------------------------- collect
+    # ----------------------------------------------------------------------------------------------- rounds
     def collect(self, rollout_fn: RolloutFn, stream: PromptStream, B: int) -> StepResult:
-        """Assemble one step's batch of B groups.
+        """Assemble one step's batch of B groups, each round ONE ``rollout_fn`` call.
 
         Parameters
         ----------
@@ -241,16 +244,41 @@ class Allocator:
         Raises
         ------
         ValueError
-            ``B < 1``, or ``rollout_fn`` returned malformed outcomes.
+            ``B < 1``, ``config.collection`` is not ``"rounds"``, or ``rollout_fn`` returned malformed outcomes.
+        """
+        return run_rounds(self.round_steps(stream, B), rollout_fn)
+
+    def rounds(self, stream: PromptStream, B: int) -> RoundCollector:
+        """The same step as :meth:`collect`, as a collector the event loop drives
+        (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`): each round's rollouts are requests on a
+        continuous-batching engine, scored as they finish, and the strategy decides once the whole round is in.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`collect`.
+        """
+        return RoundCollector(self.round_steps(stream, B), B, relabel_by_score=self.config.ds_filter == "score")
+
+    def round_steps(self, stream: PromptStream, B: int) -> Generator[RoundRequest, object, StepResult]:
+        """One step of rounds as a generator: yields each round's :class:`RoundRequest`, is sent its outcomes
+        (:class:`RoundOutcome`), and returns the :class:`StepResult`. :meth:`collect` and :meth:`rounds` drive it.
+
+        Raises
+        ------
+        ValueError
+            ``B < 1`` or ``config.collection`` is not ``"rounds"`` (raised here, before the first round).
         """
         if not isinstance(B, (int, np.integer)) or B < 1:
             raise ValueError(f"B must be a positive integer number of groups, got {B!r}")
         if self.config.collection != "rounds":
             raise ValueError(f"collect() runs rounds; collection={self.config.collection!r} collects through "
                              "Allocator.streaming()")
-        B = int(B)
+        return self._round_steps(stream, int(B))
+
+    def _round_steps(self, stream: PromptStream, B: int) -> Generator[RoundRequest, object, StepResult]:
         self.refill.decay()
-        ledger = Ledger(rollout_fn)
+        ledger = Ledger(rollout_fn=None)
         if self._carry is not None:
             ledger.seed(self._carry)
             self._carry = None
@@ -260,7 +288,7 @@ class Allocator:
         ctx = StepContext(config=self.config, ledger=ledger, B=B, draw=lambda count: draw(count, ledger.prompt_ids()),
                           decide=self._decide, mix_rate=self.mix_rate, fresh_cost=self.fresh_cost_estimate,
                           resolved=self.refill.resolve)
-        outcome = STRATEGIES[self.config.allocator](ctx)
+        outcome = yield from STRATEGIES[self.config.allocator](ctx)
         result, self._carry = ledger.finish(B, outcome.stop_reason, outcome.expected_lost,
                                             carry_over=self.config.carry_over)
         # Feed every prompt whose step is over; a carried prompt is fed once, in the step that decides it.

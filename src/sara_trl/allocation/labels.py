@@ -30,6 +30,7 @@ __all__ = [
     "score_scale",
     "score_spread_labels",
     "score_tolerance",
+    "scores_spread",
     "success_labels",
 ]
 
@@ -112,6 +113,13 @@ def score_tolerance(values) -> float:
     return FLOAT32_SPREAD_ULPS * float(np.finfo(np.float32).eps) * scale
 
 
+def scores_spread(values) -> bool:
+    """Whether a group's finite scores ``values`` (shape ``(m,)``) differ beyond float noise
+    (:func:`score_tolerance`): dynamic sampling's ``ds_filter="score"`` keeps such a group as mixed."""
+    values = np.asarray(values, dtype=np.float64)
+    return bool(values.size >= 2 and values.max() - values.min() > score_tolerance(values))
+
+
 def score_spread_labels(score, counts, threshold: float) -> np.ndarray:
     """Labels under which a group is mixed exactly when its scores differ beyond float noise (DAPO filter-on-score).
 
@@ -143,7 +151,7 @@ def score_spread_labels(score, counts, threshold: float) -> np.ndarray:
         scored = ~np.isnan(block)
         out = np.full(count, np.nan)
         values = block[scored]
-        if values.size >= 2 and values.max() - values.min() > score_tolerance(values):
+        if scores_spread(values):
             out[scored] = (values > values.min() + score_tolerance(values)).astype(np.float64)
         elif values.size:
             out[scored] = float(values.mean() > threshold)

@@ -6,6 +6,8 @@ All strategies share it, so their costs are accounted identically (:meth:`Ledger
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import numpy as np
 
 from sara_trl.allocation.labels import is_mixed
@@ -14,6 +16,7 @@ from sara_trl.allocation.types import (
     Group,
     RolloutFn,
     RoundOutcome,
+    RoundRequest,
     StepResult,
     StepStats,
 )
@@ -32,8 +35,9 @@ class Ledger:
 
     Parameters
     ----------
-    rollout_fn : RolloutFn
-        Called once per round by :meth:`generate`.
+    rollout_fn : RolloutFn or None
+        Called once per round by :meth:`generate` (None where the rounds are answered through :meth:`round`, or
+        rollouts arrive one by one through :meth:`record`).
 
     Attributes
     ----------
@@ -149,8 +153,12 @@ class Ledger:
         self.kept_order.extend(slots[fate == Fate.COMMITTED].tolist())
 
     # ------------------------------------------------------------------------------------------- rounds
-    def generate(self, slots: np.ndarray, counts: np.ndarray) -> None:
-        """ONE batched ``rollout_fn`` call for ``counts[i]`` new rollouts of each slot, then the count updates.
+    def round(self, slots: np.ndarray, counts: np.ndarray) -> Generator[RoundRequest, object, None]:
+        """ONE round for ``counts[i]`` new rollouts of each slot: yields the :class:`RoundRequest`, receives its
+        outcomes (a :class:`RoundOutcome` or a ``(success, tokens)`` pair), then updates the counts. A strategy
+        runs it with ``yield from ledger.round(slots, counts)``; whoever drives the strategy answers the request
+        (:func:`~sara_trl.allocation.rounds.run_rounds` with a ``rollout_fn``, or the event loop through
+        :class:`~sara_trl.allocation.rounds.RoundCollector`).
 
         Parameters
         ----------
@@ -160,11 +168,13 @@ class Ledger:
         Raises
         ------
         ValueError
-            ``rollout_fn`` returned malformed outcomes (:meth:`RoundOutcome.coerce`).
+            Malformed outcomes (:meth:`RoundOutcome.coerce`).
         """
         total = int(counts.sum())
-        out = RoundOutcome.coerce(self.rollout_fn(self.pid[slots].copy(), counts.copy()), total)
+        out = RoundOutcome.coerce((yield RoundRequest(self.pid[slots].copy(), counts.copy())), total)
         rs = np.repeat(slots, counts)
+        if out.order is not None:  # the rollouts take their ids in the order they were recorded
+            rs = rs[out.order]
         scored = ~np.isnan(out.success)
         self.n_before[slots] = self.n[slots]
         self.n[slots] += counts
@@ -178,6 +188,22 @@ class Ledger:
         self.rounds += 1
         self.round_sizes.append(total)
         self.generated += total
+
+    def generate(self, slots: np.ndarray, counts: np.ndarray) -> None:
+        """:meth:`round` answered by ONE ``rollout_fn`` call (the ledger's own).
+
+        Raises
+        ------
+        ValueError
+            ``rollout_fn`` returned malformed outcomes (:meth:`RoundOutcome.coerce`).
+        """
+        rounds = self.round(slots, counts)
+        request = next(rounds)
+        try:
+            rounds.send(self.rollout_fn(request.prompt_ids, request.counts))
+        except StopIteration:
+            return
+        raise RuntimeError("Ledger.round asked for a second round")  # pragma: no cover - one yield by construction
 
     def record(self, slot: int, success: float, tokens: int) -> None:
         """One finished rollout of ``slot``, outside any round (streaming collection): the counts grow by one.

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sara_trl.allocation.labels import is_mixed, score_spread_labels, score_tolerance
+from sara_trl.allocation.labels import is_mixed, score_spread_labels, scores_spread
 from sara_trl.allocation.ledger import Ledger
 from sara_trl.allocation.refill import (
     RefillModel,
@@ -386,8 +386,7 @@ class StreamingCollector:
             return
         if self._scores is not None:
             scores = np.asarray(self._scores.pop(slot), np.float64)
-            values = scores[~np.isnan(scores)]
-            if values.size >= 2 and values.max() - values.min() > score_tolerance(values):  # the scores spread
+            if scores_spread(scores[~np.isnan(scores)]):
                 led.relabel(slot, score_spread_labels(scores, [len(scores)], threshold=0.5))  # (threshold unused)
         judge_full_groups(led, np.array([slot]), k, self._resolved, keep_all=False)
         self._after_close(slot, actions)

@@ -66,10 +66,16 @@ class RoundOutcome:
         posterior: :func:`sara_trl.allocation.rules.decide` counts only scorable rollouts).
     tokens : ndarray of int64, shape (R,)
         Completion lengths in tokens.
+    order : ndarray of int64, shape (R,), optional
+        When the outcomes are not prompt-major: ``order[j]`` is the prompt-major position (the request) of the
+        j-th outcome, a permutation of ``0 .. R-1``. The rollouts take their ids in this order, e.g. the order in
+        which an engine finished a round's requests (:class:`~sara_trl.allocation.rounds.RoundCollector`). None:
+        prompt-major (every ``rollout_fn``).
     """
 
     success: np.ndarray
     tokens: np.ndarray
+    order: np.ndarray | None = None
 
     @classmethod
     def coerce(cls, out: "RoundOutcome | tuple", expected: int) -> "RoundOutcome":
@@ -118,7 +124,36 @@ class RoundOutcome:
             )
         if np.any(tokens < 0):
             raise ValueError(f"token counts must be >= 0, got {int(tokens.min())}")
-        return cls(success, tokens)
+        order = getattr(out, "order", None)
+        if order is not None:
+            order = np.asarray(order, dtype=np.int64).reshape(-1)
+            if order.shape != (expected,) or not np.array_equal(np.sort(order), np.arange(expected)):
+                raise ValueError(f"order must be a permutation of the round's {expected} request positions")
+        return cls(success, tokens, order)
+
+
+@dataclass(frozen=True)
+class RoundRequest:
+    """One round a strategy asks for: ``counts[i]`` new rollouts of prompt ``prompt_ids[i]``, answered by ONE
+    :class:`RoundOutcome` (``counts.sum()`` outcomes). A strategy yields it (see
+    :data:`~sara_trl.allocation.strategies.Strategy`); a ``rollout_fn`` call, or the event loop through
+    :class:`~sara_trl.allocation.rounds.RoundCollector`, answers it.
+
+    Attributes
+    ----------
+    prompt_ids : ndarray of int64, shape (P,)
+        Dataset indices.
+    counts : ndarray of int64, shape (P,)
+        New rollouts per prompt (>= 1).
+    """
+
+    prompt_ids: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def total(self) -> int:
+        """Rollouts the round asks for."""
+        return int(self.counts.sum())
 
 
 class RolloutFn(Protocol):

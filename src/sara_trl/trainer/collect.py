@@ -35,7 +35,7 @@ from sara_trl.trainer.streaming import (
     slowest_stream_run,
 )
 
-__all__ = ["CollectedStep", "collect_step", "collect_streaming"]
+__all__ = ["CollectedStep", "collect_engine_rounds", "collect_step", "collect_streaming"]
 
 logger = logging.get_logger(__name__)
 
@@ -56,7 +56,8 @@ class CollectedStep:
     seconds : float
         Wall-clock of the collection.
     stream_run : StreamRun or None
-        Streaming: engine steps and reward seconds of the slowest process; None with rounds.
+        Streaming, and rounds with ``overlap_round_scoring``: engine steps and reward seconds (of the slowest
+        process); None with rounds through ``rollout_fn``.
     """
 
     result: StepResult
@@ -96,6 +97,9 @@ def collect_step(trainer: Any) -> CollectedStep:
     if args.collection == "streaming":
         with vllm_awake(trainer):
             result, cache, stream_run = collect_streaming(trainer, num_groups, cache)
+    elif getattr(args, "overlap_round_scoring", False):
+        with vllm_awake(trainer):
+            result, stream_run = collect_engine_rounds(trainer, num_groups, cache)
     else:
         label = ALLOCATOR_LABELS.get(args.allocator, args.allocator)
         with RoundProgress(trainer.state.global_step + 1, show, label) as progress, vllm_awake(trainer):
@@ -155,22 +159,9 @@ def collect_streaming(
         groups, k, getattr(gen, "max_num_seqs", None)
     )
     collector = trainer.sara_allocator.streaming(trainer.sara_stream, groups, max_in_flight)
-    tokens: dict[int, list[int]] = {}
-
-    def prompt_tokens(prompt_id: int) -> list[int]:
-        if prompt_id not in tokens:
-            ids, _, _ = trainer._tokenize_prompts([trainer._sara_row(prompt_id)["prompt"]])
-            tokens[prompt_id] = list(ids[0])
-        return tokens[prompt_id]
-
-    engine = VLLMStreamingEngine(gen.llm, colocate_sampling_params(gen), keep_logprobs=trainer._sara_returns_logprobs,
-                                 tag=f"sara-{trainer.state.global_step}-")
     result, error, run = None, None, StreamRun()
     try:
-        with profiling_context(trainer, "vLLM.stream"):
-            run = drive_streaming_engine(collector, engine, prompt_tokens,
-                                         TrainerScorer(trainer, cache, prompt_tokens),
-                                         reward_lag=args.streaming_reward_lag)
+        run = _drive_on_engine(trainer, collector, cache, "vLLM.stream")
         result = collector.finish()
     except Exception as exc:  # with several processes, fail every process at the exchange below
         if world == 1:
@@ -185,3 +176,43 @@ def collect_streaming(
     trainer.sara_allocator.total_rollouts += result.stats.rollouts_generated - local.rollouts_generated
     trainer.sara_allocator.total_tokens += result.stats.tokens_generated - local.tokens_generated
     return result, RolloutCache.concat([c for c, _ in payloads]), slowest_stream_run([r for _, r in payloads])
+
+
+def collect_engine_rounds(trainer: Any, num_groups: int, cache: RolloutCache) -> tuple[StepResult, StreamRun]:
+    """``collection="rounds"`` with ``overlap_round_scoring``: the allocator's rounds
+    (:meth:`~sara_trl.allocation.Allocator.rounds`) on the colocated vLLM engine, through the event loop streaming
+    runs. Each round's rollouts are single requests, scored in reward passes that overlap the round's slowest
+    completions; the strategy decides once the whole round is in (one process).
+
+    Returns
+    -------
+    result : StepResult
+        Exactly ``num_groups`` groups.
+    run : StreamRun
+        Engine steps, reward passes and the seconds spent scoring and waiting for scores.
+    """
+    sync_weights_once(trainer)
+    collector = trainer.sara_allocator.rounds(trainer.sara_stream, num_groups)
+    run = _drive_on_engine(trainer, collector, cache, "vLLM.rounds", round_of=collector.round_of)
+    return collector.finish(), run
+
+
+def _drive_on_engine(trainer: Any, collector: Any, cache: RolloutCache, profile: str, round_of=None) -> StreamRun:
+    """Drive ``collector`` (streaming or rounds) on this process's colocated vLLM engine to the end of the step,
+    scoring through the trainer's reward functions into ``cache``
+    (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`, ``streaming_reward_lag``)."""
+    gen = trainer.vllm_generation
+    tokens: dict[int, list[int]] = {}
+
+    def prompt_tokens(prompt_id: int) -> list[int]:
+        if prompt_id not in tokens:
+            ids, _, _ = trainer._tokenize_prompts([trainer._sara_row(prompt_id)["prompt"]])
+            tokens[prompt_id] = list(ids[0])
+        return tokens[prompt_id]
+
+    engine = VLLMStreamingEngine(gen.llm, colocate_sampling_params(gen), keep_logprobs=trainer._sara_returns_logprobs,
+                                 tag=f"sara-{trainer.state.global_step}-")
+    with profiling_context(trainer, profile):
+        return drive_streaming_engine(collector, engine, prompt_tokens,
+                                      TrainerScorer(trainer, cache, prompt_tokens, round_of=round_of),
+                                      reward_lag=trainer.args.streaming_reward_lag)

@@ -113,8 +113,17 @@ _TRAINER_OWN_FIELDS = [
         "num_processes * num_generations, which is also the most sequences TRL's colocated engine runs at once "
         "(per_device_train_batch_size * steps_per_generation); a larger value queues the extra requests in the "
         "engine.")})),
+    ("overlap_round_scoring", bool, field(default=False, metadata={"help": (
+        "collection='rounds' on the colocated vLLM engine (one process): add each round's rollouts to the engine "
+        "as single requests and score them as they finish, in reward passes that overlap the round's slowest "
+        "completions (streaming_reward_lag), instead of one generate call per round scored after it. The round "
+        "barrier stays, so every decision is the paper's (Algorithm 1) on the same outcomes; only the reward time "
+        "leaves the engine's critical path (sara/reward_wait_seconds). Not with rollout_func, tools or "
+        "environment_factory (TRL generates those trajectories), or on several processes (a round there is one "
+        "sharded generate call and one gather). False (the default): TRL's generate call per round.")})),
     ("streaming_reward_lag", int, field(default=2, metadata={"help": (
-        "collection='streaming' only: engine steps a reward pass overlaps. The completions finished in each window "
+        "collection='streaming' (and overlap_round_scoring): engine steps a reward pass overlaps. The completions "
+        "finished in each window "
         "of this many engine steps are scored in one reward pass on a background thread while the engine keeps "
         "stepping, and their labels reach the collector this many engine steps later, so the decisions do not "
         "depend on how fast the rewards are; the engine waits only for a pass that is late "
@@ -229,10 +238,30 @@ class _SaraArguments(_SaraFields):
         elif self.streaming_max_in_flight is not None:
             raise ValueError(f"streaming_max_in_flight ({self.streaming_max_in_flight}) is used only with "
                              "collection='streaming'; leave it unset.")
+        if not isinstance(self.overlap_round_scoring, bool):
+            raise ValueError(f"overlap_round_scoring ({self.overlap_round_scoring!r}) must be True or False.")
+        if self.overlap_round_scoring:
+            self._check_overlap_round_scoring(name)
         if isinstance(self.streaming_reward_lag, bool) or not isinstance(self.streaming_reward_lag, int) \
                 or self.streaming_reward_lag < 0:
             raise ValueError(f"streaming_reward_lag ({self.streaming_reward_lag!r}) must be an integer number of "
                              "engine steps >= 0 (0: blocking reward passes).")
+
+    def _check_overlap_round_scoring(self, name: str) -> None:
+        """``overlap_round_scoring=True`` drives a round's requests on the colocated engine: refuse a setup that
+        has no such engine, or no rounds to overlap."""
+        if self.collection == "streaming":
+            if getattr(self, "collection_auto", False):
+                return  # collection='auto' chose streaming, which overlaps its reward passes already
+            raise ValueError(f"{name}: overlap_round_scoring=True overlaps the reward passes of collection='rounds'; "
+                             "collection='streaming' overlaps them already (streaming_reward_lag). Leave it unset.")
+        if not (self.use_vllm and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size == 1):
+            raise ValueError(
+                f"{name}: overlap_round_scoring=True adds a round's rollouts to the colocated vLLM engine one request "
+                f"at a time and scores them as they finish; it needs use_vllm=True, vllm_mode='colocate' and "
+                f"vllm_tensor_parallel_size=1 (got use_vllm={self.use_vllm}, vllm_mode={self.vllm_mode!r}, "
+                f"vllm_tensor_parallel_size={self.vllm_tensor_parallel_size}). Leave it False with this backend."
+            )
 
     def _check_streaming(self, name: str) -> None:
         """``collection="streaming"`` drives a colocated vLLM engine request by request: refuse every setup that has

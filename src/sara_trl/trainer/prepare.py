@@ -98,6 +98,11 @@ def prepare_arguments(
     for name, value in (rounds_only or {}).items():
         if value:
             require_rounds(cls, args, name)
+    overlapped = [name for name, value in (rounds_only or {}).items() if value]
+    if overlapped and getattr(args, "overlap_round_scoring", False) and args.collection == "rounds":
+        raise ValueError(f"{cls.__name__}: overlap_round_scoring=True adds a round's rollouts to the engine as single "
+                         f"requests, while `{overlapped[0]}` has TRL generate whole trajectories in one call; leave "
+                         "overlap_round_scoring=False.")
     looped = [name for name in ("tools", "environment_factory") if (rounds_only or {}).get(name)]
     if looped and not callable(getattr(cls, "_tool_call_loop", None)):
         raise TypeError(f"{cls.__name__} trains `{looped[0]}` through TRL's tool loop (`_tool_call_loop`, TRL 1.16's "
@@ -247,6 +252,10 @@ def setup(trainer: Any) -> None:
     trainer.sara_allocator = Allocator(args.to_allocation_config())
     seed = args.seed if args.stream_seed is None else args.stream_seed
     world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
+    if getattr(args, "overlap_round_scoring", False) and args.collection == "rounds" and world > 1:
+        raise ValueError(f"{type(trainer).__name__}: overlap_round_scoring=True runs on one process ({world} here): "
+                         "on several, a round is one sharded generate call and one gather of its outcomes. Leave it "
+                         "False, or use collection='streaming', which overlaps its reward passes on every process.")
     if isinstance(trainer.train_dataset, IterableDataset):
         # Read in order through a bounded buffer by every process (sara_trl.trainer.iterable); with streaming
         # collection on several processes, each keeps its own share (positions % world == rank).

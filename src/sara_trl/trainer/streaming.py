@@ -356,12 +356,17 @@ class TrainerScorer:
         Receives the recorded rollouts.
     prompt_tokens : callable
         ``prompt_tokens(prompt_id) -> list of int`` (the ids the engine received; some decoders need them).
+    round_of : callable, optional
+        ``round_of(request id) -> int``, the round a request belongs to (rounds through the event loop,
+        :meth:`RoundCollector.round_of`); None: 0 (streaming has no rounds).
     """
 
-    def __init__(self, trainer: Any, cache: Any, prompt_tokens: Callable[[int], list[int]]):
+    def __init__(self, trainer: Any, cache: Any, prompt_tokens: Callable[[int], list[int]],
+                 round_of: Callable[[int], int] | None = None):
         from sara_trl.trainer.rollout import _capture_extra_logs, reward_score
 
         self._trainer, self._cache, self._prompt_tokens = trainer, cache, prompt_tokens
+        self._round_of = round_of
         self._capture, self._reward_score = _capture_extra_logs, reward_score
         args = trainer.args
         self._func_index = (trainer.reward_func_names.index(args.success_reward_func)
@@ -402,6 +407,6 @@ class TrainerScorer:
         cache.rewards.append(rewards[torch.as_tensor(positions)])
         cache.success.append(labels[positions])
         cache.tokens.append(np.asarray([len(batch[i].completion_ids) for i in positions], dtype=np.int64))
-        cache.round_index.extend([0] * len(positions))
+        cache.round_index.extend([0 if self._round_of is None else self._round_of(batch[i].rid) for i in positions])
         cache.add_extra_logs({name: [values[i] for i in positions] for name, values in columns.items()},
                              len(positions))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -10,11 +10,12 @@ import numpy as np
 
 from sara_trl.allocation.ledger import Ledger
 from sara_trl.allocation.refill import step_budget
+from sara_trl.allocation.types import RoundRequest
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.allocation.config import AllocationConfig
 
-__all__ = ["STOP_REASONS", "StepContext", "Strategy", "StrategyResult"]
+__all__ = ["STOP_REASONS", "Rounds", "StepContext", "Strategy", "StrategyResult"]
 
 STOP_REASONS = ("filled", "budget", "max_rounds", "stream")
 """Why a step ended: B groups committed; the budget cap (or the per-round capacity) left no room; ``max_rounds``
@@ -47,7 +48,7 @@ class StepContext:
     config : AllocationConfig
         The allocation settings (``k``, ``n0``, ``budget_cap``, ...).
     ledger : Ledger
-        The step's ledger: :meth:`Ledger.add` slots for drawn prompts, :meth:`Ledger.generate` one round,
+        The step's ledger: :meth:`Ledger.add` slots for drawn prompts, ``yield from`` :meth:`Ledger.round` one round,
         :meth:`Ledger.mark` decisions. It may already hold prompts carried in from the previous step.
     B : int
         Groups the batch needs.
@@ -86,7 +87,15 @@ class StepContext:
         return self.B - len(self.ledger.kept_order)
 
 
-class Strategy(Protocol):
-    """``strategy(ctx) -> StrategyResult``: collect until ``ctx.B`` groups are committed or a limit binds."""
+Rounds = Generator[RoundRequest, object, StrategyResult]
+"""What a strategy is once called: a generator that yields each round's :class:`RoundRequest` (through
+:meth:`Ledger.round`), is sent that round's outcomes, and returns the :class:`StrategyResult`."""
 
-    def __call__(self, ctx: StepContext) -> StrategyResult: ...
+
+class Strategy(Protocol):
+    """``strategy(ctx) -> Rounds``: collect until ``ctx.B`` groups are committed or a limit binds, one yielded
+    :class:`RoundRequest` per round. The strategy never generates anything itself, so the same code runs whether a
+    round is one ``rollout_fn`` call (:meth:`Allocator.collect`) or a batch of engine requests answered through
+    the event loop (:class:`~sara_trl.allocation.rounds.RoundCollector`)."""
+
+    def __call__(self, ctx: StepContext) -> Rounds: ...

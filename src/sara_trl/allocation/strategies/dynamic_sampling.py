@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from sara_trl.allocation.refill import fresh_to_draw, judge_full_groups
-from sara_trl.allocation.strategies.base import StepContext, StrategyResult
+from sara_trl.allocation.strategies.base import Rounds, StepContext, StrategyResult
 
 
-def collect_dynamic_sampling(ctx: StepContext) -> StrategyResult:
+def collect_dynamic_sampling(ctx: StepContext) -> Rounds:
     """Generate full groups of k for fresh prompts, round after round, committing the mixed ones.
 
     Each round draws ``ceil(need / Phi_hat)`` prompts, where ``Phi_hat = mix_rate()[0]`` is the learned share of
@@ -33,5 +33,5 @@ def collect_dynamic_sampling(ctx: StepContext) -> StrategyResult:
         if len(pids) == 0:
             return StrategyResult("stream")
         slots = ledger.add(pids)
-        ledger.generate(slots, np.full(len(slots), k, np.int64))
+        yield from ledger.round(slots, np.full(len(slots), k, np.int64))
         judge_full_groups(ledger, slots, k, ctx.resolved, keep_all=False)

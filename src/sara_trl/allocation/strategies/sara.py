@@ -12,14 +12,15 @@ from sara_trl.allocation.refill import (
     fresh_affordable,
     fresh_to_draw,
 )
-from sara_trl.allocation.strategies.base import StepContext, StrategyResult
+from sara_trl.allocation.strategies.base import Rounds, StepContext, StrategyResult
 from sara_trl.allocation.types import ABANDON
 
 __all__ = ["collect_sara"]
 
 
-def collect_sara(ctx: StepContext) -> StrategyResult:
-    """SARA's rounds until B groups are committed or a limit binds.
+def collect_sara(ctx: StepContext) -> Rounds:
+    """SARA's rounds until B groups are committed or a limit binds (a :data:`~sara_trl.allocation.strategies.Strategy`:
+    it yields each round's request and returns how the step ended).
 
     Per round: mixed prompts below the commit floor are topped up to it in one go (they are certain to be
     effective, paper Prop. 2), at most as many as still needed; unmixed prompts get ``round_increment`` more
@@ -76,7 +77,7 @@ def collect_sara(ctx: StepContext) -> StrategyResult:
         new = ledger.add(pids)
         slots = np.concatenate([c_slots, new])
         was_mixed = is_mixed(ledger.s[slots], ledger.nsc[slots])
-        ledger.generate(slots, np.concatenate([c_counts, np.full(len(new), cfg.n0, np.int64)]))
+        yield from ledger.round(slots, np.concatenate([c_counts, np.full(len(new), cfg.n0, np.int64)]))
 
         dec, p_new = ctx.decide(ledger.pid[slots], ledger.n[slots], ledger.nsc[slots], ledger.s[slots])
         ledger.p[slots] = p_new

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from sara_trl.allocation.refill import judge_full_groups
-from sara_trl.allocation.strategies.base import StepContext, StrategyResult
+from sara_trl.allocation.strategies.base import Rounds, StepContext, StrategyResult
 
 
-def collect_uniform(ctx: StepContext) -> StrategyResult:
+def collect_uniform(ctx: StepContext) -> Rounds:
     """Draw B prompts and generate k rollouts for each, in one round unless ``max_rollouts_per_round`` binds.
 
     Every group is committed, mixed or not (``effective_fraction`` reports how many were). Stops with
@@ -19,6 +19,6 @@ def collect_uniform(ctx: StepContext) -> StrategyResult:
     per_call = max(1, (cfg.max_rollouts_per_round or B * k) // k)
     for i in range(0, len(slots), per_call):
         chunk = slots[i : i + per_call]
-        ledger.generate(chunk, np.full(len(chunk), k, np.int64))
+        yield from ledger.round(chunk, np.full(len(chunk), k, np.int64))
     judge_full_groups(ledger, slots, k, ctx.resolved, keep_all=True)
     return StrategyResult("filled" if len(slots) == B else "stream")

@@ -1,0 +1,270 @@
+"""Rounds, the paper's schedule (Alg. 1), as a policy of the event-driven collection core.
+
+A strategy (:mod:`sara_trl.allocation.strategies`) is a generator: it yields each round's
+:class:`~sara_trl.allocation.types.RoundRequest` and is sent that round's outcomes. Two drivers answer it:
+
+- :func:`run_rounds`: each round is ONE ``rollout_fn`` call (:meth:`Allocator.collect`; transformers ``generate``,
+  TRL's ``vllm_generation.generate``, the simulator, the replays).
+- :class:`RoundCollector`: each round's rollouts are requests of the event loop
+  (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`, the same loop streaming collection runs). They
+  are scored as they finish, while the round's slowest completions still generate, and the strategy decides once
+  the whole round is in: the round barrier stays (paper-exact decisions), only the scoring moves off the engine's
+  critical path.
+
+Both drivers run the same strategy code on the same outcomes, so they make the same decisions; the one difference is
+which id each rollout of a round takes: prompt-major with ``rollout_fn``, finishing order with the event loop
+(:attr:`RoundOutcome.order`). Torch-free.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Generator
+
+import numpy as np
+
+from sara_trl.allocation.labels import score_spread_labels, scores_spread
+from sara_trl.allocation.streaming import Request, StreamActions
+from sara_trl.allocation.types import RolloutFn, RoundOutcome, RoundRequest, StepResult
+
+__all__ = ["RoundCollector", "run_rounds"]
+
+RoundSteps = Generator[RoundRequest, object, StepResult]
+"""One step of rounds (:meth:`Allocator.round_steps`): yields requests, is sent outcomes, returns the result."""
+
+
+def run_rounds(steps: RoundSteps, rollout_fn: RolloutFn) -> StepResult:
+    """Drive one step of rounds with ONE ``rollout_fn`` call per round.
+
+    Parameters
+    ----------
+    steps : generator
+        :meth:`Allocator.round_steps` (yields :class:`RoundRequest`, is sent outcomes, returns the result).
+    rollout_fn : RolloutFn
+        ``rollout_fn(prompt_ids (P,) int64, counts (P,) int64) -> RoundOutcome`` (prompt-major).
+
+    Returns
+    -------
+    StepResult
+
+    Raises
+    ------
+    ValueError
+        ``rollout_fn`` returned malformed outcomes (:meth:`RoundOutcome.coerce`).
+    """
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(rollout_fn(request.prompt_ids.copy(), request.counts.copy()))
+    except StopIteration as stop:
+        return stop.value
+
+
+class RoundCollector:
+    """One step of rounds behind the event interface of :class:`~sara_trl.allocation.streaming.StreamingCollector`,
+    so :func:`~sara_trl.allocation.event_loop.drive_streaming_engine` drives either schedule.
+
+    :meth:`start` submits the first round's rollouts (one request each, prompt-major, request ids counting on across
+    rounds); :meth:`complete` records a finished one; once the round's last request is in, the strategy decides the
+    whole round (paper Alg. 1, lines 6-12) and the next round's requests are returned. Nothing is aborted: a round
+    runs to its end, as in the paper. The rollouts of a round take their ids in the order they finished
+    (:attr:`RoundOutcome.order`), after the rollouts of earlier rounds (and, with ``carry_over``, the carried ones).
+
+    Parameters
+    ----------
+    steps : generator
+        :meth:`Allocator.round_steps` (not started).
+    B : int
+        Groups the batch needs (for the progress a driver shows).
+    relabel_by_score : bool
+        Dynamic sampling's ``ds_filter="score"``: once a round is in, a group whose scores spread beyond float noise
+        (:func:`~sara_trl.allocation.labels.scores_spread`) is labelled by
+        :func:`~sara_trl.allocation.labels.score_spread_labels` (as the trainer's ``rollout_fn`` labels a round);
+        :meth:`complete` then needs every completion's score.
+
+    Attributes
+    ----------
+    done : bool
+        The strategy returned (B groups committed, or a limit bound).
+    rounds : int
+        Rounds submitted.
+    """
+
+    def __init__(self, steps: RoundSteps, B: int, relabel_by_score: bool = False):
+        self._steps = steps
+        self.B = int(B)
+        self._relabel = bool(relabel_by_score)
+        self.done = False
+        self.rounds = 0
+        self._result: StepResult | None = None
+        self._started = self._finished = False
+        self._next_rid = 0
+        self._base = 0  # first request id of the current round
+        self._request: RoundRequest | None = None
+        self._success = self._tokens = self._scores = None
+        self._order: list[int] = []
+        self._recorded_before = 0  # rollouts recorded in earlier rounds
+        self._bases: list[int] = []  # first request id of each round
+
+    # ------------------------------------------------------------------------------------------------ events
+    @property
+    def in_flight(self) -> int:
+        """Requests of the current round not yet finished."""
+        return 0 if self._request is None else self._request.total - len(self._order)
+
+    @property
+    def recorded(self) -> int:
+        """Completions recorded so far (every finished request is: rounds never give one up); they take rollout
+        ids in this order, after the carried ones."""
+        return self._recorded_before + len(self._order)
+
+    @property
+    def aborting(self) -> frozenset[int]:
+        """Always empty: rounds never abort."""
+        return frozenset()
+
+    def round_of(self, rid: int) -> int:
+        """The round (1-based) request ``rid`` was submitted in.
+
+        Raises
+        ------
+        ValueError
+            ``rid`` was never submitted.
+        """
+        if not 0 <= int(rid) < self._next_rid:
+            raise ValueError(f"request {rid} was never submitted")
+        return bisect.bisect_right(self._bases, int(rid))
+
+    def start(self) -> StreamActions:
+        """The first round's requests (none if the strategy returns at once).
+
+        Raises
+        ------
+        RuntimeError
+            Called twice.
+        """
+        if self._started:
+            raise RuntimeError("RoundCollector.start() was already called")
+        self._started = True
+        return self._advance(next, self._steps)
+
+    def complete(self, rid: int, success: float, tokens: int, score: float | None = None) -> StreamActions:
+        """A request of the current round finished.
+
+        Parameters
+        ----------
+        rid : int
+            The request.
+        success : float or None
+            1.0, 0.0, or NaN / None (unscorable).
+        tokens : int
+            Its completion tokens (>= 0).
+        score : float, optional
+            Its score; required with ``relabel_by_score``.
+
+        Returns
+        -------
+        StreamActions
+            The next round's requests once this one is complete (empty otherwise, and once the step is done).
+
+        Raises
+        ------
+        ValueError
+            ``rid`` is not a request of the current round, or has already finished (no request is scored twice);
+            a success value other than 0, 1 or NaN; a negative token count; a missing score with
+            ``relabel_by_score``; or malformed outcomes (:meth:`RoundOutcome.coerce`).
+        RuntimeError
+            :meth:`start` was not called, or the step is done.
+        """
+        if not self._started or self.done:
+            raise RuntimeError("complete() needs a started step that is not done")
+        j = int(rid) - self._base
+        if not 0 <= j < self._request.total:
+            raise ValueError(f"completion for request {rid}, which is not a request of the current round "
+                             f"({self._base} .. {self._base + self._request.total - 1})")
+        if not np.isnan(self._success[j]) or self._tokens[j] >= 0:
+            raise ValueError(f"completion for request {rid}, which has already finished: a request is scored once")
+        success = np.nan if success is None else float(success)
+        if not (np.isnan(success) or success in (0.0, 1.0)):
+            raise ValueError(f"request {rid}: success must be 0, 1 or NaN (unscorable), got {success!r}")
+        if int(tokens) < 0:
+            raise ValueError(f"request {rid}: token count must be >= 0, got {tokens}")
+        if self._relabel:
+            if score is None:
+                raise ValueError(f"request {rid}: ds_filter='score' needs each completion's score")
+            self._scores[j] = float(score)
+        self._success[j], self._tokens[j] = success, int(tokens)
+        self._order.append(j)
+        if len(self._order) < self._request.total:
+            return StreamActions()
+        return self._advance(self._steps.send, self._outcome())
+
+    def aborted(self, rid: int, tokens: int) -> None:
+        """Rounds never ask for an abort.
+
+        Raises
+        ------
+        ValueError
+            Always.
+        """
+        raise ValueError(f"request {rid} was not asked to abort: rounds never abort")
+
+    def withdrawn(self, rid: int) -> None:
+        """Rounds never ask for an abort, so no request is withdrawn.
+
+        Raises
+        ------
+        ValueError
+            Always.
+        """
+        raise ValueError(f"request {rid} was not asked to abort: rounds never abort")
+
+    def finish(self) -> StepResult:
+        """The batch: exactly B groups and the step's accounting (that of :meth:`Allocator.collect`).
+
+        Raises
+        ------
+        RuntimeError
+            The step is not done, or is already finished.
+        """
+        if not self.done:
+            raise RuntimeError("finish() before the step is done")
+        if self._finished:
+            raise RuntimeError("finish() was already called")
+        self._finished = True
+        return self._result
+
+    # ------------------------------------------------------------------------------------------------ rounds
+    def _outcome(self) -> RoundOutcome:
+        """The round's outcomes in finishing order, relabelled by score spread where asked."""
+        success = self._success
+        if self._relabel:
+            counts = self._request.counts
+            spread = score_spread_labels(self._scores, counts, threshold=0.5)  # (threshold unused: spread blocks)
+            blocks = np.repeat(np.arange(len(counts)), counts)
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            keep = np.array([scores_spread(block[~np.isnan(block)])
+                             for block in np.split(self._scores, starts[1:])], bool)
+            success = np.where(keep[blocks], spread, success)
+        order = np.asarray(self._order, np.int64)
+        return RoundOutcome(success=success[order], tokens=self._tokens[order], order=order)
+
+    def _advance(self, resume, value) -> StreamActions:
+        """Resume the strategy; submit its next round, or end the step."""
+        self._recorded_before += len(self._order)
+        try:
+            request = resume(value)
+        except StopIteration as stop:
+            self._result, self._request, self.done = stop.value, None, True
+            self._order = []
+            return StreamActions()
+        total = request.total
+        self._request, self.rounds = request, self.rounds + 1
+        self._base, self._next_rid = self._next_rid, self._next_rid + total
+        self._bases.append(self._base)
+        self._success = np.full(total, np.nan)
+        self._tokens = np.full(total, -1, np.int64)
+        self._scores = np.full(total, np.nan) if self._relabel else None
+        self._order = []
+        pids = np.repeat(request.prompt_ids, request.counts).tolist()
+        return StreamActions([Request(self._base + j, int(pid)) for j, pid in enumerate(pids)])
