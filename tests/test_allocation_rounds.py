@@ -226,3 +226,26 @@ def test_overlapped_scoring_leaves_round_decisions_unchanged(lag):
     assert 0.0 <= stream_run.reward_wait_seconds <= stream_run.reward_seconds + 0.5
     if lag == 0:
         assert stream_run.reward_wait_seconds == stream_run.reward_seconds
+
+
+def test_an_empty_round_is_answered_at_once(monkeypatch):
+    """A strategy that yields a round of nothing gets an empty outcome at once (no request would ever finish)."""
+    from sara_trl.allocation.strategies import STRATEGIES, StrategyResult
+    from sara_trl.allocation.types import Fate
+
+    def empty_then_one(ctx):
+        yield from ctx.ledger.round(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        slots = ctx.ledger.add(ctx.draw(1))
+        yield from ctx.ledger.round(slots, np.array([2]))
+        ctx.ledger.mark(slots, Fate.COMMITTED)
+        return StrategyResult("filled")
+
+    monkeypatch.setitem(STRATEGIES, "empty_then_one", empty_then_one)
+    collector = Allocator(AllocationConfig(allocator="empty_then_one", k=2)).rounds(PromptStream(3), B=1)
+    first = collector.start()
+    assert [r.rid for r in first.submit] == [0, 1] and collector.rounds == 1
+    collector.complete(1, 1.0, 4)
+    collector.complete(0, 0.0, 6)
+    result = collector.finish()
+    assert result.stats.rounds == 2 and result.round_sizes == [0, 2]
+    assert result.groups[0].rollout_ids.tolist() == [0, 1] and result.groups[0].success.tolist() == [1.0, 0.0]

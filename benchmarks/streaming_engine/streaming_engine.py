@@ -2,7 +2,8 @@
 dynamic sampling with streaming collection, same prompts and seeds, side by side in one invocation.
 
     python -m benchmarks.streaming_engine.streaming_engine [--steps 3] [--groups 8] [--k 8] [--max_num_seqs 64]
-        [--max_in_flight N] [--prompts 512] [--seed 0] [--out benchmarks/streaming_engine/streaming_engine.json]
+        [--max_in_flight N] [--prompts 512] [--seed 0] [--reward_cost none|math_reward]
+        [--out benchmarks/streaming_engine/streaming_engine.json]
     python -m benchmarks.streaming_engine.streaming_engine --pool A.json B.json --out POOLED.json  # seeds, one table
 
 Each configuration runs in its own process (one after the other, never in parallel: on 2 cores a second process
@@ -18,6 +19,9 @@ policy is the same in every step and every configuration, and each worker starts
 - rounds (uniform, dynamic_sampling, sara): :meth:`sara_trl.allocation.Allocator.collect`, each round ONE
   ``LLM.generate`` call (one request per rollout, ``n=1``, as TRL's colocate path sends them) and one reward pass;
   engine calls = rounds.
+- rounds through the event loop (``*_rounds_overlap``, the trainer's ``overlap_round_scoring``): the same rounds
+  (:meth:`~sara_trl.allocation.Allocator.rounds`), each round's rollouts single requests on the engine below, scored
+  as they finish; engine calls = engine steps.
 - streaming (sara, dynamic_sampling): :func:`sara_trl.trainer.streaming.drive_streaming_engine` on
   :class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`, ``--max_in_flight`` requests kept in flight (default:
   ``--max_num_seqs``); engine calls = engine steps. Reward passes overlap ``--reward_lag`` engine steps (0:
@@ -70,6 +74,10 @@ CONFIGS = {  # name -> AllocationConfig fields (besides k)
     "sara_best_streaming": {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal",
                             "auto_loss_cap": 0.10, "carry_over": True, "auto_min_prompts": 16,
                             "continue_to_decision": True},
+    # the same rounds with the round's rollouts as single requests on the engine, scored as they finish in reward
+    # passes that overlap the round's slowest completions (the trainer's overlap_round_scoring): same decisions
+    "ds_rounds_overlap": {"allocator": "dynamic_sampling", "collection": "rounds", "engine_rounds": True},
+    "sara_rounds_overlap": {"allocator": "sara", "collection": "rounds", "engine_rounds": True},
     # beyond the paper: free engine slots filled with speculative continuations (streaming_speculate)
     "sara_streaming_speculate": {"allocator": "sara", "collection": "streaming", "streaming_speculate": True},
 }
@@ -77,6 +85,11 @@ DEFAULT_CONFIGS = ("uniform", "ds_rounds", "sara_rounds", "sara_streaming", "ds_
 
 from benchmarks.common import current_command, current_path, environment  # noqa: E402
 from benchmarks.real_task import REAL_TASK, make_real_task  # noqa: E402
+
+REWARD_COSTS = {"none": (0.0, 0.0), "math_reward": (0.0078, 0.0043)}
+"""``--reward_cost``: seconds per reward pass and per completion added to every pass (a sleep, as a verifier pool's
+wait is): none (the task's own ``numeric_reward``, microseconds), or ``math_reward``'s measured fit, 7.8 ms per call +
+4.31 ms per completion (benchmarks/reward_cost/reward_cost.json, rounded)."""
 
 TEMPERATURE = REAL_TASK.temperature
 MAX_COMPLETION_LENGTH = REAL_TASK.max_completion_length
@@ -133,12 +146,17 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
         seeded.seed = seed
         return seeded
 
-    cfg = AllocationConfig(k=cli.k, **fields)
+    engine_rounds = bool(fields.get("engine_rounds"))
+    cfg = AllocationConfig(k=cli.k, **{key: value for key, value in fields.items() if key != "engine_rounds"})
     alloc = Allocator(cfg)
     stream = PromptStream(len(data), seed=cli.seed)
 
+    per_call, per_item = REWARD_COSTS[cli.reward_cost]
+
     def labels_of(pids, completions) -> np.ndarray:
         rows = [data[int(p)] for p in pids]
+        if per_call or per_item:  # a verifier's cost (math_reward's measured fit), on top of the task's own reward
+            time.sleep(per_call + per_item * len(rows))
         rewards = numeric_reward(completions, answer=[r["answer"] for r in rows])
         return success_labels(np.array([np.nan if r is None else r for r in rewards], dtype=float), 0.5)
 
@@ -167,16 +185,25 @@ def worker(config: str, cli: argparse.Namespace) -> dict:
         calls = 0
         t0 = time.perf_counter()
         reward_seconds = reward_wait = occupancy = None
-        if collection == "rounds":
+        if collection == "rounds" and not engine_rounds:
             result = alloc.collect(rollout_fn, stream, cli.groups)
         else:
-            collector = alloc.streaming(stream, cli.groups, cli.max_in_flight or cli.max_num_seqs)
+            if engine_rounds:  # the engine sees token ids; the row each request is for is the one just tokenized
+                collector = alloc.rounds(stream, cli.groups)
+                row_of = lambda ids: last_row[0]  # noqa: E731
+            else:
+                collector = alloc.streaming(stream, cli.groups, cli.max_in_flight or cli.max_num_seqs)
+                row_of = lambda ids: index_of[tuple(ids)]  # noqa: E731
+            last_row = [None]
+
+            def tokens_of(p: int) -> list[int]:
+                last_row[0] = int(p)
+                return prompt_ids[int(p)]
+
             engine = VLLMStreamingEngine(llm, params, keep_logprobs=True, tag=f"s{step}-",
-                                         request_seed=(lambda ids: request_seed(index_of[tuple(ids)]))
-                                         if cli.paired else None)
+                                         request_seed=(lambda ids: request_seed(row_of(ids))) if cli.paired else None)
             counted = Occupancy(engine)
-            loop = drive_streaming_engine(collector, counted, lambda p: prompt_ids[int(p)], Scorer(),
-                                          reward_lag=cli.reward_lag)
+            loop = drive_streaming_engine(collector, counted, tokens_of, Scorer(), reward_lag=cli.reward_lag)
             occupancy = counted.mean
             calls = loop.engine_steps
             reward_seconds, reward_wait = loop.reward_seconds, loop.reward_wait_seconds
@@ -382,6 +409,9 @@ def settings_sentence(s: dict) -> str:
             f"{TEMPERATURE}, max {MAX_COMPLETION_LENGTH} completion tokens, streaming reward passes "
             + (f"overlapping {s['reward_lag']} engine steps" if s.get("reward_lag") else "blocking (before every next "
                "engine step)")
+            + (" (and so do the `_overlap` rounds' passes)" if s.get("reward_lag") else "")
+            + (", every reward pass charged math_reward's measured cost (7.8 ms + 4.31 ms per completion, a sleep; "
+               "benchmarks/reward_cost/reward_cost.json)" if s.get("reward_cost") == "math_reward" else "")
             + ". CPU figures: do not read them as GPU "
             "ratios. Time intervals: percentile bootstrap of the ratio of mean step times, resampling each "
             "configuration's steps on their own (its steps draw different prompts, so they are not paired; "
@@ -489,6 +519,9 @@ def main(argv: list[str] | None = None) -> dict | None:
                         help="requests the streaming collector keeps in flight (default: max_num_seqs)")
     parser.add_argument("--reward_lag", type=int, default=2,
                         help="streaming: engine steps a reward pass overlaps (0: blocking, as before this option)")
+    parser.add_argument("--reward_cost", choices=list(REWARD_COSTS), default="none",
+                        help="cost added to every reward pass: none, or math_reward's measured per-call and "
+                             "per-completion seconds (a sleep)")
     parser.add_argument("--prompts", type=int, default=512)
     parser.add_argument("--paired", action=argparse.BooleanOptionalAction, default=True,
                         help="common random numbers: the j-th completion of a prompt is the same draw in every "
@@ -530,7 +563,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     unknown = set(configs) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configurations {sorted(unknown)}; choose from {list(CONFIGS)}")
-    forwarded = [arg for flag in ("steps", "groups", "k", "max_num_seqs", "prompts", "seed", "reward_lag")
+    forwarded = [arg for flag in ("steps", "groups", "k", "max_num_seqs", "prompts", "seed", "reward_lag",
+                                  "reward_cost")
                  for arg in (f"--{flag}", str(getattr(cli, flag)))] + ([] if cli.paired else ["--no-paired"])
     if cli.max_in_flight:
         forwarded += ["--max_in_flight", str(cli.max_in_flight)]
@@ -542,6 +576,7 @@ def main(argv: list[str] | None = None) -> dict | None:
               "command": f"python -m {MODULE} " + " ".join(argv),
               "settings": {**{key: getattr(cli, key) for key in ("steps", "groups", "k", "max_num_seqs",
                                                                   "max_in_flight", "prompts", "seed", "reward_lag")},
+                           **({"reward_cost": cli.reward_cost} if cli.reward_cost != "none" else {}),
                            **({"paired": True} if cli.paired else {})},
               "task": {"families": REAL_TASK.weights, "style": REAL_TASK.style, "temperature": TEMPERATURE,
                        "max_completion_length": MAX_COMPLETION_LENGTH},

@@ -55,6 +55,7 @@ from sara_trl.allocation.prompt_stream import (
     RowSource,
     ShardStream,
 )
+from sara_trl.allocation.rounds import RoundCollector, run_rounds
 from sara_trl.allocation.rules import decide
 from sara_trl.allocation.simulate import SimulatedTask, phi, psi, u_shaped_gammas
 from sara_trl.allocation.strategies import STRATEGIES, StepContext, StrategyResult
@@ -68,6 +69,7 @@ from sara_trl.allocation.types import (
     PromptRecord,
     RolloutFn,
     RoundOutcome,
+    RoundRequest,
     StepResult,
     StepStats,
 )
@@ -78,7 +80,7 @@ __all__ = [
     "RolloutFn", "StepResult", "StepStats", "Group", "PromptRecord", "Fate", "p_eff", "decide",
     "abandon_point_uniform", "SimulatedTask", "u_shaped_gammas", "phi", "psi", "COMMIT", "ABANDON", "CONTINUE",
     "is_mixed", "success_labels", "score_spread_labels", "allocator_labels", "DS_FILTERS",
-    "STRATEGIES", "StepContext", "StrategyResult",
+    "STRATEGIES", "StepContext", "StrategyResult", "RoundRequest", "RoundCollector", "run_rounds",
     # beyond the paper
     "COLLECTIONS", "StreamingCollector", "StreamActions", "Request", "drive_streaming_engine", "Finished", "StreamRun",
     "ShardStream", "merge_step_results", "DecodeCost", "DecodeEngine", "EngineTally",

@@ -1,5 +1,11 @@
-"""The one event loop of streaming collection: drive a :class:`~sara_trl.allocation.StreamingCollector` on an engine
-that runs requests one completion at a time, with reward passes overlapping generation.
+"""The one event loop of the collection core: drive a collector of either schedule on an engine that runs requests one
+completion at a time, with reward passes overlapping generation.
+
+The collector is a :class:`~sara_trl.allocation.StreamingCollector` (streaming: decide per completion, abort once B
+groups commit) or a :class:`~sara_trl.allocation.rounds.RoundCollector` (the paper's rounds: a round's requests are
+submitted at once and the strategy decides when the last one is in; nothing is aborted). Both answer the same
+events (``start``, ``complete``, ``aborted``, ``withdrawn``) and expose ``done``, ``recorded``, ``aborting`` and
+``in_flight``.
 
 :func:`drive_streaming_engine` is shared by every driver: the trainer (``collection="streaming"`` on TRL's colocated
 vLLM engine, :mod:`sara_trl.trainer.streaming`), the benchmarks on the real engine, and the simulator
@@ -30,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from sara_trl.allocation.rounds import RoundCollector
 from sara_trl.allocation.streaming import StreamingCollector
 
 __all__ = ["Finished", "Scorer", "StreamRun", "StreamingEngine", "drive_streaming_engine"]
@@ -133,7 +140,7 @@ class _Pass:
     labels: Any
 
 
-def drive_streaming_engine(collector: StreamingCollector, engine: StreamingEngine,
+def drive_streaming_engine(collector: StreamingCollector | RoundCollector, engine: StreamingEngine,
                            prompt_tokens: Callable[[int], list[int]], scorer: Scorer, *,
                            reward_lag: int = 0) -> StreamRun:
     """Run one step's streaming collection to its end (B groups committed, or the budget or stream exhausted).
@@ -154,8 +161,8 @@ def drive_streaming_engine(collector: StreamingCollector, engine: StreamingEngin
 
     Parameters
     ----------
-    collector : StreamingCollector
-        A fresh collector (``start()`` not yet called).
+    collector : StreamingCollector or RoundCollector
+        A fresh collector (``start()`` not yet called): :meth:`Allocator.streaming` or :meth:`Allocator.rounds`.
     engine : StreamingEngine
         An engine with no request in flight.
     prompt_tokens : callable

@@ -13,6 +13,7 @@ import numpy as np
 
 from sara_trl.allocation.event_loop import Finished, drive_streaming_engine
 from sara_trl.allocation.latency import DecodeEngine
+from sara_trl.allocation.rounds import RoundCollector
 from sara_trl.allocation.streaming import StreamingCollector
 from sara_trl.allocation.types import RoundOutcome, StepResult
 
@@ -199,7 +200,7 @@ class _OutcomeScorer:
         pass
 
 
-def run_streaming_step(collector: StreamingCollector, rollout_fn, engine: DecodeEngine,
+def run_streaming_step(collector: StreamingCollector | RoundCollector, rollout_fn, engine: DecodeEngine,
                        max_tokens: int | None = None) -> StepResult:
     """Drive ``collector`` through one step on a simulated continuous-batching engine, through the same event loop
     as the trainer (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`, blocking scoring: each finish
@@ -207,8 +208,9 @@ def run_streaming_step(collector: StreamingCollector, rollout_fn, engine: Decode
 
     Parameters
     ----------
-    collector : StreamingCollector
-        A fresh collector (:meth:`StreamingCollector.start` not yet called).
+    collector : StreamingCollector or RoundCollector
+        A fresh collector (``start()`` not yet called): streaming (:meth:`Allocator.streaming`) or rounds
+        (:meth:`Allocator.rounds`, whose decisions then equal :meth:`Allocator.collect`'s on the same outcomes).
     rollout_fn : RolloutFn
         ``rollout_fn(prompt_ids, counts) -> RoundOutcome``; called with counts of 1, once per finish event for the
         requests submitted since the last one (:class:`SimulatedEngine`).
