@@ -516,9 +516,10 @@ def render(doc: dict, command: str) -> str:
         "before the next engine step. **Overlapped**: streaming scores each window of "
         f"{ms['lag']} engine steps on one background scorer and applies the labels {ms['lag']} engine steps later "
         "(`drive_streaming_engine`, `streaming_reward_lag` = 2); the engine waits only for a pass that is late, "
-        "and the step ends when the last window's labels are applied. Rounds, overlapped (hypothetical: TRL's "
-        "round call returns all completions at once): a free-running scorer scores completions as they finish "
-        "and the round waits for the last batch and any backlog. The decisions are those of the synchronous "
+        "and the step ends when the last window's labels are applied. Rounds, overlapped: a free-running scorer "
+        "scores completions as they finish and the round waits for the last batch and any backlog (the trainer's "
+        "`overlap_round_scoring` runs a round on the engine's event loop and scores it in windows of lag engine "
+        "steps instead). The decisions are those of the synchronous "
         "simulation: the lag's delay of refills and aborts (at most 2 x lag engine steps per decision) is not "
         "re-simulated; the mean scoring lag is reported below.",
         "",
@@ -667,7 +668,7 @@ def render(doc: dict, command: str) -> str:
         lines.append(md_table(header, table))
         lines += ["", "Every ratio is over DS (rounds) with blocking scoring (TRL's round path) under the same "
                       "concurrency, o and reward cost. Overlapped rounds: a free-running scorer during the round "
-                      "call (hypothetical); overlapped streaming: lag 2."]
+                      "(`overlap_round_scoring` scores in windows of lag 2 instead); overlapped streaming: lag 2."]
     # ---- scoring diagnostics
     k8 = summary[f"8|{ms['trl_max_num_seqs']['8']}"]
     lines += ["", f"## Scoring time, streaming SARA, k = 8, {ms['trl_max_num_seqs']['8']} sequences, o x2", ""]
