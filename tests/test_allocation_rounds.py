@@ -243,9 +243,98 @@ def test_an_empty_round_is_answered_at_once(monkeypatch):
     monkeypatch.setitem(STRATEGIES, "empty_then_one", empty_then_one)
     collector = Allocator(AllocationConfig(allocator="empty_then_one", k=2)).rounds(PromptStream(3), B=1)
     first = collector.start()
-    assert [r.rid for r in first.submit] == [0, 1] and collector.rounds == 1
+    assert [r.rid for r in first.submit] == [0, 1] and collector.rounds == 2  # the empty round counts, as in stats
+    assert collector.round_of(0) == collector.round_of(1) == 2
     collector.complete(1, 1.0, 4)
     collector.complete(0, 0.0, 6)
     result = collector.finish()
-    assert result.stats.rounds == 2 and result.round_sizes == [0, 2]
+    assert result.stats.rounds == 2 and result.round_sizes == [0, 2] and result.prompt_table["round"].tolist() == [2]
     assert result.groups[0].rollout_ids.tolist() == [0, 1] and result.groups[0].success.tolist() == [1.0, 0.0]
+
+
+def _drive_backwards(collector, score_of):
+    """Finish every round's requests last to first, success = score > 0.5, the score beside it."""
+    actions = collector.start()
+    while not collector.done:
+        for request in reversed(actions.submit):
+            score = score_of(request)
+            step = collector.complete(request.rid, float(score > 0.5), 5, score=score)
+        actions = step
+    return collector.finish()
+
+
+def test_ds_filter_score_labels_an_unspread_group_by_its_mean_as_rollout_fn_does():
+    """Scores 0.5 and 0.50000006 straddle the threshold but do not spread beyond float noise: the group is not mixed
+    (its mean labels it), whatever the per-completion labels say."""
+    cfg = AllocationConfig(allocator="dynamic_sampling", k=4, ds_filter="score", budget_cap=1.0)
+    scores = np.array([0.5, 0.50000006] * 2)
+    direct = Allocator(cfg).collect(lambda p, c: RoundOutcome(allocator_labels(scores, c, 0.5, "score"),
+                                                              np.full(4, 5)), PromptStream(4), B=1)
+    looped = _drive_backwards(Allocator(cfg).rounds(PromptStream(4), B=1), lambda r: float(scores[r.rid % 4]))
+    _same_step(direct, looped)
+    assert (looped.stats.committed, looped.stats.abandoned, looped.stats.stop_reason) == (0, 1, "budget")
+
+
+def test_score_and_label_must_agree_on_nan():
+    cfg = AllocationConfig(allocator="dynamic_sampling", k=2, ds_filter="score")
+    collector = Allocator(cfg).rounds(PromptStream(4), B=1)
+    collector.start()
+    with pytest.raises(ValueError, match="NaN exactly when its success label is NaN"):
+        collector.complete(0, float("nan"), 5, score=0.5)
+    with pytest.raises(ValueError, match="NaN exactly when its success label is NaN"):
+        collector.complete(0, 1.0, 5, score=float("nan"))
+    collector.complete(0, float("nan"), 5, score=float("nan"))  # unscorable both ways: fine
+
+
+def test_ids_tokens_and_labels_are_never_truncated():
+    collector = Allocator(AllocationConfig(allocator="uniform", k=2)).rounds(PromptStream(4), B=1)
+    collector.start()
+    for bad in (0.7, "0", True):
+        with pytest.raises(ValueError, match="request id must be an integer"):
+            collector.complete(bad, 1.0, 3)
+    with pytest.raises(ValueError, match="token count must be an integer"):
+        collector.complete(0, 1.0, 2.9)
+    with pytest.raises(ValueError, match="token count must be an integer"):
+        collector.complete(0, 1.0, float("nan"))
+    with pytest.raises(ValueError, match="success must be a number"):
+        collector.complete(0, "nan", 3)
+    collector.complete(np.int64(0), None, 3.0)  # numpy ids, integral floats and None (unscorable) are fine
+    collector.complete(1, 1.0, 4)
+    assert collector.finish().stats.tokens_generated == 7
+    with pytest.raises(ValueError, match="integer request positions"):
+        RoundOutcome.coerce(RoundOutcome(np.zeros(2), np.ones(2, np.int64), order=np.arange(2) + 0.5), 2)
+
+
+def test_a_failing_strategy_fails_the_step(monkeypatch):
+    from sara_trl.allocation.strategies import STRATEGIES
+
+    def one_round_then_fail(ctx):
+        slots = ctx.ledger.add(ctx.draw(1))
+        yield from ctx.ledger.round(slots, np.array([2]))
+        raise KeyError("the strategy broke")
+
+    monkeypatch.setitem(STRATEGIES, "broken", one_round_then_fail)
+    collector = Allocator(AllocationConfig(allocator="broken", k=2)).rounds(PromptStream(3), B=1)
+    collector.start()
+    collector.complete(0, 1.0, 3)
+    with pytest.raises(KeyError, match="the strategy broke"):
+        collector.complete(1, 0.0, 3)
+    assert collector.recorded == 2 and not collector.done
+    for call in (lambda: collector.complete(1, 0.0, 3), collector.finish):
+        with pytest.raises(RuntimeError, match="this step failed .KeyError"):
+            call()
+
+
+def test_rounds_takes_the_step_when_called_as_streaming_does():
+    """Allocator.rounds() starts the step at once: the carry is taken then (a collect() right after starts without
+    it), as Allocator.streaming() does."""
+    cfg = AllocationConfig(allocator="sara", k=8, carry_over=True)
+    allocator, stream = Allocator(cfg), PromptStream(300, seed=3)
+    task = SimulatedTask(u_shaped_gammas(300, seed=5), seed=11)
+    first = allocator.collect(task, stream, 6)
+    carried = allocator.carried_prompts
+    assert carried > 0 and len(first.carry_rollout_ids) > 0
+    collector = allocator.rounds(stream, 6)
+    assert allocator.carried_prompts == 0 and "carry" not in allocator.state_dict()
+    result = run_streaming_step(collector, task, DecodeEngine(32))
+    assert result.stats.carried_in == carried

@@ -22,8 +22,14 @@ def mode_reward(completions, completion_ids, mode, **kwargs):
     ]
 
 
-@pytest.mark.parametrize("carry_over", [False, True])
-def test_resume_matches_straight_run(carry_over, tmp_path, tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+BEYOND_PAPER = {"stopping_rule": "bayes_optimal", "auto_min_prompts": 4, "history_decay": 0.9, "selection": "greedy"}
+
+
+@pytest.mark.parametrize("carry_over,options", [(False, {}), (True, {}), (False, BEYOND_PAPER)],
+                         ids=["paper", "carry_over", "beyond_paper"])
+def test_resume_matches_straight_run(carry_over, options, tmp_path, tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    """With the beyond-paper options the checkpoint also holds the fitted prior, the outcome table, the prompt
+    history and the selection generator (sara_state.json is JSON: every array saved as a list)."""
     data = Dataset.from_dict(
         {"prompt": [[{"role": "user", "content": f"Question {i}?"}] for i in range(len(MODES))], "mode": MODES}
     )
@@ -31,7 +37,7 @@ def test_resume_matches_straight_run(carry_over, tmp_path, tiny_model_dir, token
     def make(output_dir):
         args = SaraConfig(**cpu_trainer_kwargs(output_dir=str(output_dir), max_steps=3, save_strategy="steps",
                                                save_steps=2, budget_cap=12.0, carry_over=carry_over,
-                                               refill_margin=2.0 if carry_over else 0.5))
+                                               refill_margin=2.0 if carry_over else 0.5, **options))
         return SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=mode_reward, args=args, train_dataset=data,
                                processing_class=tokenizer)
 
@@ -42,6 +48,9 @@ def test_resume_matches_straight_run(carry_over, tmp_path, tiny_model_dir, token
     assert saved["allocator"]["steps"] == 2 and saved["stream"]["cursor"] > 0
     # With carry_over the undecided prompts of step 2 and their completions are in the checkpoint.
     assert ("carry" in saved["allocator"]) == carry_over == (checkpoint / "sara_carry.pt").is_file()
+    if options:
+        ext = saved["allocator"]["extensions"]
+        assert ext["table"] is not None and ext["history"] is not None and ext["buffer"] is not None
 
     resumed = make(tmp_path / "resumed")
     resumed.train(resume_from_checkpoint=str(checkpoint))

@@ -2,8 +2,10 @@
 
 Each step runs one strategy (:data:`~sara_trl.allocation.strategies.STRATEGIES`: SARA, paper Alg. 1 with the
 defaults of App. D; dynamic sampling; uniform) on a fresh :class:`~sara_trl.allocation.ledger.Ledger`; every round
-is exactly ONE ``rollout_fn`` call. Between steps the allocator keeps the refill model, the cumulative totals, the
-beyond-paper extensions and, with ``carry_over``, the prompts handed to the next step.
+is exactly ONE ``rollout_fn`` call (:meth:`Allocator.collect`) or one batch of engine requests
+(:meth:`Allocator.rounds`); :meth:`Allocator.streaming` runs the streaming schedule instead. Between steps the
+allocator keeps the refill model, the cumulative totals, the beyond-paper extensions and, with ``carry_over``, the
+prompts handed to the next step.
 """
 
 from __future__ import annotations
@@ -86,14 +88,15 @@ class Allocator:
 
     # ----------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
-        """The cross-step state, as plain Python values (lists, floats, ints)."""
+        """The cross-step state, as plain Python values (dicts, lists, floats, ints, str, None): what
+        ``json.dump`` writes (the trainer's ``sara_state.json``)."""
         state = {**self.refill.state_dict(), "total_rollouts": self.total_rollouts,
                  "total_tokens": self.total_tokens, "steps": self.steps}
         if self._ext is not None:
             state["extensions"] = self._ext.state_dict()
         if self._carry is not None:
-            state["carry"] = {name: np.asarray(v).tolist() for name, v in self._carry.items()}
-        return state
+            state["carry"] = self._carry
+        return _plain(state)
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`.
@@ -248,35 +251,47 @@ class Allocator:
         """
         return run_rounds(self.round_steps(stream, B), rollout_fn)
 
-    def rounds(self, stream: PromptStream, B: int) -> RoundCollector:
+    def rounds(self, stream: PromptStream, B: int, threshold: float = 0.5) -> RoundCollector:
         """The same step as :meth:`collect`, as a collector the event loop drives
         (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`): each round's rollouts are requests on a
         continuous-batching engine, scored as they finish, and the strategy decides once the whole round is in.
+        As :meth:`streaming`, the step starts here: the carry is taken and the refill model decayed now.
+
+        Parameters
+        ----------
+        stream : PromptStream
+            Where fresh prompts come from.
+        B : int
+            Groups the batch needs.
+        threshold : float
+            ``success_threshold``: with ``ds_filter="score"``, what labels a group whose scores do not spread (as
+            :func:`~sara_trl.allocation.labels.allocator_labels` labels a round).
 
         Raises
         ------
         ValueError
-            As :meth:`collect`.
+            ``B < 1`` or ``config.collection`` is not ``"rounds"``.
         """
-        return RoundCollector(self.round_steps(stream, B), B, relabel_by_score=self.config.ds_filter == "score")
+        return RoundCollector(self.round_steps(stream, B), B, relabel_by_score=self.config.ds_filter == "score",
+                              threshold=threshold)
 
     def round_steps(self, stream: PromptStream, B: int) -> Generator[RoundRequest, object, StepResult]:
         """One step of rounds as a generator: yields each round's :class:`RoundRequest`, is sent its outcomes
         (:class:`RoundOutcome`), and returns the :class:`StepResult`. :meth:`collect` and :meth:`rounds` drive it.
+        The step starts when this is called (the carry is taken, the refill model decayed, the beyond-paper prior
+        refitted); the generator runs the strategy.
 
         Raises
         ------
         ValueError
-            ``B < 1`` or ``config.collection`` is not ``"rounds"`` (raised here, before the first round).
+            ``B < 1`` or ``config.collection`` is not ``"rounds"``.
         """
-        if not isinstance(B, (int, np.integer)) or B < 1:
+        if not isinstance(B, (int, np.integer)) or isinstance(B, bool) or B < 1:
             raise ValueError(f"B must be a positive integer number of groups, got {B!r}")
         if self.config.collection != "rounds":
             raise ValueError(f"collect() runs rounds; collection={self.config.collection!r} collects through "
                              "Allocator.streaming()")
-        return self._round_steps(stream, int(B))
-
-    def _round_steps(self, stream: PromptStream, B: int) -> Generator[RoundRequest, object, StepResult]:
+        B = int(B)
         self.refill.decay()
         ledger = Ledger(rollout_fn=None)
         if self._carry is not None:
@@ -288,8 +303,12 @@ class Allocator:
         ctx = StepContext(config=self.config, ledger=ledger, B=B, draw=lambda count: draw(count, ledger.prompt_ids()),
                           decide=self._decide, mix_rate=self.mix_rate, fresh_cost=self.fresh_cost_estimate,
                           resolved=self.refill.resolve)
+        return self._run_strategy(ctx)
+
+    def _run_strategy(self, ctx: StepContext) -> Generator[RoundRequest, object, StepResult]:
         outcome = yield from STRATEGIES[self.config.allocator](ctx)
-        result, self._carry = ledger.finish(B, outcome.stop_reason, outcome.expected_lost,
+        ledger = ctx.ledger
+        result, self._carry = ledger.finish(ctx.B, outcome.stop_reason, outcome.expected_lost,
                                             carry_over=self.config.carry_over)
         # Feed every prompt whose step is over; a carried prompt is fed once, in the step that decides it.
         fate = result.prompt_table["fate"]
@@ -297,3 +316,17 @@ class Allocator:
                               else None)
         self._account(result)
         return result
+
+
+def _plain(value):
+    """``value`` with every numpy array and scalar (and tuple) turned into plain Python lists and numbers, so that
+    ``json.dump`` writes it and ``json.load`` gives back the same values."""
+    if isinstance(value, dict):
+        return {key: _plain(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -273,6 +273,10 @@ class PredictiveBuffer:
     def load_state_dict(self, state: dict) -> None:
         data = np.asarray(state["data"], np.float64)
         anchors = np.asarray(state["anchors"], np.float64)
+        if data.size == 0:  # an empty buffer saved as JSON ([]) has lost its width
+            data = data.reshape(0, 5)
+        if anchors.size == 0:
+            anchors = anchors.reshape(0, 2)
         if data.ndim != 2 or data.shape[1] != 5 or anchors.ndim != 2 or anchors.shape[1] != 2:
             raise ValueError("predictive buffer state must hold an (N, 5) data and an (M, 2) anchors array")
         self.data = data.copy()

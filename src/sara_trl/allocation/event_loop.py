@@ -143,7 +143,9 @@ class _Pass:
 def drive_streaming_engine(collector: StreamingCollector | RoundCollector, engine: StreamingEngine,
                            prompt_tokens: Callable[[int], list[int]], scorer: Scorer, *,
                            reward_lag: int = 0) -> StreamRun:
-    """Run one step's streaming collection to its end (B groups committed, or the budget or stream exhausted).
+    """Run one step's collection to its end (B groups committed, or the budget or stream exhausted), streaming or
+    rounds (the collector decides which; with rounds nothing is ever given up, so what is said below about aborts
+    applies to streaming only).
 
     Scoring is off the engine's critical path when ``reward_lag = d >= 1``: the completions that finished in each
     window of ``d`` engine steps go to ONE reward pass on a background thread while the engine keeps stepping, and

@@ -57,12 +57,13 @@ class Ledger:
     kept_order : list of int
         Committed slots in commit order (the first B are trained).
     rounds, generated : int
-        ``rollout_fn`` calls and rollouts generated in this step.
+        Rounds (:meth:`round`, each one ``rollout_fn`` call or one batch of engine requests) and rollouts generated
+        in this step.
     round_sizes : list of int
         Rollouts requested per round.
     """
 
-    def __init__(self, rollout_fn: RolloutFn):
+    def __init__(self, rollout_fn: RolloutFn | None):
         self.rollout_fn = rollout_fn
         self.size = 0
         cap = 256
@@ -163,7 +164,8 @@ class Ledger:
         Parameters
         ----------
         slots, counts : ndarray of int64, shape (P,)
-            Slots served this round and the new rollouts each gets (>= 1).
+            Slots served this round and the new rollouts each gets (>= 1); P may be 0 (a round of nothing, answered
+            by an empty outcome).
 
         Raises
         ------

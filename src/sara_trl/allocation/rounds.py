@@ -19,11 +19,12 @@ which id each rollout of a round takes: prompt-major with ``rollout_fn``, finish
 from __future__ import annotations
 
 import bisect
+import numbers
 from collections.abc import Generator
 
 import numpy as np
 
-from sara_trl.allocation.labels import score_spread_labels, scores_spread
+from sara_trl.allocation.labels import allocator_labels
 from sara_trl.allocation.streaming import Request, StreamActions
 from sara_trl.allocation.types import RolloutFn, RoundOutcome, RoundRequest, StepResult
 
@@ -77,10 +78,12 @@ class RoundCollector:
     B : int
         Groups the batch needs (for the progress a driver shows).
     relabel_by_score : bool
-        Dynamic sampling's ``ds_filter="score"``: once a round is in, a group whose scores spread beyond float noise
-        (:func:`~sara_trl.allocation.labels.scores_spread`) is labelled by
-        :func:`~sara_trl.allocation.labels.score_spread_labels` (as the trainer's ``rollout_fn`` labels a round);
-        :meth:`complete` then needs every completion's score.
+        Dynamic sampling's ``ds_filter="score"``: once a round is in, its labels are
+        :func:`~sara_trl.allocation.labels.allocator_labels` of its scores (a group whose scores spread beyond float
+        noise is mixed; any other is labelled by its mean score against ``threshold``), exactly as the trainer's
+        ``rollout_fn`` labels a round; :meth:`complete` then needs every completion's score.
+    threshold : float
+        ``success_threshold``, read only with ``relabel_by_score``.
 
     Attributes
     ----------
@@ -90,10 +93,12 @@ class RoundCollector:
         Rounds submitted.
     """
 
-    def __init__(self, steps: RoundSteps, B: int, relabel_by_score: bool = False):
+    def __init__(self, steps: RoundSteps, B: int, relabel_by_score: bool = False, threshold: float = 0.5):
         self._steps = steps
         self.B = int(B)
         self._relabel = bool(relabel_by_score)
+        self._threshold = float(threshold)
+        self._error: BaseException | None = None
         self.done = False
         self.rounds = 0
         self._result: StepResult | None = None
@@ -123,6 +128,10 @@ class RoundCollector:
         """Always empty: rounds never abort."""
         return frozenset()
 
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"this step failed ({type(self._error).__name__}: {self._error}); start a new one")
+
     def round_of(self, rid: int) -> int:
         """The round (1-based) request ``rid`` was submitted in.
 
@@ -143,6 +152,7 @@ class RoundCollector:
         RuntimeError
             Called twice.
         """
+        self._check_usable()
         if self._started:
             raise RuntimeError("RoundCollector.start() was already called")
         self._started = True
@@ -170,30 +180,37 @@ class RoundCollector:
         Raises
         ------
         ValueError
-            ``rid`` is not a request of the current round, or has already finished (no request is scored twice);
-            a success value other than 0, 1 or NaN; a negative token count; a missing score with
-            ``relabel_by_score``; or malformed outcomes (:meth:`RoundOutcome.coerce`).
+            ``rid`` is not an integer request id of the current round, or has already finished (no request is
+            scored twice); a success value other than 0, 1, NaN or None; a token count that is not an integer >= 0;
+            with ``relabel_by_score``, a missing score, or one that is NaN where the success label is not (or the
+            reverse).
         RuntimeError
-            :meth:`start` was not called, or the step is done.
+            :meth:`start` was not called, the step is done, or it failed earlier.
+        Exception
+            Whatever the strategy raises when it decides the round; the step has then failed (every later call
+            raises ``RuntimeError``).
         """
+        self._check_usable()
         if not self._started or self.done:
             raise RuntimeError("complete() needs a started step that is not done")
-        j = int(rid) - self._base
+        rid = _integer(rid, "request id")
+        j = rid - self._base
         if not 0 <= j < self._request.total:
             raise ValueError(f"completion for request {rid}, which is not a request of the current round "
                              f"({self._base} .. {self._base + self._request.total - 1})")
-        if not np.isnan(self._success[j]) or self._tokens[j] >= 0:
+        if self._tokens[j] >= 0:
             raise ValueError(f"completion for request {rid}, which has already finished: a request is scored once")
-        success = np.nan if success is None else float(success)
-        if not (np.isnan(success) or success in (0.0, 1.0)):
-            raise ValueError(f"request {rid}: success must be 0, 1 or NaN (unscorable), got {success!r}")
-        if int(tokens) < 0:
+        success = _label(success, rid)
+        tokens = _integer(tokens, f"request {rid}: token count")
+        if tokens < 0:
             raise ValueError(f"request {rid}: token count must be >= 0, got {tokens}")
         if self._relabel:
-            if score is None:
-                raise ValueError(f"request {rid}: ds_filter='score' needs each completion's score")
-            self._scores[j] = float(score)
-        self._success[j], self._tokens[j] = success, int(tokens)
+            score = None if score is None else _real(score, f"request {rid}: score")
+            if score is None or np.isnan(score) != np.isnan(success):
+                raise ValueError(f"request {rid}: ds_filter='score' needs each completion's score (NaN exactly "
+                                 f"when its success label is NaN), got {score!r}")
+            self._scores[j] = score
+        self._success[j], self._tokens[j] = success, tokens
         self._order.append(j)
         if len(self._order) < self._request.total:
             return StreamActions()
@@ -227,6 +244,7 @@ class RoundCollector:
         RuntimeError
             The step is not done, or is already finished.
         """
+        self._check_usable()
         if not self.done:
             raise RuntimeError("finish() before the step is done")
         if self._finished:
@@ -236,30 +254,31 @@ class RoundCollector:
 
     # ------------------------------------------------------------------------------------------------ rounds
     def _outcome(self) -> RoundOutcome:
-        """The round's outcomes in finishing order, relabelled by score spread where asked."""
+        """The round's outcomes in finishing order, labelled from the scores where asked."""
         success = self._success
-        if self._relabel:
-            counts = self._request.counts
-            spread = score_spread_labels(self._scores, counts, threshold=0.5)  # (threshold unused: spread blocks)
-            blocks = np.repeat(np.arange(len(counts)), counts)
-            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-            keep = np.array([scores_spread(block[~np.isnan(block)])
-                             for block in np.split(self._scores, starts[1:])], bool)
-            success = np.where(keep[blocks], spread, success)
+        if self._relabel:  # prompt-major, as the request laid them out
+            success = allocator_labels(self._scores, self._request.counts, self._threshold, "score")
         order = np.asarray(self._order, np.int64)
         return RoundOutcome(success=success[order], tokens=self._tokens[order], order=order)
 
     def _advance(self, resume, value) -> StreamActions:
-        """Resume the strategy; submit its next round, or end the step."""
-        self._recorded_before += len(self._order)
+        """Resume the strategy; submit its next round, or end the step. A round of nothing is answered at once (no
+        request of it would ever finish); it counts as a round, as :attr:`StepStats.rounds` counts it."""
         try:
             request = resume(value)
-            while request.total == 0:  # a round of nothing is answered at once (no request would ever finish)
+            while request.total == 0:
+                self.rounds += 1
+                self._bases.append(self._next_rid)
                 request = self._steps.send(RoundOutcome(np.zeros(0), np.zeros(0, np.int64)))
         except StopIteration as stop:
+            self._recorded_before += len(self._order)
             self._result, self._request, self.done = stop.value, None, True
             self._order = []
             return StreamActions()
+        except BaseException as err:  # the strategy failed: so has the step
+            self._error = err
+            raise
+        self._recorded_before += len(self._order)
         total = request.total
         self._request, self.rounds = request, self.rounds + 1
         self._base, self._next_rid = self._next_rid, self._next_rid + total
@@ -270,3 +289,26 @@ class RoundCollector:
         self._order = []
         pids = np.repeat(request.prompt_ids, request.counts).tolist()
         return StreamActions([Request(self._base + j, int(pid)) for j, pid in enumerate(pids)])
+
+
+def _integer(value, what: str) -> int:
+    """``value`` as an int, refusing what would be truncated (2.9), a bool and a string."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+            return int(value)
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _real(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
+def _label(value, rid: int) -> float:
+    """A success label: 0.0, 1.0 or NaN (None: NaN)."""
+    label = np.nan if value is None else _real(value, f"request {rid}: success")
+    if not (np.isnan(label) or label in (0.0, 1.0)):
+        raise ValueError(f"request {rid}: success must be 0, 1 or NaN (unscorable), got {value!r}")
+    return label

@@ -69,8 +69,8 @@ class RoundOutcome:
     order : ndarray of int64, shape (R,), optional
         When the outcomes are not prompt-major: ``order[j]`` is the prompt-major position (the request) of the
         j-th outcome, a permutation of ``0 .. R-1``. The rollouts take their ids in this order, e.g. the order in
-        which an engine finished a round's requests (:class:`~sara_trl.allocation.rounds.RoundCollector`). None:
-        prompt-major (every ``rollout_fn``).
+        which an engine finished a round's requests (:class:`~sara_trl.allocation.rounds.RoundCollector`; a
+        ``rollout_fn`` may set it too). None: prompt-major.
     """
 
     success: np.ndarray
@@ -91,12 +91,14 @@ class RoundOutcome:
         Returns
         -------
         RoundOutcome
-            With float64 ``success`` and int64 ``tokens``, both of shape ``(expected,)``.
+            With float64 ``success`` and int64 ``tokens``, both of shape ``(expected,)``, and ``order`` (int64, the
+            same shape) or None.
 
         Raises
         ------
         ValueError
-            Not a pair, a wrong length, a success value other than 0, 1 or NaN, or a negative token count.
+            Not a pair, a wrong length, a success value other than 0, 1 or NaN, a negative token count, or an
+            ``order`` that is not a permutation of the round's request positions.
         """
         if not isinstance(out, RoundOutcome):
             try:
@@ -126,7 +128,10 @@ class RoundOutcome:
             raise ValueError(f"token counts must be >= 0, got {int(tokens.min())}")
         order = getattr(out, "order", None)
         if order is not None:
-            order = np.asarray(order, dtype=np.int64).reshape(-1)
+            order = np.asarray(order).reshape(-1)
+            if order.size and not np.issubdtype(order.dtype, np.integer):
+                raise ValueError(f"order must hold integer request positions, got dtype {order.dtype}")
+            order = order.astype(np.int64)
             if order.shape != (expected,) or not np.array_equal(np.sort(order), np.arange(expected)):
                 raise ValueError(f"order must be a permutation of the round's {expected} request positions")
         return cls(success, tokens, order)

@@ -22,7 +22,7 @@ from sara_trl.allocation import StepResult
 from sara_trl.trainer.engine import sync_weights_once, vllm_awake
 from sara_trl.trainer.metrics import collection_warning
 from sara_trl.trainer.progress import ALLOCATOR_LABELS, RoundProgress
-from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn, score_source, trainer_scores
+from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn, score_source, success_rule, trainer_scores
 from sara_trl.trainer.streaming import (
     StreamRun,
     TrainerScorer,
@@ -192,7 +192,8 @@ def collect_engine_rounds(trainer: Any, num_groups: int, cache: RolloutCache) ->
         Engine steps, reward passes and the seconds spent scoring and waiting for scores.
     """
     sync_weights_once(trainer)
-    collector = trainer.sara_allocator.rounds(trainer.sara_stream, num_groups)
+    collector = trainer.sara_allocator.rounds(trainer.sara_stream, num_groups,
+                                              threshold=success_rule(trainer).threshold)
     run = _drive_on_engine(trainer, collector, cache, "vLLM.rounds", round_of=collector.round_of)
     return collector.finish(), run
 
