@@ -29,7 +29,8 @@ trained batch ``observed``, whether each row's prompt carries the observation. W
 round), with the same error files as ``--fail-rank``. sara_rollout_func, as sara with a ``rollout_func`` that
 samples with the trainer's model through transformers' ``generate`` (its own chat templating, ``env_mask`` marking
 the last completion token as not the model's); it records each round's ``local`` share itself (TRL's tokenization
-does not run).
+does not run). sara_tools, as sara with ``tools=[lookup]`` (Qwen3's tool chat template; TRL's tool loop runs every
+round).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ EXTRA_RUNS = {  # named explicitly in --runs: a map-style run in source order an
     "sara_iterable": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6, shuffle_dataset=False),
     "sara_env": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
     "sara_rollout_func": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
+    "sara_tools": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
 }
 FAIL_MESSAGE = "reward function exploded on purpose on process {rank}"
 ENV_FAIL_MESSAGE = "environment reset exploded on purpose on process {rank}"
@@ -154,6 +156,15 @@ def env_reward(completion_ids, environments, mode, **kwargs):
     assert [env.mode for env in environments] == list(mode), "a rollout met another row's environment"
     return [1.0 if env.mode == "always" else 0.0 if env.mode == "never" else float(ids[0] % 2 == 0)
             for ids, env in zip(completion_ids, environments)]
+
+
+def lookup(key: int) -> str:
+    """Look a key up.
+
+    Args:
+        key: The key.
+    """
+    return f"value {key}"
 
 
 def make_rollout_func(record: dict):
@@ -254,10 +265,13 @@ def train(name: str, model_dir: str, out: Path, fail_rank: int | None, fail_env_
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     record = {"rounds": [], "batches": []}
     reward_funcs, extra = make_reward(fail_rank), {}
-    if name.endswith("_env"):
+    if name.endswith(("_env", "_tools")):
         from sara_trl.utils import use_tool_chat_template
 
         use_tool_chat_template(tokenizer)
+    if name.endswith("_tools"):
+        extra = {"tools": [lookup]}
+    elif name.endswith("_env"):
         ModeEnv.resets, ModeEnv.fail_rank, ModeEnv.fail_after = [], fail_env_rank, fail_env_after
         reward_funcs, extra = env_reward, {"environment_factory": ModeEnv}
     elif name.endswith("_rollout_func"):

@@ -10,8 +10,10 @@ Two layers:
   than processes, errors on one or several ranks.
 - Launched (``@pytest.mark.multiprocess``): ``accelerate launch`` with ``examples/accelerate_configs/multi_cpu.yaml``
   starts 2 CPU processes (gloo) running ``tests/_mp_train.py``: SaraGRPOTrainer on the tiny random Llama, 2 steps
-  per allocator (plus SaraRLOOTrainer with SARA); each process writes what it decided, generated, trained and logged,
-  and the test compares them. A time limit kills the launch (whole process group) and fails the test rather than
+  per allocator (plus SaraRLOOTrainer with SARA, and SARA with ``environment_factory``, ``rollout_func`` and
+  ``tools=``); each process writes what it decided, generated, trained and logged (with environments, every reset it
+  made), and the test compares them. A reward function or an environment's ``reset`` raising on one process must fail
+  both. A time limit kills the launch (whole process group) and fails the test rather than
   waiting.
 """
 
@@ -450,11 +452,12 @@ ENV_FAIL_MESSAGE = "environment reset exploded on purpose on process 1"
 
 @pytest.fixture(scope="module")
 def two_process_custom_runs(tiny_model_dir, tmp_path_factory):
-    """One launch, 2 processes: sara_env (``environment_factory``) and sara_rollout_func (a ``rollout_func``
-    sampling with the trainer's model), 2 steps each (see tests/_mp_train.py); per rank the recorded JSON."""
+    """One launch, 2 processes: sara_env (``environment_factory``), sara_rollout_func (a ``rollout_func`` sampling
+    with the trainer's model) and sara_tools (``tools=``), 2 steps each (see tests/_mp_train.py); per rank the
+    recorded JSON."""
     out = tmp_path_factory.mktemp("mp_custom")
-    rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(out), "--runs", "sara_env,sara_rollout_func"],
-                        timeout_s=300)
+    rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(out), "--runs",
+                         "sara_env,sara_rollout_func,sara_tools"], timeout_s=300)
     assert rc == 0, output[-6000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)], "the launcher did not start 2 processes"
@@ -479,10 +482,12 @@ def test_two_processes_environment_lockstep(two_process_custom_runs):
 
 
 @pytest.mark.multiprocess
-def test_two_processes_rollout_func_lockstep(two_process_custom_runs):
-    """A ``rollout_func`` (its own templating, transformers' ``generate`` on each process's own share) on 2
-    processes: the same lock-step rounds and identical decisions as TRL's generation path."""
-    rank0, rank1 = (r["runs"]["sara_rollout_func"] for r in two_process_custom_runs)
+@pytest.mark.parametrize("run", ["sara_rollout_func", "sara_tools"])
+def test_two_processes_rollout_func_and_tools_lockstep(run, two_process_custom_runs):
+    """A ``rollout_func`` (its own templating, transformers' ``generate`` on each process's own share), and
+    ``tools=`` (TRL's tool loop in every round), on 2 processes: the same lock-step rounds and identical decisions as
+    TRL's plain generation path."""
+    rank0, rank1 = (r["runs"][run] for r in two_process_custom_runs)
     assert_lockstep(rank0, rank1)
 
 
