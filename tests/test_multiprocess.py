@@ -10,8 +10,10 @@ Two layers:
   than processes, errors on one or several ranks.
 - Launched (``@pytest.mark.multiprocess``): ``accelerate launch`` with ``examples/accelerate_configs/multi_cpu.yaml``
   starts 2 CPU processes (gloo) running ``tests/_mp_train.py``: SaraGRPOTrainer on the tiny random Llama, 2 steps
-  per allocator (plus SaraRLOOTrainer with SARA); each process writes what it decided, generated, trained and logged,
-  and the test compares them. A time limit kills the launch (whole process group) and fails the test rather than
+  per allocator (plus SaraRLOOTrainer with SARA, and SARA with ``environment_factory``, ``rollout_func`` and
+  ``tools=``); each process writes what it decided, generated, trained and logged (with environments, every reset it
+  made), and the test compares them. A reward function or an environment's ``reset`` raising on one process must fail
+  both. A time limit kills the launch (whole process group) and fails the test rather than
   waiting.
 """
 
@@ -341,13 +343,11 @@ def group_view(batch: dict) -> list:
     return [(g["prompt_id"], g["rollout_ids"], g["success"], g["is_fill"]) for g in batch["groups"]]
 
 
-@pytest.mark.multiprocess
-@pytest.mark.parametrize("run", ["uniform", "dynamic_sampling", "sara", "sara_small", "rloo_sara"])
-def test_two_processes_lockstep(run, two_process_runs):
-    rank0, rank1 = (r["runs"][run] for r in two_process_runs)
+def assert_lockstep(rank0: dict, rank1: dict, uniform: bool = False) -> None:
+    """The two processes' records of one run (tests/_mp_train.py): same rounds and requests, each process its
+    contiguous share of every round, identical decisions, accounting and logged ``sara/*`` metrics, and the trained
+    rows split in TRL's group order with group-relative advantages over both processes' rows."""
     k, rows_total = rank0["num_generations"], rank0["generation_batch_size"]
-    assert rows_total == 2 * {"sara_small": 3}.get(run, 6)
-
     # Same rounds, same requests on both processes; each generated its contiguous ceil(total/2) >= 1 share.
     assert [(r["prompt_ids"], r["counts"]) for r in rank0["rounds"]] == [
         (r["prompt_ids"], r["counts"]) for r in rank1["rounds"]
@@ -382,10 +382,18 @@ def test_two_processes_lockstep(run, two_process_runs):
             assert adv.sum() == pytest.approx(0.0, abs=1e-5)
             assert np.array_equal(np.sign(np.round(adv, 6)), np.sign(success - success.mean()))
         assert b0["stats"]["rollouts_trained"] == rows_total
-    if run == "uniform":
+    if uniform:
         assert [len(b["round_sizes"]) for b in rank0["batches"]] == [1, 1]
     else:  # SARA and dynamic sampling train only mixed groups
         assert all(0 < np.mean(g["success"]) < 1 for b in rank0["batches"] for g in b["groups"])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("run", ["uniform", "dynamic_sampling", "sara", "sara_small", "rloo_sara"])
+def test_two_processes_lockstep(run, two_process_runs):
+    rank0, rank1 = (r["runs"][run] for r in two_process_runs)
+    assert rank0["generation_batch_size"] == 2 * {"sara_small": 3}.get(run, 6)
+    assert_lockstep(rank0, rank1, uniform=run == "uniform")
 
 
 @pytest.mark.multiprocess
@@ -436,3 +444,65 @@ def test_two_processes_iterable_dataset_lockstep_like_map_style(tiny_model_dir, 
             assert group_view(b_it) == group_view(b_map) and b_it["records"] == b_map["records"]
             assert b_it["rows"] == b_map["rows"]
             np.testing.assert_allclose(b_it["advantages"], b_map["advantages"], rtol=0, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------- environments, rollout_func
+ENV_FAIL_MESSAGE = "environment reset exploded on purpose on process 1"
+
+
+@pytest.fixture(scope="module")
+def two_process_custom_runs(tiny_model_dir, tmp_path_factory):
+    """One launch, 2 processes: sara_env (``environment_factory``), sara_rollout_func (a ``rollout_func`` sampling
+    with the trainer's model) and sara_tools (``tools=``), 2 steps each (see tests/_mp_train.py); per rank the
+    recorded JSON."""
+    out = tmp_path_factory.mktemp("mp_custom")
+    rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(out), "--runs",
+                         "sara_env,sara_rollout_func,sara_tools"], timeout_s=300)
+    assert rc == 0, output[-6000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)], "the launcher did not start 2 processes"
+    return ranks
+
+
+@pytest.mark.multiprocess
+def test_two_processes_environment_lockstep(two_process_custom_runs):
+    """``environment_factory`` on 2 processes: identical rounds, decisions and sara/* metrics on both; each process
+    resets exactly its own share of every round's rows (one instance per row, in its order: the padding copy of an
+    uneven round included), ``sara/env_resets`` counts the resets of both, and every trained prompt (the replay's,
+    rebuilt without resetting) carries the observation."""
+    rank0, rank1 = (r["runs"]["sara_env"] for r in two_process_custom_runs)
+    assert_lockstep(rank0, rank1)
+    for rank in (rank0, rank1):
+        assert rank["env_resets"] == [q for r in rank["rounds"] for q in r["local"]]
+        assert all(all(b["observed"]) for b in rank["batches"])
+    assert len(rank0["env_resets"]) == len(rank1["env_resets"]) > 0
+    for step, log in enumerate(rank0["logs"], start=1):
+        shares = [len(r["local"]) for r in rank0["rounds"] if r["step"] == step]
+        assert log["sara/env_resets"] == 2 * sum(shares) >= log["sara/rollouts_generated"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("run", ["sara_rollout_func", "sara_tools"])
+def test_two_processes_rollout_func_and_tools_lockstep(run, two_process_custom_runs):
+    """A ``rollout_func`` (its own templating, transformers' ``generate`` on each process's own share), and
+    ``tools=`` (TRL's tool loop in every round), on 2 processes: the same lock-step rounds and identical decisions as
+    TRL's plain generation path."""
+    rank0, rank1 = (r["runs"][run] for r in two_process_custom_runs)
+    assert_lockstep(rank0, rank1)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("fail_after, round_number", [(0, 1), (6, 2)])
+def test_two_processes_environment_error_fails_both(fail_after, round_number, tiny_model_dir, tmp_path):
+    """``environment.reset`` raises on process 1 only, in the first round (no reset made yet) or in the second (after
+    its 6 resets of round 1, whose 12 rollouts are split 6 + 6): both processes exit non-zero within the time limit,
+    process 1 with the original error, process 0 with a RuntimeError naming process 1, the round and the message,
+    as for a raising reward function."""
+    rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(tmp_path), "--runs", "sara_env",
+                         "--fail-env-rank", "1", "--fail-env-after", str(fail_after)], timeout_s=240)
+    assert rc != 0 and ENV_FAIL_MESSAGE in output
+    errors = [json.loads((tmp_path / f"rank{r}_error.json").read_text()) for r in range(2)]
+    assert errors[1] == {"type": "ValueError", "message": ENV_FAIL_MESSAGE}
+    assert errors[0] == {"type": "RuntimeError", "message": f"SARA round {round_number} (generation and rewards) "
+                                                             f"failed on process 1: ValueError: {ENV_FAIL_MESSAGE}"}
+    assert not any((tmp_path / f"rank{r}.json").exists() for r in range(2))
