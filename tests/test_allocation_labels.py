@@ -20,6 +20,7 @@ from sara_trl.allocation import (
 )
 from sara_trl.allocation.labels import score_tolerance
 from sara_trl.allocation.ledger import Ledger
+from sara_trl.allocation.rounds import run_rounds
 
 NAN = float("nan")
 EPS32 = 2.0**-23  # float32 machine epsilon
@@ -114,9 +115,10 @@ def test_fate_codes_and_labels():
 
 
 def test_ledger_mark_is_the_one_way_to_decide():
-    ledger = Ledger(lambda p, c: RoundOutcome(np.zeros(int(c.sum())), np.ones(int(c.sum()), np.int64)))
+    ledger = Ledger()
     slots = ledger.add(np.array([7, 8, 9, 10]))
-    ledger.generate(slots, np.full(4, 2, np.int64))
+    run_rounds(ledger.round(slots, np.full(4, 2, np.int64)),
+               lambda p, c: RoundOutcome(np.zeros(int(c.sum())), np.ones(int(c.sum()), np.int64)))
     ledger.mark(slots, np.array([Fate.COMMITTED, Fate.ACTIVE, Fate.ABANDONED, Fate.COMMITTED], np.int8))
     assert ledger.kept_order == [0, 3]
     assert ledger.active().tolist() == [1]
@@ -133,9 +135,9 @@ def test_ledger_counts_effective_groups_of_the_batch_from_scored_successes():
     # Per slot: [1, 0] mixed; [1, NaN] one scored rollout, saturated; [NaN, 0] saturated; [NaN, NaN] nothing
     # scored; [1, 1] saturated; [0, 1] mixed but committed beyond B (surplus, not in the batch).
     outcomes = np.array([1, 0, 1, NAN, NAN, 0, NAN, NAN, 1, 1, 0, 1])
-    ledger = Ledger(lambda p, c: RoundOutcome(outcomes, np.ones(12, np.int64)))
+    ledger = Ledger()
     slots = ledger.add(np.arange(6))
-    ledger.generate(slots, np.full(6, 2, np.int64))
+    run_rounds(ledger.round(slots, np.full(6, 2, np.int64)), lambda p, c: RoundOutcome(outcomes, np.ones(12, np.int64)))
     ledger.mark(slots, Fate.COMMITTED)
     result, _ = ledger.finish(B=5, stop_reason="filled", expected_lost=0.0)
     assert [g.effective for g in result.groups] == [True, False, False, False, False]

@@ -23,6 +23,7 @@ from sara_trl.allocation.refill import (
     step_budget,
     steps_to_decision,
 )
+from sara_trl.allocation.rounds import run_rounds
 from sara_trl.allocation.types import ABANDON, COMMIT, CONTINUE, Fate, RoundOutcome
 
 
@@ -126,9 +127,9 @@ def test_judge_full_groups_dynamic_sampling_and_uniform():
         return RoundOutcome(success=outcomes[: int(counts.sum())], tokens=np.ones(int(counts.sum()), np.int64))
 
     for keep_all, fates in ((False, [Fate.COMMITTED, Fate.ABANDONED]), (True, [Fate.COMMITTED, Fate.COMMITTED])):
-        ledger = Ledger(rollout_fn)
+        ledger = Ledger()
         slots = ledger.add(np.array([10, 11]))
-        ledger.generate(slots, np.array([4, 4]))
+        run_rounds(ledger.round(slots, np.array([4, 4])), rollout_fn)
         fed = []
         mixed = judge_full_groups(ledger, slots, 4, lambda *a: fed.append([x.tolist() for x in a]),
                                   keep_all=keep_all)

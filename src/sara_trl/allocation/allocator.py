@@ -293,7 +293,7 @@ class Allocator:
                              "Allocator.streaming()")
         B = int(B)
         self.refill.decay()
-        ledger = Ledger(rollout_fn=None)
+        ledger = Ledger()
         if self._carry is not None:
             ledger.seed(self._carry)
             self._carry = None

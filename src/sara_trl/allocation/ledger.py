@@ -14,7 +14,6 @@ from sara_trl.allocation.labels import is_mixed
 from sara_trl.allocation.types import (
     Fate,
     Group,
-    RolloutFn,
     RoundOutcome,
     RoundRequest,
     StepResult,
@@ -33,11 +32,8 @@ _SLOT_ARRAYS = ("pid", "n", "nsc", "s", "status", "p", "round_decided", "n_befor
 class Ledger:
     """Bookkeeping of one step: one slot per prompt in the step, one entry per rollout.
 
-    Parameters
-    ----------
-    rollout_fn : RolloutFn or None
-        Called once per round by :meth:`generate` (None where the rounds are answered through :meth:`round`, or
-        rollouts arrive one by one through :meth:`record`).
+    Rounds are answered through :meth:`round` (one ``rollout_fn`` call, :func:`~sara_trl.allocation.rounds.run_rounds`,
+    or one batch of engine requests); streaming records rollouts one by one through :meth:`record`.
 
     Attributes
     ----------
@@ -63,8 +59,7 @@ class Ledger:
         Rollouts requested per round.
     """
 
-    def __init__(self, rollout_fn: RolloutFn | None):
-        self.rollout_fn = rollout_fn
+    def __init__(self):
         self.size = 0
         cap = 256
         self.pid = np.zeros(cap, np.int64)
@@ -190,22 +185,6 @@ class Ledger:
         self.rounds += 1
         self.round_sizes.append(total)
         self.generated += total
-
-    def generate(self, slots: np.ndarray, counts: np.ndarray) -> None:
-        """:meth:`round` answered by ONE ``rollout_fn`` call (the ledger's own).
-
-        Raises
-        ------
-        ValueError
-            ``rollout_fn`` returned malformed outcomes (:meth:`RoundOutcome.coerce`).
-        """
-        rounds = self.round(slots, counts)
-        request = next(rounds)
-        try:
-            rounds.send(self.rollout_fn(request.prompt_ids, request.counts))
-        except StopIteration:
-            return
-        raise RuntimeError("Ledger.round asked for a second round")  # pragma: no cover - one yield by construction
 
     def record(self, slot: int, success: float, tokens: int) -> None:
         """One finished rollout of ``slot``, outside any round (streaming collection): the counts grow by one.

@@ -176,7 +176,7 @@ class StreamingCollector:
         self._fresh_cost = fresh_cost or prior.fresh_cost
         self._resolved = resolved
         self._on_finish = on_finish
-        self.ledger = Ledger(rollout_fn=None)
+        self.ledger = Ledger()
         self.budget = step_budget(cfg, self.B)
         self.submitted = 0
         self.aborted_rollouts = 0
