@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sara_trl.allocation import ALLOCATORS, STRATEGIES, AllocationConfig, Allocator, PromptStream, SimulatedTask
-from sara_trl.allocation.config import PAPER_TAU_LOW, ROUND_TO_DECISION, STOPPING_RULES
+from sara_trl.allocation.config import PAPER_TAU_LOW, ROUND_TO_DECISION, STOPPING_RULES, AllocationConfigError
 from sara_trl.allocation.simulate import u_shaped_gammas
 
 
@@ -25,7 +25,8 @@ def _new(**kwargs) -> AllocationConfig:
 def test_new_fields_and_their_defaults():
     cfg = _new()
     assert (cfg.stopping_rule, cfg.tau_low, cfg.continue_to_decision, cfg.round_increment) == (
-        "threshold", PAPER_TAU_LOW, False, 1)
+        "threshold", PAPER_TAU_LOW, None, 1)
+    assert (cfg.to_decision, cfg.refill_margin, cfg.margin) == (False, None, 0.5)  # rounds: the paper's increments
     assert STOPPING_RULES == ("threshold", "bayes_optimal")
     meta = {f.name: f.metadata for f in dataclasses.fields(AllocationConfig)}
     assert meta["stopping_rule"]["choices"] == ["threshold", "bayes_optimal"] and meta["stopping_rule"]["help"]
@@ -69,7 +70,7 @@ def test_both_old_spellings_at_once_give_two_warnings():
     (dict(round_increment="fast"), r"round_increment='fast' must be an integer >= 1"),
     (dict(continue_to_decision=True, round_increment=2), r"round_increment \(2\) is not used with "
                                                           r"continue_to_decision=True"),
-    (dict(continue_to_decision="yes"), r"continue_to_decision='yes' must be True or False"),
+    (dict(continue_to_decision="yes"), r"continue_to_decision='yes' must be True, False or None"),
     (dict(cost_unit="tokens"), r"cost_unit='tokens' needs stopping_rule='bayes_optimal'"),
     (dict(allocator="uniform", stopping_rule="bayes_optimal"), r"stopping_rule='bayes_optimal' is a SARA stopping "
                                                                r"rule; allocator='uniform'"),
@@ -141,3 +142,24 @@ def test_a_config_saved_with_the_old_spellings_still_loads():
     fresh = Allocator(_new(k=4, stopping_rule="bayes_optimal", continue_to_decision=True))
     fresh.load_state_dict(state)
     assert fresh.diagnostics() == pytest.approx(alloc.diagnostics(), nan_ok=True)
+
+
+@pytest.mark.parametrize("kwargs, to_decision, margin", [
+    (dict(), False, 0.5),  # rounds: one rollout per round (paper Alg. 1), half a standard deviation of margin
+    (dict(collection="streaming"), True, 2.0),  # streaming: no serial wait per continuation, a wider reserve
+    (dict(collection="streaming", round_increment=2), False, 2.0),  # an explicit increment is kept
+    (dict(collection="streaming", continue_to_decision=False, refill_margin=0.5), False, 0.5),  # explicit values win
+    (dict(continue_to_decision=True, refill_margin=0.0), True, 0.0),
+    (dict(allocator="dynamic_sampling", collection="streaming"), True, 2.0),
+])
+def test_collection_defaults_resolve(kwargs, to_decision, margin):
+    cfg = AllocationConfig(**kwargs)
+    assert (cfg.to_decision, cfg.margin) == (to_decision, margin)
+    assert isinstance(cfg.margin, float)
+
+
+@pytest.mark.parametrize("value", [True, -0.1, float("nan"), "2"])
+def test_refill_margin_rejects_non_numbers(value):
+    with pytest.raises(AllocationConfigError, match=r"refill_margin=.* must be None \(the collection's default\) or a "
+                                                     r"finite number >= 0"):
+        AllocationConfig(refill_margin=value)

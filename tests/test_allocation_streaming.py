@@ -200,13 +200,16 @@ def test_wide_engine_keeps_budget_for_top_ups():
     """k=4, B=16, 256 requests in flight (a wide engine): fresh probes must leave the budget the undecided prompts
     are expected to need, or mixed groups cannot be topped up and steps end unfilled. Over 40 seeded steps of the
     U-shaped pool, streaming fills as often as rounds do (within 3 steps; it left 28 of 40 unfilled, against 18 for
-    rounds, before the reserve)."""
+    rounds, before the reserve), with the rounds' margin and increments. Streaming's own defaults (margin 2.0,
+    continue_to_decision) spend the budget on fresh probes sooner and leave more of these budget-bound steps
+    unfilled: a known cost of the defaults (docs/collection-modes.md, "Streaming defaults")."""
     gammas = u_shaped_gammas(4000, seed=0)
 
-    def unfilled(collection: str) -> int:
+    def unfilled(collection: str, **options) -> int:
+        options = options or {"refill_margin": 0.5, "continue_to_decision": False}
         count = 0
         for step in range(40):
-            alloc = Allocator(AllocationConfig(k=4, collection=collection))
+            alloc = Allocator(AllocationConfig(k=4, collection=collection, **options))
             task, stream = SimulatedTask(gammas, seed=step), PromptStream(len(gammas), seed=step)
             if collection == "rounds":
                 res = alloc.collect(task, stream, 16)
@@ -218,6 +221,24 @@ def test_wide_engine_keeps_budget_for_top_ups():
 
     rounds, streaming = unfilled("rounds"), unfilled("streaming")
     assert rounds > 0 and streaming <= rounds + 3
+    defaults = unfilled("streaming", refill_margin=None, continue_to_decision=None)
+    assert (rounds, streaming, defaults) == (18, 21, 28)  # of 40 seeded steps, as docs/collection-modes.md says
+
+
+def test_streaming_default_continues_to_the_next_abandon_point():
+    """The default streaming collector (continue_to_decision=None -> True) gives an unmixed prompt whose requests
+    are all in every rollout up to its next abandon point at once: k=4, n0=2, tau_low=0.1, a prompt with 2 of 2
+    successes is abandoned at n_a = k - floor(tau_low (k + 1)) = 4 unanimous outcomes, so it gets 2 more requests,
+    not 1."""
+    cfg = AllocationConfig(k=4, n0=2, tau_low=0.1, collection="streaming", refill_margin=0.0)
+    coll = StreamingCollector(cfg, 2, PromptStream(100, seed=0).take, max_in_flight=8)
+    sub = coll.start().submit
+    a, b = sub[0].prompt_id, sub[2].prompt_id
+    coll.complete(sub[2].rid, 1.0, 7)
+    coll.complete(sub[0].rid, 1.0, 5)
+    assert [r.prompt_id for r in coll.complete(sub[1].rid, 0.0, 6).submit] == [a, a]  # a mixed: top-up to 4
+    after_b = coll.complete(sub[3].rid, 1.0, 8)
+    assert [r.prompt_id for r in after_b.submit] == [b, b] and after_b.abort == []
 
 
 def test_budget_cap_stops_a_hopeless_step():
@@ -303,7 +324,8 @@ def test_unmixed_prompts_are_held_once_mixed_ones_fill_the_batch(B):
     flight is aborted (surplus), nothing more is submitted for it and no fresh prompt is drawn, and b ends the step
     undecided with its one recorded rollout. With B=2 the batch still needs b: nothing is aborted and b's second
     completion (unmixed, above the abandon threshold) gets its next rollout."""
-    cfg = AllocationConfig(k=4, n0=2, tau_low=0.1, collection="streaming", refill_margin=0.0)
+    cfg = AllocationConfig(k=4, n0=2, tau_low=0.1, collection="streaming", refill_margin=0.0,
+                           continue_to_decision=False)
     coll = StreamingCollector(cfg, B, PromptStream(100, seed=0).take, max_in_flight=8)
     sub = coll.start().submit
     a, b = sub[0].prompt_id, sub[2].prompt_id
@@ -464,7 +486,8 @@ def test_streaming_score_filter_through_the_event_loop_equals_labels_on_binary_s
 
 # ------------------------------------------------------------------------------------------------ streaming_speculate
 def _started(speculate: bool, in_flight: int = 16):
-    cfg = AllocationConfig(k=4, collection="streaming", streaming_speculate=speculate)  # n0 = 2, commit floor 4
+    cfg = AllocationConfig(k=4, collection="streaming", streaming_speculate=speculate, refill_margin=0.5,
+                           continue_to_decision=False)  # n0 = 2, commit floor 4
     collector = Allocator(cfg).streaming(PromptStream(100, seed=0), 1, in_flight)
     return collector, collector.start()
 

@@ -194,7 +194,7 @@ def test_preview_rejects_what_the_real_config_rejects_with_the_same_message(caps
     """The same command line through the preview (config named by a string) and through the real class."""
     for flags in (["--n0", "9"], ["--num_generations", "1"], ["--tau_low", "1.5"], ["--allocator", "foo"],
                   ["--stopping_rule", "bayes_optimal", "--tau_low", "0.3"],
-                  ["--continue_to_decision", "--round_increment", "2"], ["--tau_low", "auto"]):
+                  ["--continue_to_decision", "True", "--round_increment", "2"], ["--tau_low", "auto"]):
         errors = []
         for config in ("sara_trl:SaraConfig", SaraConfig):
             errors.append(_fail(capsys, config, [*CPU, *flags], prog="x"))
@@ -242,13 +242,15 @@ def test_one_spelling_of_the_stopping_rule_and_of_continue_to_decision(capsys):
     core's old values are no flag values."""
     from sara_trl.cli import parse_args
 
-    flags = [*CPU, "--report_to", "none", "--stopping_rule", "bayes_optimal", "--continue_to_decision"]
+    flags = [*CPU, "--report_to", "none", "--stopping_rule", "bayes_optimal", "--continue_to_decision", "True"]
     for config in ("sara_trl:SaraConfig", SaraConfig):
         (args,) = parse_args(config, flags, prog="x")
         assert (args.stopping_rule, args.tau_low, args.continue_to_decision, args.round_increment) == (
             "bayes_optimal", 0.45, True, 1)
         cfg = args.to_allocation_config()
         assert (cfg.stopping_rule, cfg.continue_to_decision) == ("bayes_optimal", True)
+        (args,) = parse_args(config, [*CPU, "--report_to", "none", "--continue_to_decision", "False"], prog="x")
+        assert args.continue_to_decision is False and args.to_allocation_config().to_decision is False
     err = _fail(capsys, "sara_trl:SaraConfig", [*CPU, "--stopping_rule", "auto"], prog="x")
     assert "argument --stopping_rule/--stopping-rule: invalid choice: 'auto'" in err
     err = _fail(capsys, "sara_trl:SaraConfig", [*CPU, "--round_increment", "to_decision"], prog="x")

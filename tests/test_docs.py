@@ -154,23 +154,32 @@ def test_readme_headline_table_is_what_the_script_computes():
     assert headline.FIGURE == ROOT / "benchmarks" / "headline" / "plots" / "headline.png" and headline.FIGURE.is_file()
 
 
+DEFAULTS_STREAMING_TIME = "0.82 [0.69, 0.96]"  # streaming_engine_defaults_pooled.md, sara_default_streaming
+
+
 def test_headline_cells_are_intervals_over_seeds():
     from benchmarks.headline import headline
 
     rt = headline.real_training()
     iv, note = rt["SARA-auto"]["tokens"]
     assert iv.n == 5 and note == "0.61 without seed 3"  # DS's seed 3 carries part of the saving
-    iv, note = headline.engine()["generation_seconds"]  # SARA streaming over DS in rounds, one ratio per seed
-    assert iv.n == 5 and headline.fmt2(iv) == "0.82 [0.67, 0.97]"  # over the 5 seeds, not over steps
-    assert note == "0.86 without seed 2"  # seed 2's DS-in-rounds steps were slow
     engine_dir = ROOT / "benchmarks" / "streaming_engine"
-    first3, _ = headline.engine(files=headline.ENGINE_SEEDS[:3])["generation_seconds"]
+    assert [p.name for p in headline.ENGINE_SEEDS] == [f"streaming_engine_defaults_seed{s}.json" for s in range(5)]
+    iv, note = headline.engine()["generation_seconds"]  # streaming's defaults over DS in rounds, one ratio per seed
+    assert iv.n == 5 and headline.fmt2(iv) == DEFAULTS_STREAMING_TIME  # over the 5 seeds, not over steps
+    assert note == "0.79 without seed 1"
+    # the study before streaming's defaults (the rounds' increments and margin in streaming)
+    paired = tuple(engine_dir / f"streaming_engine_paired_seed{s}.json" for s in range(5))
+    iv, note = headline.engine(files=paired, config="sara_streaming")["generation_seconds"]
+    assert iv.n == 5 and headline.fmt2(iv) == "0.82 [0.67, 0.97]"
+    assert note == "0.86 without seed 2"  # seed 2's DS-in-rounds steps were slow
+    first3, _ = headline.engine(files=paired[:3], config="sara_streaming")["generation_seconds"]
     assert first3.n == 3 and headline.fmt2(first3) == "0.83 [0.48, 1.17]"  # seeds 0-2, as first reported
     unpaired, _ = headline.engine(files=tuple(engine_dir / f"streaming_engine_overlap_seed{s}.json"
-                                              for s in range(3)))["generation_seconds"]
+                                              for s in range(3)), config="sara_streaming")["generation_seconds"]
     assert headline.fmt2(unpaired) == "0.94 [0.22, 1.66]"  # the earlier, unpaired 3-step runs
-    old, note = headline.engine(files=(engine_dir / "streaming_engine.json",
-                                       engine_dir / "streaming_engine_seed1.json"))["generation_seconds"]
+    blocking = (engine_dir / "streaming_engine.json", engine_dir / "streaming_engine_seed1.json")
+    old, note = headline.engine(files=blocking, config="sara_streaming")["generation_seconds"]
     assert old.n == 2 and headline.fmt2(old) == "0.77 [0.47, 1.07]" and note == ""  # blocking scoring, 10 steps
 
 

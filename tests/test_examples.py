@@ -155,6 +155,9 @@ def test_quickstart_lines_name_streaming_collection():
     text = " ".join(quickstart.legend("sara", 8, 4, 2, 0.45, False, streaming=True).split())
     assert "streaming = no rounds: each completion is scored and decided as it finishes" in text
     assert "then one more once its completions are in" in text and "per round" not in text
+    text = " ".join(quickstart.legend("sara", 8, 4, 2, 0.45, False, streaming=True, to_decision=True).split())
+    assert ("n0 = 2 completions, then, once its completions are in and while unanimous, all the completions up to "
+            "the count at which it would be abandoned if they stayed unanimous, at once; committed") in text
     assert "rounds = batched generation calls" in " ".join(quickstart.legend("sara", 8, 4, 2, 0.45, False).split())
     sara = dict(steps=2, rollouts=150, tokens=1500, rounds=0, collect_seconds=15.0, collection="streaming")
     ds = dict(sara, rollouts=200, tokens=2000, rounds=4, collect_seconds=20.0, collection="rounds")

@@ -176,9 +176,15 @@ def test_the_new_fields_parse_from_the_command_line():
     parser = HfArgumentParser(SaraConfig)
     argv = ["--output_dir", "o", "--use_cpu", "--bf16", "False", "--report_to", "none", "--num_generations", "4",
             "--per_device_train_batch_size", "8"]
-    (args,) = parser.parse_args_into_dataclasses(argv + ["--stopping_rule", "bayes_optimal", "--continue_to_decision"])
+    (args,) = parser.parse_args_into_dataclasses(argv + ["--stopping_rule", "bayes_optimal", "--continue_to_decision",
+                                                         "True"])
     assert (args.stopping_rule, args.continue_to_decision, args.tau_low, args.round_increment) == (
         "bayes_optimal", True, 0.45, 1)
+    # None (the collection's default) unless given, like TRL's own Optional[bool] fields (bf16): a value is required
+    (args,) = parser.parse_args_into_dataclasses(argv + ["--continue_to_decision", "False", "--refill_margin", "0.5"])
+    assert (args.continue_to_decision, args.refill_margin) == (False, 0.5)
+    (args,) = parser.parse_args_into_dataclasses(argv)
+    assert (args.continue_to_decision, args.refill_margin) == (None, None)
     help_text = parser.format_help()
     assert "--stopping_rule {threshold,bayes_optimal}" in help_text and "--continue_to_decision" in help_text
     for old in (["--tau_low", "auto"], ["--round_increment", "to_decision"]):  # one spelling on the command line

@@ -12,11 +12,12 @@ Every cell is a ratio to dynamic sampling (DS) on the same seed: mean and 95% St
   :func:`benchmarks.real_training.real_training_report.seed_ratios` (timing ratios only for seeds whose DS run was
   timed on the same kind of machine). Where leaving one seed out moves a mean by 0.03 or more, the cell says so
   (leave-one-seed-out);
-- the vLLM-CPU engine (``benchmarks/streaming_engine/streaming_engine_paired_seed{0,1,2}.json``, one invocation per
+- the vLLM-CPU engine (``benchmarks/streaming_engine/streaming_engine_defaults_seed*.json``, one invocation per
   seed, configurations paired by common random numbers; pooled report
-  ``benchmarks/streaming_engine/streaming_engine_paired_pooled.md``): per seed, the mean over its steps of generation
-  seconds, requests submitted (aborted ones included) and tokens of SARA in streaming (its default collection; paper
-  rule, and the best beyond-paper setting), divided by DS in rounds (DS's default) on the same seed;
+  ``benchmarks/streaming_engine/streaming_engine_defaults_pooled.md``): per seed, the mean over its steps of
+  generation seconds, requests submitted (aborted ones included) and tokens of SARA in streaming with streaming's
+  defaults (its default collection; paper rule, and the best beyond-paper setting), divided by DS in rounds (DS's
+  default) on the same seed;
 - the replay of the real-training task's outcomes at the paper's batch size
   (``benchmarks/real_replay/real_replay.json``, cell k=8, B=64): the ratio intervals over seeds that run saved.
   (The simulated pools, without time, are in docs/benchmarks.md.)
@@ -39,8 +40,9 @@ from benchmarks.real_training.real_training_report import load_runs, seed_ratios
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 REAL_RUNS = BENCH / "real_training" / "runs"
-ENGINE_SEEDS = tuple(BENCH / "streaming_engine" / f"streaming_engine_paired_seed{seed}.json" for seed in range(5))
-ENGINE_REPORT = "[streaming_engine_paired_pooled.md](benchmarks/streaming_engine/streaming_engine_paired_pooled.md)"
+ENGINE_SEEDS = tuple(sorted((BENCH / "streaming_engine").glob("streaming_engine_defaults_seed*.json")))
+ENGINE_REPORT = ("[streaming_engine_defaults_pooled.md]"
+                 "(benchmarks/streaming_engine/streaming_engine_defaults_pooled.md)")
 FIGURE = Path(__file__).resolve().parent / "plots" / "headline.png"
 KEYS = ("rollouts", "tokens", "generation_seconds")
 LOSO_SHOWN = 0.03  # a leave-one-seed-out mean this far from the full one is printed beside the figure
@@ -84,7 +86,7 @@ def with_loso(by_seed: dict) -> tuple[Interval, str]:
     return full, (f"{left[worst]:.2f} without seed {worst}" if abs(left[worst] - full.mean) >= LOSO_SHOWN else "")
 
 
-def engine(files=ENGINE_SEEDS, config: str = "sara_streaming", reference: str = "ds_rounds") -> dict:
+def engine(files=ENGINE_SEEDS, config: str = "sara_default_streaming", reference: str = "ds_rounds") -> dict:
     """``{key: (Interval, leave-one-seed-out note)}``: per seed file, ``config``'s mean per step over
     ``reference``'s on the same seed."""
     fields = {"rollouts": "rollouts", "tokens": "tokens", "generation_seconds": "seconds"}
@@ -124,7 +126,7 @@ def table() -> str:
         iv, note = pair
         return fmt2(iv) + suffix + (f" ({note})" if note else "")
 
-    eng, best = engine(), engine(config="sara_best_streaming")
+    eng, best = engine(), engine(config="sara_best_default_streaming")
     steps = len(json.loads(ENGINE_SEEDS[0].read_text())["runs"][0]["steps"])
     replay = saved_ratios(BENCH / "real_replay" / "real_replay.json", ("cells", "k=8,B=64"), "SARA (paper)")
     rows = [
@@ -133,12 +135,13 @@ def table() -> str:
          *(rt_cell("SARA-auto", key) for key in KEYS), "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
         ["same runs, paper SARA (defaults)", n_of("SARA"), *(rt_cell("SARA", key) for key in KEYS),
          "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
-        ["**SARA's default collection** (`collection=\"auto\"`: streaming with overlapped reward scoring, paper "
-         f"rule) vs DS in rounds on the same engine and task, {steps} steps per seed, no training, configurations "
+        ["**SARA's default collection** (`collection=\"auto\"`: streaming with overlapped reward scoring and "
+         f"streaming's defaults, paper rule) vs DS in rounds on the same engine and task, {steps} steps per seed, "
+         "no training, configurations "
          "paired by common random numbers", eng["rollouts"][0].n, cell(eng["rollouts"], " requests"),
          cell(eng["tokens"]), cell(eng["generation_seconds"]), ENGINE_REPORT],
         ["same runs, streaming SARA beyond the paper (`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.1, "
-         "carry_over=True, continue_to_decision=True`)", best["rollouts"][0].n, cell(best["rollouts"], " requests"),
+         "carry_over=True`)", best["rollouts"][0].n, cell(best["rollouts"], " requests"),
          cell(best["tokens"]), cell(best["generation_seconds"]), ENGINE_REPORT],
         ["**Replay** of that task's real outcomes at the paper's batch size, B = 64, k = 8, paper SARA",
          replay["rollouts"].n, fmt2(replay["rollouts"]), fmt2(replay["tokens"]), "not modelled",

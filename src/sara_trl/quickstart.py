@@ -368,9 +368,10 @@ class AllocationReport:
 
 
 def legend(allocator: str, k: int, num_groups: int, n0: int, tau_low: float | None, carry_over: bool,
-           streaming: bool = False) -> str:
+           streaming: bool = False, to_decision: bool = False) -> str:
     """What each count of a step line means, for ``allocator`` (printed once, after the first step line);
-    ``tau_low=None`` for ``stopping_rule="bayes_optimal"``; ``streaming`` for ``collection="streaming"``."""
+    ``tau_low=None`` for ``stopping_rule="bayes_optimal"``; ``streaming`` for ``collection="streaming"``;
+    ``to_decision`` for ``continue_to_decision`` as resolved (``AllocationConfig.to_decision``)."""
     rule = ("at the Bayes-optimal boundary (stopping_rule = bayes_optimal)" if tau_low is None
             else f"once p_eff fell below tau_low = {tau_low}")
     left = ("carried into the next step with their rollouts (--carry_over True)" if carry_over
@@ -383,9 +384,14 @@ def legend(allocator: str, k: int, num_groups: int, n0: int, tau_low: float | No
         more = "per round"
         committed = (f"the first B = {num_groups} are trained, the rest are surplus (committed in the same round, not "
                      "needed)")
+    if to_decision:  # continue_to_decision: the rest up to the next abandon point in one piece
+        more = (f"then, {more} and while unanimous, all the completions up to the count at which it would be "
+                "abandoned if they stayed unanimous, at once")
+    else:
+        more = f"then one more {more} while unanimous"
     if allocator == "sara":
-        prompts = (f"prompts drawn: fresh prompts, each probed with n0 = {n0} completions, then one more {more} "
-                   "while unanimous; committed: prompts whose group turned out mixed (right and wrong answers), "
+        prompts = (f"prompts drawn: fresh prompts, each probed with n0 = {n0} completions, {more}; committed: "
+                   "prompts whose group turned out mixed (right and wrong answers), "
                    f"completed to k = {k}: {committed}; abandoned: unanimous prompts dropped {rule}; undecided: "
                    "still being sampled when the batch filled (unanimous so far, or mixed but not yet completed to k)")
     elif allocator == "dynamic_sampling":
@@ -679,8 +685,9 @@ def main(argv: list[str] | None = None) -> dict:
     k, num_groups = training_args.num_generations, training_args.num_groups
     tau_low = None if training_args.stopping_rule == "bayes_optimal" else training_args.tau_low
     streaming = training_args.collection == "streaming"
+    to_decision = training_args.to_allocation_config().to_decision
     report = AllocationReport(label, legend(training_args.allocator, k, num_groups, training_args.n0, tau_low,
-                                            training_args.carry_over, streaming), streaming=streaming)
+                                            training_args.carry_over, streaming, to_decision), streaming=streaming)
     trainer = SaraGRPOTrainer(
         model=model, reward_funcs=reward, args=training_args, train_dataset=train_dataset,
         callbacks=[report.callback()],

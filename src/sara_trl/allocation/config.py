@@ -75,6 +75,12 @@ COLLECTIONS = ("rounds", "streaming")
 PAPER_TAU_LOW = 0.45
 """The paper's abandon threshold (App. D); also the rule ``stopping_rule="bayes_optimal"`` runs during its burn-in."""
 
+ROUNDS_REFILL_MARGIN = 0.5
+"""``refill_margin=None`` in rounds: half a standard deviation of commits more per round (docs/allocation.md)."""
+STREAMING_REFILL_MARGIN = 2.0
+"""``refill_margin=None`` in streaming: two standard deviations, chosen by the GPU projection and the replayed CPU
+engine (benchmarks/streaming_projection/STREAMING_PROJECTION.md, section "Streaming defaults")."""
+
 ROUND_TO_DECISION = "to_decision"
 """Deprecated (removed in sara_trl 0.3): the old ``round_increment`` value for ``continue_to_decision=True``."""
 _REMOVED_IN = "sara_trl 0.3"
@@ -208,22 +214,27 @@ class AllocationConfig:
     round_increment: int = field(default=1, metadata=_help(
         """Rollouts added per round to a continuing, still-unmixed prompt (paper: 1), >= 1; larger values trade a
         few extra rollouts for fewer rounds. Not used with continue_to_decision (leave it at 1)."""))
-    continue_to_decision: bool = field(default=False, metadata=_help(
-        """Beyond the paper, instead of round_increment: in one round, an unmixed prompt gets all the rollouts up
-        to the point where the rule would abandon it if its run stayed unanimous (n_a = k - floor(tau_low (k + 1))
-        in all for the paper's rule). With commit_min = k every prompt then costs exactly what it costs one at a
-        time and a step needs fewer rounds, but a step costs more rollouts, because larger rounds leave more prompts
-        drawn beyond the need when the batch fills, unless carry_over keeps them (measured: docs/allocation.md)."""))
+    continue_to_decision: Optional[bool] = field(default=None, metadata=_help(
+        """Beyond the paper, instead of round_increment: an unmixed prompt gets at once all the rollouts up to the
+        point where the rule would abandon it if its run stayed unanimous (n_a = k - floor(tau_low (k + 1)) in all
+        for the paper's rule). With commit_min = k every prompt then costs exactly what it costs one at a time, and a
+        step needs fewer rounds (fewer serial waits in streaming), but a round step costs more rollouts, because
+        larger rounds leave more prompts drawn beyond the need when the batch fills, unless carry_over keeps them
+        (measured: docs/allocation.md). None (the default): True with collection='streaming' (unless round_increment
+        is set), where each continuation would otherwise be one more serial wait on a completion; False with
+        'rounds' (the paper's one rollout per round). Resolved value: AllocationConfig.to_decision."""))
     max_rollouts_per_round: Optional[int] = field(default=None, metadata=_help(
         """Capacity of one batched generation call, in rollouts (>= k); when it binds, continuing prompts are
         served in decreasing p_eff order and fresh prompts only with what is left. None means no cap."""))
     yield_decay: float = field(default=0.5, metadata=_help(
         """Per-step decay in [0, 1] of the refill model (learned mix rates and cost per fresh prompt) used to size
         refills: 0 keeps only the current step, values near 1 keep a long memory."""))
-    refill_margin: float = field(default=0.5, metadata=_help(
-        """Extra fresh prompts drawn per round, in standard deviations of the number of commits the round can
+    refill_margin: Optional[float] = field(default=None, metadata=_help(
+        """Extra fresh prompts drawn, in standard deviations of the number of commits the undecided prompts can
         expect (>= 0): 0 draws for the expected need only (fewest rollouts, most rounds); larger values trade a few
-        more rollouts for fewer rounds (measured: docs/allocation.md)."""))
+        more rollouts for fewer rounds, or in streaming for a shorter tail of a few groups finishing alone on an idle
+        engine. None (the default): 0.5 with collection='rounds' (measured: docs/allocation.md), 2.0 with
+        'streaming' (measured: docs/collection-modes.md). Resolved value: AllocationConfig.margin."""))
     carry_over: bool = field(default=False, metadata=_help(
         """SARA only. Prompts still undecided when a step's B-th group commits, and groups committed beyond B, keep
         their rollouts and continue in the next step (first in line) instead of being dropped, so a finite batch
@@ -341,8 +352,9 @@ class AllocationConfig:
                 or self.round_increment < 1:
             _fail(f"round_increment={self.round_increment!r} must be an integer >= 1 (for all the rollouts up to the "
                   "next abandon point set continue_to_decision=True)")
-        if not isinstance(self.continue_to_decision, bool):
-            _fail(f"continue_to_decision={self.continue_to_decision!r} must be True or False")
+        if self.continue_to_decision is not None and not isinstance(self.continue_to_decision, bool):
+            _fail(f"continue_to_decision={self.continue_to_decision!r} must be True, False or None (the collection's "
+                  "default)")
         if self.continue_to_decision and self.round_increment != 1:
             _fail(f"round_increment ({self.round_increment}) is not used with continue_to_decision=True (an unmixed "
                   "prompt then gets all its rollouts up to the next abandon point in one round): leave it at 1")
@@ -354,9 +366,11 @@ class AllocationConfig:
                   "that one full group fits in a round", "k")
         if not (isinstance(self.yield_decay, (int, float)) and 0.0 <= self.yield_decay <= 1.0):
             _fail(f"yield_decay={self.yield_decay!r} must lie in [0, 1]")
-        if not (isinstance(self.refill_margin, (int, float)) and math.isfinite(self.refill_margin)
-                and self.refill_margin >= 0):
-            _fail(f"refill_margin={self.refill_margin!r} must be a finite number >= 0 (standard deviations)")
+        if self.refill_margin is not None and not (
+                isinstance(self.refill_margin, (int, float)) and not isinstance(self.refill_margin, bool)
+                and math.isfinite(self.refill_margin) and self.refill_margin >= 0):
+            _fail(f"refill_margin={self.refill_margin!r} must be None (the collection's default) or a finite number "
+                  ">= 0 (standard deviations)")
         if not isinstance(self.carry_over, bool):
             _fail(f"carry_over={self.carry_over!r} must be True or False")
         if self.carry_over and self.allocator != "sara":
@@ -408,6 +422,22 @@ class AllocationConfig:
     def commit_floor(self) -> int:
         """``commit_min`` with None resolved to k."""
         return self.k if self.commit_min is None else self.commit_min
+
+    @property
+    def to_decision(self) -> bool:
+        """``continue_to_decision`` with None resolved: True in streaming unless ``round_increment`` is set
+        (!= 1), False in rounds."""
+        if self.continue_to_decision is not None:
+            return self.continue_to_decision
+        return self.collection == "streaming" and self.round_increment == 1
+
+    @property
+    def margin(self) -> float:
+        """``refill_margin`` with None resolved: :data:`STREAMING_REFILL_MARGIN` (2.0) in streaming,
+        :data:`ROUNDS_REFILL_MARGIN` (0.5) in rounds."""
+        if self.refill_margin is not None:
+            return float(self.refill_margin)
+        return STREAMING_REFILL_MARGIN if self.collection == "streaming" else ROUNDS_REFILL_MARGIN
 
 
 # Options each allocator never reads (beyond the ones whose non-default values it rejects). SARA reads them all.

@@ -141,7 +141,7 @@ def continuation(config: AllocationConfig, decide: Decide, pids: np.ndarray, n: 
         Rollouts, in ``[1, k - n]`` for prompts below k.
     """
     n = np.asarray(n, np.int64)
-    if config.continue_to_decision:
+    if config.to_decision:
         return steps_to_decision(decide, config.k, np.asarray(pids, np.int64), n, np.asarray(n_scored, np.int64),
                                  np.asarray(s, np.int64))
     return np.minimum(config.round_increment, config.k - n)
@@ -182,7 +182,7 @@ class RefillModel:
         self.cost_num = 0.0
         self.cost_den = 0.0
         # every count from n0 on when the increment runs to the next decision point (it varies per prompt)
-        inc = 1 if cfg.continue_to_decision else cfg.round_increment
+        inc = 1 if cfg.to_decision else cfg.round_increment
         self.checkpoints = np.unique(np.minimum(np.r_[0, np.arange(cfg.n0, k + inc, inc)], k))
 
     def mix_rate(self) -> np.ndarray:

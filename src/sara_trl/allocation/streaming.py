@@ -89,7 +89,8 @@ class StreamingCollector:
         ``allocator`` must be ``"sara"`` or ``"dynamic_sampling"``. Used: ``k``, ``n0``, ``tau_low``,
         ``commit_min``, the prior, ``budget_cap``, ``round_increment`` (rollouts submitted at once to a continuing
         unmixed prompt whose requests have all finished), ``continue_to_decision`` (instead: up to its next abandon
-        point) and ``refill_margin``. ``max_rounds`` and ``max_rollouts_per_round`` do not apply (no rounds).
+        point) and ``refill_margin``, the last two as streaming resolves them (``config.to_decision``, True, and
+        ``config.margin``, 2.0, unless set). ``max_rounds`` and ``max_rollouts_per_round`` do not apply (no rounds).
     B : int
         Groups the batch needs (>= 1).
     draw : callable
@@ -495,7 +496,7 @@ class StreamingCollector:
         if not self._queue and free > 0 and not covered:
             need = self.B - self.committed
             expected, var = self._expected_commits(need)
-            wanted = fresh_to_draw(need, expected, var, float(self._mix_rate()[0]), cfg.refill_margin)
+            wanted = fresh_to_draw(need, expected, var, float(self._mix_rate()[0]), cfg.margin)
             per_prompt = cfg.n0 if self._sara else cfg.k
             # Fresh prompts only as many as the budget left after the undecided prompts' expected remaining cost
             # can see through (rounds reserve the mixed prompts' top-ups the same way).

@@ -59,7 +59,7 @@ def collect_sara(ctx: StepContext) -> Rounds:
             serve[~mixed] = True
         rate = ctx.mix_rate()
         expected, var = expected_commits(n_mixed, need, rate[n[serve & ~mixed]])
-        fresh_wanted = fresh_to_draw(need, expected, var, float(rate[0]), cfg.refill_margin)
+        fresh_wanted = fresh_to_draw(need, expected, var, float(rate[0]), cfg.margin)
         # Budget and capacity: keep a prefix of the priority order, then fresh prompts with what is left; fresh
         # prompts only as many as the budget left after the pending top-ups can see through.
         left = budget - ledger.generated
