@@ -211,7 +211,10 @@ def test_streaming_small_batch_quick_run(tmp_path):
     assert ssb.wait_steps(call, call_cost(call, 2), 2) == 2.5  # the 3 waits for a slot, starts at step 2, ends at 5
     doc = ssb.main(["--quick", "--out", str(tmp_path)])
     cell = doc["cells"]["B=8"]
-    assert cell["widths"] == {"SARA streaming, Bk in flight": 64, "SARA streaming, 256 in flight": 256}
+    assert cell["widths"] == {"SARA streaming, Bk in flight": 64, "SARA streaming, 256 in flight": 256,
+                              "SARA streaming defaults, Bk in flight": 64,
+                              "SARA best setting with margin 0.5, Bk in flight": 64,
+                              "SARA best setting with streaming defaults, Bk in flight": 64}
     summary = cell["summary"]
     assert summary[ssb.REFERENCE]["rollouts_ratio"][:3] == [1.0, 1.0, 1.0]  # round SARA against itself
     assert summary[ssb.TIME_REFERENCE]["seconds_vs_ds"][:3] == [1.0, 1.0, 1.0]
@@ -220,13 +223,14 @@ def test_streaming_small_batch_quick_run(tmp_path):
         assert s["rollouts"][0] == pytest.approx((s["rollouts_first_step"][0] + s["rollouts_later_steps"][0]) / 2)
         assert s["steps"] == 4 and s["filled"] == 4
         assert 0.0 < s["wait_seconds"][0] < s["seconds"][0]
-        if "streaming" in label:
+        if label in cell["widths"]:  # a streaming configuration
             assert s["calls"][0] == 1.0  # one continuous engine per step
             assert s["completed_ratio"][0] < s["rollouts_ratio"][0]  # aborted partial requests count as generated
         else:
             assert s["completed_ratio"] == s["rollouts_ratio"]  # a round call runs every request to its end
     md = (tmp_path / "STREAMING_SMALL_BATCH.md").read_text()
-    assert "## B = 8 (streaming widths: Bk in flight = 64, 256 in flight = 256)" in md
+    assert ("## B = 8 (streaming widths: Bk in flight = 64, 256 in flight = 256, Bk in flight = 64, Bk in flight = 64, "
+            "Bk in flight = 64)") in md
 
 
 def test_streaming_engine_ratios_over_seeds():
