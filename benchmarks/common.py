@@ -124,6 +124,11 @@ def environment() -> dict:
 
 
 #: Each script's module since every study has its own folder, by the path it had before (``benchmarks/<old>.py``).
+EARLIER_STREAMING = {"continue_to_decision": False, "refill_margin": 0.5}
+"""AllocationConfig fields that pin a streaming configuration to the values streaming ran with before its own
+defaults (2026-12-03): the rounds' one rollout per continuation and refill margin 0.5, so that the commands of
+results measured then regenerate them (docs/collection-modes.md, "Streaming defaults")."""
+
 _MODULES = {
     "run": "simulated.run", "train_runs": "train_runs.train_runs", "beyond_paper": "beyond_paper.beyond_paper",
     "quickstart_mix": "quickstart_task.quickstart_mix", "make_replay_bank": "quickstart_task.make_replay_bank",

@@ -35,7 +35,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from benchmarks import replay, sim  # noqa: E402
-from benchmarks.common import current_path, environment, environment_lines, fmt_ci, md_table  # noqa: E402
+from benchmarks.common import EARLIER_STREAMING, current_path, environment, environment_lines, fmt_ci, md_table  # noqa: E402
 from benchmarks.real_task import REAL_TASK, RealTask, mixture_rows  # noqa: E402
 from benchmarks.simulated.suite import DS_BUDGET_CAP, summarize  # noqa: E402
 from sara_trl.allocation import AllocationConfig  # noqa: E402
@@ -49,7 +49,6 @@ REFERENCE = "DS"
 _AUTO = {"allocator": "sara", "stopping_rule": "bayes_optimal"}
 _TUNED = {**_AUTO, "history_decay": 0.97, "selection": "greedy", "n0": 1, "selection_floor": 0.05,
           "selection_pool": 8.0}
-_OLD_STREAMING = {"continue_to_decision": False, "refill_margin": 0.5}
 ALLOCATORS: dict[str, dict] = {
     "uniform": {"allocator": "uniform"},
     "DS": {"allocator": "dynamic_sampling", "budget_cap": DS_BUDGET_CAP},
@@ -66,10 +65,10 @@ ALLOCATORS: dict[str, dict] = {
     # streaming rows pinned to the values they ran with (the rounds' increments and margin), before streaming's own
     # defaults (continue_to_decision, refill_margin 2.0; docs/collection-modes.md "Streaming defaults")
     "DS (streaming)": {"allocator": "dynamic_sampling", "budget_cap": DS_BUDGET_CAP, "collection": "streaming",
-                       **_OLD_STREAMING},
-    "SARA (streaming)": {"allocator": "sara", "collection": "streaming", **_OLD_STREAMING},
+                       **EARLIER_STREAMING},
+    "SARA (streaming)": {"allocator": "sara", "collection": "streaming", **EARLIER_STREAMING},
     "auto + loss cap 0.10 (streaming)": {**_AUTO, "auto_loss_cap": 0.10, "collection": "streaming",
-                                         **_OLD_STREAMING},
+                                         **EARLIER_STREAMING},
 }
 HISTORY = ("auto + history 0.9 + Thompson", "auto + history 0.97 + greedy, n0=1 + carry_over")
 

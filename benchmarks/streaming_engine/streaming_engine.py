@@ -50,30 +50,33 @@ ROOT = Path(__file__).resolve().parents[2]
 #: this script as a module, as its workers are started (``python -m`` from the repository root)
 MODULE = "benchmarks.streaming_engine.streaming_engine"
 
+from benchmarks.common import EARLIER_STREAMING, current_command, current_path, environment  # noqa: E402
+from benchmarks.real_task import REAL_TASK, make_real_task  # noqa: E402
+
 # The streaming configurations measured before 2026-12-03 ran the streaming collector with the rounds' increments and
-# margin (continue_to_decision False unless set, refill_margin 0.5); they are pinned to those values so that their
-# commands regenerate the committed results. Streaming's defaults since then (continue_to_decision and
-# refill_margin 2.0, AllocationConfig.to_decision / .margin) are the *_default_streaming configurations.
-_OLD_STREAMING = {"continue_to_decision": False, "refill_margin": 0.5}
+# margin (continue_to_decision False unless set, refill_margin 0.5); they are pinned to those values
+# (benchmarks.common.EARLIER_STREAMING) so that their commands regenerate the committed results. Streaming's defaults
+# since then (continue_to_decision and refill_margin 2.0, AllocationConfig.to_decision / .margin) are the
+# *_default_streaming configurations.
 CONFIGS = {  # name -> AllocationConfig fields (besides k)
     "uniform": {"allocator": "uniform", "collection": "rounds"},
     "ds_rounds": {"allocator": "dynamic_sampling", "collection": "rounds"},
     "sara_rounds": {"allocator": "sara", "collection": "rounds"},
-    "sara_streaming": {"allocator": "sara", "collection": "streaming", **_OLD_STREAMING},
-    "ds_streaming": {"allocator": "dynamic_sampling", "collection": "streaming", **_OLD_STREAMING},
+    "sara_streaming": {"allocator": "sara", "collection": "streaming", **EARLIER_STREAMING},
+    "ds_streaming": {"allocator": "dynamic_sampling", "collection": "streaming", **EARLIER_STREAMING},
     # beyond the paper: the Bayes-optimal boundary (stopping_rule="bayes_optimal") under a 10% loss cap, as the
     # real-training runs' SARA-auto but without carry_over
     "sara_auto_streaming": {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal",
-                            "auto_loss_cap": 0.10, **_OLD_STREAMING},
+                            "auto_loss_cap": 0.10, **EARLIER_STREAMING},
     # the best beyond-paper setting measured on the real-outcome bank (benchmarks/real_replay/REAL_REPLAY.md), in
     # streaming: the Bayes-optimal boundary under a 10% loss cap with carry_over
     "sara_auto_carry_streaming": {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal",
-                                  "auto_loss_cap": 0.10, "carry_over": True, **_OLD_STREAMING},
+                                  "auto_loss_cap": 0.10, "carry_over": True, **EARLIER_STREAMING},
     # the same with the prior fitted after 16 observed prompts instead of 64, so that a run of a few steps at B = 8
     # (about 20-25 fresh prompts a step) decides on a fitted boundary from its second step rather than its fourth
     "sara_auto_carry_streaming_fit16": {"allocator": "sara", "collection": "streaming",
                                         "stopping_rule": "bayes_optimal", "auto_loss_cap": 0.10, "carry_over": True,
-                                        "auto_min_prompts": 16, **_OLD_STREAMING},
+                                        "auto_min_prompts": 16, **EARLIER_STREAMING},
     # the best beyond-paper setting for streaming by the replay bank and the GPU projection (2026-12-02): the above
     # with an unmixed prompt's continuation sent up to its next abandon point at once (continue_to_decision)
     "sara_best_streaming": {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal",
@@ -90,12 +93,10 @@ CONFIGS = {  # name -> AllocationConfig fields (besides k)
     "sara_rounds_overlap": {"allocator": "sara", "collection": "rounds", "engine_rounds": True},
     # beyond the paper: free engine slots filled with speculative continuations (streaming_speculate)
     "sara_streaming_speculate": {"allocator": "sara", "collection": "streaming", "streaming_speculate": True,
-                                 **_OLD_STREAMING},
+                                 **EARLIER_STREAMING},
 }
 DEFAULT_CONFIGS = ("uniform", "ds_rounds", "sara_rounds", "sara_streaming", "ds_streaming")
 
-from benchmarks.common import current_command, current_path, environment  # noqa: E402
-from benchmarks.real_task import REAL_TASK, make_real_task  # noqa: E402
 
 REWARD_COSTS = {"none": (0.0, 0.0), "math_reward": (0.0078, 0.0043)}
 """``--reward_cost``: seconds per reward pass and per completion added to every pass (a sleep, as a verifier pool's

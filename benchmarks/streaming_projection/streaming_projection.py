@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import environment, environment_lines, md_table, mean_ci
+from benchmarks.common import EARLIER_STREAMING, environment, environment_lines, md_table, mean_ci
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
 from sara_trl.allocation.latency import (
     H200_QWEN_1_5B,
@@ -73,7 +73,7 @@ ALLOCATORS = {  # label -> AllocationConfig overrides (the kernel-time rows)
     "SARA (rounds, to_decision + carry_over)": dict(allocator="sara", continue_to_decision=True, carry_over=True),
     # pinned to the streaming collector's values when these rows were run (before streaming's own defaults)
     "DS (streaming)": dict(allocator="dynamic_sampling", collection="streaming", refill_margin=0.5),
-    "SARA (streaming)": dict(allocator="sara", collection="streaming", continue_to_decision=False, refill_margin=0.5),
+    "SARA (streaming)": dict(allocator="sara", collection="streaming", **EARLIER_STREAMING),
     "SARA (streaming, to_decision)": dict(allocator="sara", collection="streaming", continue_to_decision=True,
                                           refill_margin=0.5),
 }
@@ -90,14 +90,14 @@ CANDIDATES = {  # the default candidate collections, AllocationConfig defaults o
     "DS (streaming)": dict(allocator="dynamic_sampling", collection="streaming"),
     # streaming before its own defaults: one rollout per continuation, margin 0.5 (the rounds' values)
     "SARA (streaming, increments 1, margin 0.5)": dict(allocator="sara", collection="streaming",
-                                                       continue_to_decision=False, refill_margin=0.5),
+                                                       **EARLIER_STREAMING),
     # continue_to_decision alone, margin 0.5
     "SARA (streaming, to_decision, margin 0.5)": dict(allocator="sara", collection="streaming",
                                                       continue_to_decision=True, refill_margin=0.5),
     # not a default: free engine slots filled with speculative continuations (streaming_speculate=True), on the
     # earlier streaming values
     "SARA (streaming, speculate)": dict(allocator="sara", collection="streaming", streaming_speculate=True,
-                                        continue_to_decision=False, refill_margin=0.5),
+                                        **EARLIER_STREAMING),
     # the refill_margin sweep that chose streaming's default (2.0, the "SARA (streaming)" row; 0.5 is the row above)
     "SARA (streaming, margin 1.0)": dict(allocator="sara", collection="streaming", refill_margin=1.0),
     "SARA (streaming, margin 3.0)": dict(allocator="sara", collection="streaming", refill_margin=3.0),
