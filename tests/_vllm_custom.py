@@ -2,6 +2,7 @@
 (CPU), with a user ``rollout_func``, with ``tools=``, or with ``environment_factory`` (one engine per process):
 
     python tests/_vllm_custom.py OUT.json --mode rollout_func|tools|environment [--steps N]
+        [--collection rounds|streaming]
 
 ``rollout_func``: the function tokenizes the prompts itself and calls the engine (``trainer.vllm_generation.llm``)
 with its own ``SamplingParams`` (``logprobs=0``); it returns the sampling log-probs, an ``env_mask`` (the last 2 tokens
@@ -97,6 +98,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--mode", choices=["rollout_func", "tools", "environment"], required=True)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--collection", choices=["rounds", "streaming"], default="rounds")
     cli = parser.parse_args()
 
     import torch
@@ -119,7 +121,7 @@ def main() -> None:
         max_steps=cli.steps, num_generations=4, per_device_train_batch_size=8, learning_rate=1e-6, beta=0.0,
         logging_steps=1, save_strategy="no", gradient_checkpointing=False, disable_tqdm=True, seed=0,
         allocator="sara", budget_cap=12.0, use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False,
-        collection="rounds")
+        collection=cli.collection)
     record = {"returned": {}, "replays": [], "tool_loops": []}
     kwargs = {}
     if cli.mode == "rollout_func":
@@ -162,11 +164,18 @@ def main() -> None:
         processing_class.chat_template = qwen3_chat_template
         processing_class.eos_token = "<|im_end|>"
         regex = TOOL_REGEX if cli.mode == "tools" else GUESS_REGEX
+        streamed_game = cli.mode == "environment" and cli.collection == "streaming"
+        if streamed_game:  # a guess of 4 or 5 and every target 5: about one rollout in two wins, so groups mix
+            regex = regex.replace("[0-9]", "[45]")
         # small: every rollout's prompt holds the template's tool schema (~300 tokens), prefilled on 2 CPU cores
-        common.update(num_generations=2, per_device_train_batch_size=4, budget_cap=2.0 if cli.mode == "tools" else 3.0)
+        common.update(num_generations=2, per_device_train_batch_size=4, budget_cap=2.0 if cli.mode == "tools" else 6.0 if streamed_game else 3.0)
         args = SaraConfig(**common, max_completion_length=96, temperature=1.0, vllm_max_model_length=1024,
                           max_tool_calling_iterations=1, vllm_structured_outputs_regex=regex,
-                          **({"success_reward_func": "GuessEnv"} if cli.mode == "environment" else {}))
+                          **({"success_reward_func": "GuessEnv"} if cli.mode == "environment" else {}),
+                          # k = 2: p_eff is 1/3 before a group is mixed, below the paper's tau_low (0.45), and
+                          # streaming decides after every completion, so it would abandon each prompt at its first
+                          # outcome; rounds decide after n0 = 2 outcomes.
+                          **({"tau_low": 0.2} if streamed_game else {}))
         if cli.mode == "tools":
             questions = [f"Look up key {i % 10} with the lookup tool, then say yes if you found it, else no."
                          for i in range(32)]
@@ -175,7 +184,7 @@ def main() -> None:
             kwargs["tools"] = [lookup]
         else:
             dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Game {i}."}] for i in range(32)],
-                                         "target": [4 + i % 3 for i in range(32)]})
+                                         "target": [5 if streamed_game else 4 + i % 3 for i in range(32)]})
             reward_funcs = done_reward
             kwargs["environment_factory"] = GuessEnv
 

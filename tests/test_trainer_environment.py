@@ -3,7 +3,8 @@ environment (``reset(**row)`` stores the row's target and returns an observation
 ``get_reward()`` is 1.0 once guessed). Each round draws one instance per rollout from TRL's pool, resets it with the
 row (observation appended to the prompt), runs TRL's tool loop over the instance's method and scores with the round's
 ``environments``; the replay resets nothing and runs no tool. With ``allocator="uniform"`` the batch, loss and metrics
-are TRL's GRPOTrainer's on the same scripted trajectories. Streaming collection, ``rollout_func`` and RLOO refuse it."""
+are TRL's GRPOTrainer's on the same scripted trajectories. ``collection='auto'`` keeps it in rounds (streaming it is
+tested in ``tests/test_trainer_trajectory_streaming.py``); ``rollout_func`` and RLOO refuse it."""
 
 from __future__ import annotations
 
@@ -269,17 +270,17 @@ def test_uniform_with_environment_equals_trl(tiny_model_dir, smollm2_tokenizer_d
 
 
 def test_environment_refusals(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
-    """Rounds only (auto resolves to rounds, with its reason; streaming refused), not with a rollout_func, and RLOO
+    """Rounds under collection='auto' (with its reason), streaming when asked to, not with a rollout_func, and RLOO
     (no tool loop in TRL) refuses it."""
     base = dict(output_dir="o", use_cpu=True, report_to="none", num_generations=4, per_device_train_batch_size=8,
                 max_steps=1, use_vllm=True, vllm_mode="colocate")
     auto = SaraConfig(**base)
     require_rounds(SaraGRPOTrainer, auto, "environment_factory")
-    assert auto.collection == "rounds" and "resets an environment" in auto.collection_auto_reason
-    with pytest.raises(ValueError, match="does not support `environment_factory` with collection='streaming'.*"
-                                         "resets an environment instance drawn from TRL's pool"):
-        SaraGRPOTrainer(model=tiny_model_dir, args=SaraConfig(**base, collection="streaming"),
-                        train_dataset=env_dataset(), processing_class=tokenizer, environment_factory=GuessEnv)
+    assert auto.collection == "rounds" and "`environment_factory` rollout runs TRL's tool loop in rounds" in \
+        auto.collection_auto_reason
+    explicit = SaraConfig(**base, collection="streaming")
+    require_rounds(SaraGRPOTrainer, explicit, "environment_factory")
+    assert explicit.collection == "streaming"
     with pytest.raises(ValueError, match="does not support `environment_factory`: together with `rollout_func`"):
         SaraGRPOTrainer(model=tiny_model_dir, args=SaraConfig(**cpu_trainer_kwargs()), train_dataset=env_dataset(),
                         processing_class=tokenizer, environment_factory=GuessEnv,

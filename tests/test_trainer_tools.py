@@ -259,17 +259,18 @@ def test_rollout_func_runs_in_rounds_only(tiny_model_dir, tokenizer):
 
 
 def test_tools_refusals(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
-    """Tools run in rounds collection only, do not combine with a rollout_func, and RLOO has no tool loop."""
+    """Tools run in rounds under collection='auto' (with its reason) and stream when asked to, do not combine with a
+    rollout_func, and RLOO has no tool loop."""
     base = dict(output_dir="o", use_cpu=True, report_to="none", num_generations=4, per_device_train_batch_size=8,
                 max_steps=1, use_vllm=True, vllm_mode="colocate")
     auto = SaraConfig(**base)
     require_rounds(SaraGRPOTrainer, auto, "tools")
-    assert auto.collection == "rounds" and "tool calls between them" in auto.collection_auto_reason
-    with pytest.raises(ValueError, match="does not support `tools` with collection='streaming'.*several "
-                                         "generations with tool calls run between them"):
-        SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward,
-                        args=SaraConfig(**base, collection="streaming"), train_dataset=mode_dataset(),
-                        processing_class=tokenizer, tools=[lookup])
+    assert auto.collection == "rounds" and "chain of requests, not yet measured faster" in auto.collection_auto_reason
+    explicit = SaraConfig(**base, collection="streaming")
+    require_rounds(SaraGRPOTrainer, explicit, "tools")
+    assert explicit.collection == "streaming"
+    with pytest.raises(ValueError, match="streaming_max_in_flight .* under collection='auto'"):
+        require_rounds(SaraGRPOTrainer, SaraConfig(**base, streaming_max_in_flight=8), "tools")
     with pytest.raises(ValueError, match="does not support `tools`: together with `rollout_func` yet"):
         SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward, args=SaraConfig(**cpu_trainer_kwargs()),
                         train_dataset=mode_dataset(), processing_class=tokenizer, tools=[lookup],

@@ -475,3 +475,31 @@ def test_environment_factory_on_the_engine(tmp_path):
         assert len(row["zero_blocks"]) == int(row["model_text"].startswith("<tool_call>"))
         for block in row["zero_blocks"]:
             assert "<tool_response>" in block and any(word in block for word in ("correct", "higher", "lower"))
+
+
+def test_environment_factory_streams_on_the_engine(tmp_path):
+    """``environment_factory`` with ``collection="streaming"`` on the engine (the game and regex of the test above):
+    each rollout is a chain of engine requests (first turn, the guess run by TRL's tool loop, the turn after it),
+    with no generate call and no round. Every generated rollout reset its own instance once (none in the replay), the
+    guesses ran as often as the steps count tool calls (model and tool tokens split by fate), and every trained row
+    carries the observation and its guess's answer (tool_mask 0) after each call."""
+    result = run_custom(tmp_path, "--mode", "environment", "--steps", "1", "--collection", "streaming")
+    logs, counts, record = result["steps"], result["counts"], result["record"]
+    check_accounting(logs)
+    (entry,) = logs
+    assert entry["sara/rounds"] == 0 and entry["sara/engine_steps"] > 0 and counts.get("generate_calls", 0) == 0
+    generated = entry["sara/rollouts_generated"]
+    assert counts["resets"] == generated == entry["sara/env_resets"] == result["total_rollouts"]
+    assert counts["resets_in_replay"] == 0 and counts["tools_in_replay"] == 0
+    assert not any(loop["replay"] for loop in record["tool_loops"])
+    assert counts.get("guesses", 0) == entry["sara/tool_calls_generated"]
+    for fate in ("trained", "abandoned", "surplus", "active_left"):
+        assert entry[f"sara/model_tokens_{fate}"] + entry[f"sara/tool_tokens_{fate}"] == entry[f"sara/tokens_{fate}"]
+    (replay,) = record["replays"]
+    rows = [row for row in replay["rows"] if not row["padding"]]
+    assert rows and len(rows) == entry["sara/rollouts_trained"]
+    for row in rows:
+        assert "I picked a number from 0 to 9" in row["prompt"] and "<tool_response>" not in row["model_text"]
+        assert len(row["zero_blocks"]) == int(row["model_text"].startswith("<tool_call>"))
+        for block in row["zero_blocks"]:
+            assert "<tool_response>" in block and any(word in block for word in ("correct", "higher", "lower"))

@@ -54,16 +54,24 @@ class Finished:
         Completion token ids (as TRL's generation path returns them).
     logprobs : list of float or None
         One sampling log-prob per completion token (as TRL's GRPO keeps them), or None when not requested.
+    record : object, optional
+        What else the engine hands the scorer for this request (a multi-turn rollout's trajectory,
+        :class:`sara_trl.trainer.trajectory.ChainRecord`); None for a single completion.
     """
 
     rid: int
     completion_ids: list[int]
     logprobs: list[float] | None = None
+    record: Any = None
 
 
 class StreamingEngine(Protocol):
     """What :func:`drive_streaming_engine` needs from an engine (vLLM's ``LLMEngine`` through
-    :class:`VLLMStreamingEngine`, or a scripted stand-in)."""
+    :class:`VLLMStreamingEngine`, or a scripted stand-in).
+
+    An engine that starts a request from its dataset prompt rather than from token ids (a multi-turn rollout,
+    :class:`sara_trl.trainer.trajectory.TrajectoryEngine`) sets ``needs_prompt_id = True`` and has
+    ``add_prompt(rid, prompt_id)``, which the loop calls instead of ``add``."""
 
     def add(self, rid: int, prompt_ids: list[int]) -> None:
         """Queue one request (one completion) for prompt token ids ``prompt_ids``."""
@@ -168,7 +176,8 @@ def drive_streaming_engine(collector: StreamingCollector | RoundCollector, engin
     engine : StreamingEngine
         An engine with no request in flight.
     prompt_tokens : callable
-        ``prompt_tokens(prompt_id) -> list of int``, the prompt's token ids.
+        ``prompt_tokens(prompt_id) -> list of int``, the prompt's token ids (not called for an engine with
+        ``needs_prompt_id``).
     scorer : Scorer
         Scores finished completions and keeps the recorded ones. With ``reward_lag >= 1`` its ``score`` runs on one
         background thread (one pass at a time, in order) while ``keep`` runs on the calling thread, once per pass in
@@ -200,6 +209,7 @@ def drive_streaming_engine(collector: StreamingCollector | RoundCollector, engin
     window: list[Finished] = []  # finished, not yet in a reward pass
     passes: deque[_Pass] = deque()  # reward passes whose labels are not yet applied, oldest first
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sara-reward") if reward_lag else None
+    by_prompt = bool(getattr(engine, "needs_prompt_id", False))
 
     def apply(submit, abort) -> None:
         submit_ids = {req.rid for req in submit}
@@ -214,7 +224,10 @@ def drive_streaming_engine(collector: StreamingCollector | RoundCollector, engin
         for req in submit:
             if req.rid not in aborted:
                 prompt_of[req.rid] = req.prompt_id
-                engine.add(req.rid, prompt_tokens(req.prompt_id))
+                if by_prompt:
+                    engine.add_prompt(req.rid, req.prompt_id)
+                else:
+                    engine.add(req.rid, prompt_tokens(req.prompt_id))
 
     def score(batch: list[Finished]) -> tuple[np.ndarray, np.ndarray | None]:
         start = time.perf_counter()

@@ -34,6 +34,7 @@ from sara_trl.trainer.streaming import (
     shard_groups,
     slowest_stream_run,
 )
+from sara_trl.trainer.trajectory import TrajectoryEngine, streams_trajectories
 
 __all__ = ["CollectedStep", "collect_engine_rounds", "collect_step", "collect_streaming"]
 
@@ -202,7 +203,6 @@ def _drive_on_engine(trainer: Any, collector: Any, cache: RolloutCache, profile:
     """Drive ``collector`` (streaming or rounds) on this process's colocated vLLM engine to the end of the step,
     scoring through the trainer's reward functions into ``cache``
     (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`, ``streaming_reward_lag``)."""
-    gen = trainer.vllm_generation
     tokens: dict[int, list[int]] = {}
 
     def prompt_tokens(prompt_id: int) -> list[int]:
@@ -211,9 +211,26 @@ def _drive_on_engine(trainer: Any, collector: Any, cache: RolloutCache, profile:
             tokens[prompt_id] = list(ids[0])
         return tokens[prompt_id]
 
-    engine = VLLMStreamingEngine(gen.llm, colocate_sampling_params(gen), keep_logprobs=trainer._sara_returns_logprobs,
-                                 tag=f"sara-{trainer.state.global_step}-")
-    with profiling_context(trainer, profile):
-        return drive_streaming_engine(collector, engine, prompt_tokens,
-                                      TrainerScorer(trainer, cache, prompt_tokens, round_of=round_of),
-                                      reward_lag=trainer.args.streaming_reward_lag)
+    engine = trainer._sara_request_engine(f"sara-{trainer.state.global_step}-")
+    chains = None
+    if streams_trajectories(trainer):  # tools / environment_factory: each rollout a chain of requests
+        engine = chains = TrajectoryEngine(trainer, engine)
+    scorer = TrainerScorer(trainer, cache, prompt_tokens, round_of=round_of, chains=chains)
+    try:
+        with profiling_context(trainer, profile):
+            return drive_streaming_engine(collector, engine, prompt_tokens, scorer,
+                                          reward_lag=trainer.args.streaming_reward_lag)
+    finally:
+        if chains is not None:  # every environment back in the pool; what never reached the cache is surplus
+            chains.close()
+            cache.env_resets += chains.env_resets
+            for unit, value in chains.uncached.items():
+                cache.uncached[unit] = cache.uncached.get(unit, 0) + value
+
+
+def request_engine(trainer: Any, tag: str) -> VLLMStreamingEngine:
+    """The request-level engine of a step on this process: TRL's colocated vLLM engine with TRL's sampling
+    parameters (:class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`), request ids prefixed with ``tag``."""
+    gen = trainer.vllm_generation
+    return VLLMStreamingEngine(gen.llm, colocate_sampling_params(gen), keep_logprobs=trainer._sara_returns_logprobs,
+                               tag=tag)

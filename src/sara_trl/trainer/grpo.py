@@ -42,26 +42,28 @@ quantization_config, peft_config
         round's prompts, each repeated once per rollout SARA asks of it. Its ``env_mask`` and extra fields are kept
         per rollout and handed back to TRL unchanged in the replay.
     tools : list of callable, optional
-        As in ``trl.GRPOTrainer`` (function calling), with ``collection="rounds"`` (what ``"auto"`` resolves to with
-        it): each round generates once for its rollouts, then runs TRL's own tool loop (``_tool_call_loop``: tool
+        As in ``trl.GRPOTrainer`` (function calling). With ``collection="rounds"`` (what ``"auto"`` resolves to with
+        it) each round generates once for its rollouts, then runs TRL's own tool loop (``_tool_call_loop``: tool
         calls, their output appended, generation again, up to ``max_tool_calling_iterations``). Each trajectory's
         completion ids over every turn, ``tool_mask``, log-probs, messages and tool call / failure counts are kept and
         handed back to TRL in the replay, so the loss (tool output masked), ``tools/*`` metrics and completion logs are
-        TRL's own. Not together with ``rollout_func``.
+        TRL's own. With ``collection="streaming"`` each rollout is a chain of engine requests, TRL's tool loop run
+        per rollout between them (:mod:`sara_trl.trainer.trajectory`). Not together with ``rollout_func``.
     environment_factory : callable or dict of str to callable, optional
         As in ``trl.GRPOTrainer`` (experimental in TRL), with ``collection="rounds"`` (what ``"auto"`` resolves to
         with it): each round draws one instance per rollout from TRL's pool, resets it with the rollout's dataset row
         (its observation appended to the prompt), exposes its public methods as that rollout's tools, runs TRL's tool
         loop and scores the trajectories with the instances as ``environments`` (the environment's ``get_reward``
         included, a reward column named after its class: ``success_reward_func`` may name it). The replay does not
-        reset the instances again (:mod:`sara_trl.trainer.environment`). Not together with ``rollout_func``; the
-        dataset keeps its ``prompt`` column.
+        reset the instances again (:mod:`sara_trl.trainer.environment`). With ``collection="streaming"`` each
+        rollout leases an instance for its request chain (:mod:`sara_trl.trainer.trajectory`). Not together with
+        ``rollout_func``; the dataset keeps its ``prompt`` column.
 
     Raises
     ------
     ValueError
-        An unsupported feature (tools or environment_factory together with rollout_func, rollout_func, tools or
-        environment_factory with collection='streaming', vision-language model or image columns), a dataset SARA
+        An unsupported feature (tools or environment_factory together with rollout_func, rollout_func with
+        collection='streaming', vision-language model or image columns), a dataset SARA
         cannot index, or a ``success_reward_func`` that names no reward function.
     TypeError
         ``args`` is not a :class:`SaraConfig`.

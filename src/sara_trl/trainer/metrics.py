@@ -211,10 +211,11 @@ def tool_accounting(cache: Any, rollout_fates: np.ndarray, stats: StepStats) -> 
     carried[cache.generated_ids()] = False  # carried in from the previous step (carry_over), wherever they lie
     out = {}
     for unit, values in per_unit.items():
-        out[f"{unit}_generated"] = int(values[~carried].sum())
+        uncached = int(cache.uncached.get(unit, 0))  # streaming: rollouts generated, never cached, all surplus
+        out[f"{unit}_generated"] = int(values[~carried].sum()) + uncached
         out[f"{unit}_carried_in"] = int(values[carried].sum())
         for name, code in _ROLLOUT_FATES.items():
-            out[f"{unit}_{name}"] = int(values[fates == code].sum())
+            out[f"{unit}_{name}"] = int(values[fates == code].sum()) + (uncached if name == "surplus" else 0)
     check_tool_accounting(out, stats)
     return out
 

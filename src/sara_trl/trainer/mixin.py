@@ -69,7 +69,7 @@ from datasets import IterableDataset
 
 from sara_trl.allocation import IterablePromptStream
 from sara_trl.trainer.checkpoint import SARA_STATE_NAME, load_sara_state, optimizer_state_onto_cpu, save_sara_state
-from sara_trl.trainer.collect import collect_step
+from sara_trl.trainer.collect import collect_step, request_engine
 from sara_trl.trainer.engine import engine_context
 from sara_trl.trainer.iterable import step_counter_dataset
 from sara_trl.trainer.metric_repair import loss_with_real_row_metrics, mask_padding_rows, numeric_logs
@@ -124,6 +124,11 @@ class SaraTrainerMixin:
     def _sara_setup(self) -> None:
         """After TRL's construction: the allocator and the prompt stream (:func:`sara_trl.trainer.prepare.setup`)."""
         setup(self)
+
+    def _sara_request_engine(self, tag: str):
+        """The engine a streaming step (or rounds with ``overlap_round_scoring``) adds its requests to: TRL's
+        colocated vLLM engine, one request per turn (:func:`sara_trl.trainer.collect.request_engine`)."""
+        return request_engine(self, tag)
 
     # ------------------------------------------------------------------------------------------ data access
     def _sara_row(self, prompt_id: int) -> dict:

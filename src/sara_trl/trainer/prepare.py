@@ -54,9 +54,9 @@ def prepare_arguments(
         ``{argument name: value}`` of TRL features SARA cannot replay; a truthy value raises (a string value is the
         reason, said in the error).
     rounds_only : dict, optional
-        ``{argument name: value}`` of features SARA collects in rounds only (``rollout_func``, ``tools``,
-        ``environment_factory``): with a truthy value, ``collection="auto"`` resolves to ``"rounds"`` and
-        ``collection="streaming"`` raises.
+        ``{argument name: value}`` of features SARA collects in rounds unless told otherwise (``rollout_func``,
+        ``tools``, ``environment_factory``): with a truthy value, ``collection="auto"`` resolves to ``"rounds"``;
+        an explicit ``collection="streaming"`` raises for ``rollout_func`` (see :func:`require_rounds`).
 
     Returns
     -------
@@ -67,8 +67,8 @@ def prepare_arguments(
     ------
     ValueError
         An unsupported feature was passed (a feature the TRL base lacks, such as ``tools`` or
-        ``environment_factory`` in RLOO; tools or environment_factory together with rollout_func; rollout_func,
-        tools or environment_factory with collection='streaming'; multimodal input), or the dataset cannot feed
+        ``environment_factory`` in RLOO; tools or environment_factory together with rollout_func; rollout_func
+        with collection='streaming'; multimodal input), or the dataset cannot feed
         SARA's prompt stream.
     TypeError
         ``args`` is not a ``config_class``, or the class lacks a member of
@@ -144,43 +144,51 @@ def prepare_arguments(
 _ROUNDS_ONLY_REASONS = {
     "rollout_func": ("`rollout_func` generates whole batches itself, so SARA cannot stop one of its rollouts early",
                      "`rollout_func` generates whole batches, which only rounds collection can use"),
-    "tools": ("with `tools` a rollout is several generations with tool calls run between them (TRL's tool loop), "
-              "not one request that SARA can add, step and abort",
-              "a `tools` trajectory is several generations with tool calls between them, which TRL's tool loop runs "
-              "in rounds"),
-    "environment_factory": ("with `environment_factory` each rollout first resets an environment instance drawn "
-                            "from TRL's pool (its observation joins the prompt), then runs TRL's tool loop over the "
-                            "instance's methods, several generations with tool calls between them, not one request "
-                            "that SARA can add, step and abort",
-                            "an `environment_factory` rollout resets an environment, then runs TRL's tool loop, which "
-                            "runs in rounds"),
+}
+# Features streaming runs (one request chain per rollout, sara_trl.trainer.trajectory) but "auto" keeps in rounds:
+# the reason for "auto".
+_AUTO_ROUNDS_REASONS = {
+    "tools": "a `tools` trajectory runs TRL's tool loop in rounds by default; collection='streaming' runs each "
+             "trajectory as a chain of requests, not yet measured faster than rounds",
+    "environment_factory": "an `environment_factory` rollout runs TRL's tool loop in rounds by default; "
+                           "collection='streaming' runs each trajectory as a chain of requests, not yet measured "
+                           "faster than rounds",
 }
 
 
 def require_rounds(cls: type, args: Any, name: str) -> None:
-    """``name`` (``rollout_func``, ``tools``, ``environment_factory``) is collected in rounds only:
-    ``collection="auto"`` becomes ``"rounds"`` (recorded in ``args.collection_auto_reason`` for the set-up message),
-    ``collection="streaming"`` raises.
+    """``name`` (``rollout_func``, ``tools``, ``environment_factory``) is collected in rounds unless streaming is
+    asked for: ``collection="auto"`` becomes ``"rounds"`` (recorded in ``args.collection_auto_reason`` for the
+    set-up message); an explicit ``collection="streaming"`` is kept for ``tools`` and ``environment_factory`` (each
+    rollout a chain of requests, :mod:`sara_trl.trainer.trajectory`) and raises for ``rollout_func``.
 
     Raises
     ------
     ValueError
-        ``collection="streaming"`` was set explicitly.
+        ``collection="streaming"`` was set explicitly with ``rollout_func``; or ``streaming_max_in_flight`` was set
+        while ``"auto"`` resolves to rounds.
     """
     if args.collection != "streaming":
         return
-    why, auto_reason = _ROUNDS_ONLY_REASONS.get(name, (
-        f"`{name}` generates whole batches itself, so SARA cannot stop one of its rollouts early",
-        f"`{name}` generates whole batches, which only rounds collection can use"))
-    if not getattr(args, "collection_auto", False):
-        raise ValueError(
-            f"{cls.__name__} does not support `{name}` with collection='streaming': streaming adds, steps and aborts "
-            f"single requests (one per completion) on the colocated vLLM engine, while {why}. Use "
-            "collection='rounds' (or leave collection='auto')."
-        )
+    explicit = not getattr(args, "collection_auto", False)
+    if name in _AUTO_ROUNDS_REASONS:
+        if explicit:
+            return
+        auto_reason = _AUTO_ROUNDS_REASONS[name]
+    else:
+        why, auto_reason = _ROUNDS_ONLY_REASONS.get(name, (
+            f"`{name}` generates whole batches itself, so SARA cannot stop one of its rollouts early",
+            f"`{name}` generates whole batches, which only rounds collection can use"))
+        if explicit:
+            raise ValueError(
+                f"{cls.__name__} does not support `{name}` with collection='streaming': streaming adds, steps and "
+                f"aborts single requests (one per completion) on the colocated vLLM engine, while {why}. Use "
+                "collection='rounds' (or leave collection='auto')."
+            )
     if args.streaming_max_in_flight is not None:
         raise ValueError(f"streaming_max_in_flight ({args.streaming_max_in_flight}) is used only with "
-                         f"collection='streaming', which `{name}` does not run; leave it unset.")
+                         f"collection='streaming', which `{name}` does not run under collection='auto'; leave it "
+                         "unset, or set collection='streaming'.")
     args.collection = "rounds"
     args.collection_auto_reason = auto_reason
 

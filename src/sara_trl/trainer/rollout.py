@@ -126,6 +126,11 @@ class RolloutCache:
         Rollouts carried in from the previous step (``carry_over``; round index 0): the first ``carried`` ids, the
         step's own rollouts following; in a concatenation of several processes' caches (:meth:`concat`), the sum of
         theirs, which lie where :attr:`carried_runs` says.
+    uncached : dict of str to int
+        Streaming multi-turn rollouts (:class:`~sara_trl.trainer.trajectory.TrajectoryEngine`): the model tokens,
+        tool tokens and tool calls (``model_tokens``, ``tool_tokens``, ``tool_calls``) of this step's rollouts the
+        cache does not hold (aborted, or finished and given up before they were recorded), all surplus; empty
+        otherwise (rounds cache every rollout). :meth:`concat` sums them.
     carried_runs : list of (int, int)
         :meth:`concat` only: ``(first id, count)`` of each part's carried rollouts, in id order; empty: the first
         ``carried`` ids (:meth:`generated_ids` reads either).
@@ -148,6 +153,7 @@ class RolloutCache:
     carried: int = 0
     trajectories: dict[int, Trajectory] = field(default_factory=dict)
     env_resets: int = 0
+    uncached: dict[str, int] = field(default_factory=dict)
     carried_runs: list[tuple[int, int]] = field(default_factory=list)
 
     @property
@@ -226,6 +232,8 @@ class RolloutCache:
                                     cache.carried_runs or [(0, cache.carried)] if run)
             out.carried += cache.carried
             out.env_resets += cache.env_resets
+            for unit, value in cache.uncached.items():
+                out.uncached[unit] = out.uncached.get(unit, 0) + value
             out.trajectories.update({offset + i: t for i, t in cache.trajectories.items()})
             out.completion_ids.extend(cache.completion_ids)
             out.logprobs.extend(cache.logprobs)

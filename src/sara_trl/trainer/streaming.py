@@ -37,6 +37,7 @@ import numpy as np
 
 from sara_trl.allocation import StepResult, merge_step_results
 from sara_trl.allocation.event_loop import Finished, Scorer, StreamingEngine, StreamRun, drive_streaming_engine
+from sara_trl.trainer.environment import uses_environments
 
 __all__ = [
     "Finished",
@@ -167,23 +168,29 @@ class VLLMStreamingEngine:
         """Requests added and neither finished nor aborted."""
         return len(self.running)
 
-    def add(self, rid: int, prompt_ids: list[int]) -> None:
-        """Queue one request for ``prompt_ids``.
+    def add(self, rid: int, prompt_ids: list[int], max_tokens: int | None = None) -> None:
+        """Queue one request for ``prompt_ids``; ``max_tokens`` (tokens, >= 1) caps this request's completion below
+        ``max_completion_length`` (a post-tool turn gets what is left of the trajectory's budget).
 
         Raises
         ------
         ValueError
-            ``rid`` is already in the engine.
+            ``rid`` is already in the engine, or ``max_tokens < 1``.
         """
         if rid in self.running:
             raise ValueError(f"request {rid} is already in the engine")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         prompt = {"prompt_token_ids": list(prompt_ids)}
         if self._render is not None:
             prompt = self._render(prompt)
         params = self._params
-        if self._request_seed is not None:
+        if self._request_seed is not None or max_tokens is not None:
             params = params.clone()
+        if self._request_seed is not None:
             params.seed = int(self._request_seed(prompt_ids))
+        if max_tokens is not None:
+            params.max_tokens = min(int(max_tokens), params.max_tokens or int(max_tokens))
         self._engine.add_request(f"{self._tag}{rid}", prompt, params)
         self.running[rid] = []
         self._logprobs[rid] = []
@@ -359,14 +366,20 @@ class TrainerScorer:
     round_of : callable, optional
         ``round_of(request id) -> int``, the round a request belongs to (rounds through the event loop,
         :meth:`RoundCollector.round_of`); None: 0 (streaming has no rounds).
+    chains : TrajectoryEngine, optional
+        Multi-turn rollouts (``tools``, ``environment_factory``): the engine whose finished requests carry a
+        :class:`~sara_trl.trainer.trajectory.ChainRecord`. Their completions are the trajectories' messages, the
+        reward functions receive the prompts the rollouts were generated from and their environment instances
+        (``trainer.environments``), the cache keeps their trajectories; after each pass the engine releases the
+        recorded rollouts' environments and forgets the others (surplus).
     """
 
     def __init__(self, trainer: Any, cache: Any, prompt_tokens: Callable[[int], list[int]],
-                 round_of: Callable[[int], int] | None = None):
+                 round_of: Callable[[int], int] | None = None, chains: Any = None):
         from sara_trl.trainer.rollout import _capture_extra_logs, reward_score
 
         self._trainer, self._cache, self._prompt_tokens = trainer, cache, prompt_tokens
-        self._round_of = round_of
+        self._round_of, self._chains = round_of, chains
         self._capture, self._reward_score = _capture_extra_logs, reward_score
         args = trainer.args
         self._func_index = (trainer.reward_func_names.index(args.success_reward_func)
@@ -380,9 +393,16 @@ class TrainerScorer:
 
         trainer = self._trainer
         rows = [trainer._sara_row(int(pid)) for pid in prompt_ids]
-        prompts = [row["prompt"] for row in rows]
         completion_ids = [list(done.completion_ids) for done in batch]
-        completions = trainer._sara_decode(prompts, [self._prompt_tokens(pid) for pid in prompt_ids], completion_ids)
+        if self._chains is not None:  # whole trajectories: as TRL's tool loop leaves them
+            prompts = [done.record.prompt for done in batch]
+            completions = [done.record.completion for done in batch]
+            if uses_environments(trainer):
+                trainer.environments = [done.record.environment for done in batch]
+        else:
+            prompts = [row["prompt"] for row in rows]
+            completions = trainer._sara_decode(prompts, [self._prompt_tokens(pid) for pid in prompt_ids],
+                                               completion_ids)
         with self._capture(trainer) as extra, local_reward_pass(trainer):
             rewards = trainer._calculate_rewards(rows, prompts, completions, completion_ids)
         rewards = rewards[: len(batch)].detach().float().cpu()
@@ -399,9 +419,16 @@ class TrainerScorer:
         import torch
 
         batch, rewards, labels, columns = self._pending.popleft()
+        if self._chains is not None:
+            kept = {batch[i].rid for i in positions}
+            for done in batch:
+                (self._chains.release if done.rid in kept else self._chains.forget)(done.rid)
         if not positions:
             return
         cache = self._cache
+        if self._chains is not None:
+            first = cache.num_rollouts
+            cache.trajectories.update({first + j: batch[i].record.trajectory for j, i in enumerate(positions)})
         cache.completion_ids.extend(list(batch[i].completion_ids) for i in positions)
         cache.logprobs.extend(batch[i].logprobs for i in positions)
         cache.rewards.append(rewards[torch.as_tensor(positions)])

@@ -1,0 +1,367 @@
+"""Streaming collection of multi-turn rollouts (``tools=``, ``environment_factory``): one request chain per rollout.
+
+In rounds, a round's first generation goes through TRL's batch tool loop (:func:`~sara_trl.trainer.rollout.
+run_tool_loop`). In streaming there is no batch: each rollout is a chain of engine requests, and the collector sees
+only the whole trajectory. :class:`TrajectoryEngine` is a :class:`~sara_trl.allocation.event_loop.StreamingEngine`
+over the request-level engine (:class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`) that does, per rollout,
+what TRL 1.16's ``GRPOTrainer`` does per batch:
+
+1. **Start** (``add_prompt``): with ``environment_factory``, lease an instance of the row's environment from TRL's
+   pool (``trainer._environment_pool``; the pool grows by one factory call when every instance is leased), call
+   ``reset(**row)`` and append the observation to the prompt (as TRL's ``_generate_and_score_completions``); then
+   TRL's ``_tokenize_prompts`` renders the prompt with the rollout's tool schema, and the first turn is one request.
+2. **A turn ends**: the first turn is decoded as TRL's ``_generate`` decodes it (``parse_response``). If the last
+   turn called tools and fewer than ``max_tool_calling_iterations`` tool turns have run, TRL's own
+   ``_tool_call_loop`` runs the calls (its tool execution, error messages, tool-response suffix ids and its overlong
+   rule, with a rollback of an over-long tool response): its regeneration call is intercepted, and the ids it would
+   generate from (prompt + completion + tool suffix) become the next request, limited to what is left of
+   ``max_completion_length``. The post-tool turn is merged as TRL's loop merges it: ``tool_mask`` 0 over the tool
+   suffix, log-prob 0.0 there, ``parse_response`` with the prompt-and-trajectory prefix.
+3. **The trajectory ends** (no tool call, the iteration limit, or an over-long tool response): the engine reports one
+   :class:`~sara_trl.allocation.event_loop.Finished` for the rollout, with every turn's ids and log-probs and a
+   :class:`ChainRecord` (the :class:`~sara_trl.trainer.rollout.Trajectory` the cache keeps, the prompt the reward
+   functions receive, the environment instance they receive).
+4. **Abort** (the collector gave the rollout up): the request in flight is aborted; the trajectory's tokens so far
+   (model turns and tool output) and its tool calls are surplus, its remaining turns never run, and its environment
+   instance goes back to the pool at once.
+
+An environment instance is leased from its reset until its rollout's reward pass is over (the reward functions read
+it, e.g. ``get_reward``): :meth:`TrajectoryEngine.release` returns it to the pool, and :meth:`TrajectoryEngine.close`
+returns every instance still leased when the step ends. Instances are reused (reset again), as TRL reuses them from
+batch to batch; none is created beyond the most rollouts in flight at once.
+
+Everything a chain generated is accounted for: a trajectory the collector records goes to the rollout cache whole;
+one aborted, or finished but given up before its reward pass, adds its model tokens, tool tokens and tool calls to
+:attr:`TrajectoryEngine.uncached` (surplus), so the tool accounting's invariant holds
+(:func:`sara_trl.trainer.metrics.tool_accounting`).
+
+Not here: prefix-shared (tree) rollouts, which would break the independence of a group's rollouts that SARA's Beta
+posterior assumes; every chain is its own sequence of requests from the prompt.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from sara_trl.allocation.event_loop import Finished
+from sara_trl.trainer.environment import append_observation, environment_methods, environment_name, uses_environments
+from sara_trl.trainer.rollout import Trajectory, _ToolCallCounter, uses_tools
+
+__all__ = ["ChainRecord", "TrajectoryEngine", "streams_trajectories"]
+
+UNITS = ("model_tokens", "tool_tokens", "tool_calls")
+
+
+def streams_trajectories(trainer: Any) -> bool:
+    """Whether a streaming step runs each rollout as a request chain (``tools=`` or ``environment_factory``)."""
+    return uses_tools(trainer) or uses_environments(trainer)
+
+
+@dataclass
+class ChainRecord:
+    """What a finished chain hands the scorer besides its ids and log-probs.
+
+    Attributes
+    ----------
+    trajectory : Trajectory
+        What the rollout cache keeps (prompt ids, ``tool_mask`` as ``env_mask``, first-turn ids, messages, tool call
+        and failure counts, the environment's observation), as :func:`~sara_trl.trainer.rollout.run_tool_loop` and
+        :func:`~sara_trl.trainer.rollout.keep_observations` build it in rounds.
+    prompt : list
+        The prompt the rollout was generated from (the observation appended), what the reward functions receive.
+    completion : list
+        The completion as the reward functions receive it: the assistant turns and tool messages (TRL's tool loop),
+        or the one decoded turn without ``tools``.
+    environment : object or None
+        The rollout's environment instance (leased until :meth:`TrajectoryEngine.release`), None without
+        ``environment_factory``.
+    """
+
+    trajectory: Trajectory
+    prompt: list
+    completion: list
+    environment: Any = None
+
+
+@dataclass
+class _Chain:
+    """One rollout in flight: its prompt, the turns so far, the request generating the current turn."""
+
+    prompt_id: int
+    prompt: list  # TRL's loop appends each assistant turn that called tools and the tool messages to it
+    prompt_ids: list[int]
+    environment: Any
+    observation: Any
+    counter: _ToolCallCounter
+    tools: list
+    request: int = -1  # the inner engine's request id of the turn in flight
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list | None = None
+    tool_mask: list[int] = field(default_factory=list)
+    messages: list = field(default_factory=list)
+    turn_ids: list[int] | None = None
+    iterations: int = 0  # tool turns run
+    context_ids: list[int] | None = None  # prompt + completion + tool suffix of the post-tool turn in flight
+
+    def units(self, partial: int = 0) -> dict[str, int]:
+        """Model tokens, tool tokens and tool calls so far (``partial`` model tokens of an aborted turn)."""
+        suffix = 0 if self.context_ids is None else (
+            len(self.context_ids) - len(self.prompt_ids) - len(self.completion_ids))
+        tool = len(self.tool_mask) - sum(self.tool_mask) + suffix
+        return {"model_tokens": sum(self.tool_mask) + partial, "tool_tokens": tool,
+                "tool_calls": self.counter.calls[0]}
+
+
+class _Regenerate(Exception):
+    """Raised in place of TRL's regeneration inside ``_tool_call_loop``: carries the ids it would generate from."""
+
+    def __init__(self, ids: list[int]):
+        super().__init__("regenerate")
+        self.ids = list(ids)
+
+
+class TrajectoryEngine:
+    """A :class:`~sara_trl.allocation.event_loop.StreamingEngine` whose requests are whole multi-turn rollouts.
+
+    Parameters
+    ----------
+    trainer : SaraGRPOTrainer
+        The trainer (``tools`` and/or ``environment_factory``; GRPO: TRL's ``_tool_call_loop``).
+    inner : object
+        The request-level engine: ``add(rid, prompt_ids, max_tokens=None)``, ``step()``, ``abort(rids)``,
+        ``pending`` (:class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`, or a scripted stand-in).
+
+    Attributes
+    ----------
+    env_resets : int
+        ``reset`` calls (one per rollout started).
+    uncached : dict of str to int
+        ``model_tokens``, ``tool_tokens``, ``tool_calls`` of the rollouts that will not reach the rollout cache:
+        aborted ones, and finished ones :meth:`forget` was told of (surplus all).
+    """
+
+    def __init__(self, trainer: Any, inner: Any):
+        self._trainer, self._inner = trainer, inner
+        self._chains: dict[int, _Chain] = {}  # rollouts in flight, by the collector's request id
+        self._rollout_of: dict[int, int] = {}  # inner request id -> rollout
+        self._next_request = 0
+        self._finished: dict[int, _Chain] = {}  # finished, not yet kept, forgotten or released
+        self._leased: dict[int, Any] = {}  # rollout -> its environment instance (reset, not yet returned)
+        self._environments = uses_environments(trainer)
+        self._tools = uses_tools(trainer)  # TRL runs its tool loop only when there are tools
+        self.env_resets = 0
+        self.uncached = dict.fromkeys(UNITS, 0)
+
+    needs_prompt_id = True  # the event loop calls add_prompt(rid, prompt_id): a chain starts from the dataset row
+
+    @property
+    def pending(self) -> int:
+        """Rollouts started and neither finished nor aborted."""
+        return len(self._chains)
+
+    # ---------------------------------------------------------------------------------------------- start
+    def add(self, rid: int, prompt_ids: list[int]) -> None:
+        """Not used: a chain starts from its dataset row (:meth:`add_prompt`).
+
+        Raises
+        ------
+        TypeError
+            Always.
+        """
+        raise TypeError("TrajectoryEngine starts a rollout from its dataset row: call add_prompt(rid, prompt_id)")
+
+    def add_prompt(self, rid: int, prompt_id: int) -> None:
+        """Start rollout ``rid`` of dataset prompt ``prompt_id``: lease and reset its environment (if any), render
+        the prompt with its tools, and queue the first turn.
+
+        Raises
+        ------
+        ValueError
+            ``rid`` is in flight, or the row names an environment ``environment_factory`` does not have.
+        """
+        if rid in self._chains or rid in self._finished:
+            raise ValueError(f"rollout {rid} is already in the engine")
+        trainer = self._trainer
+        row = trainer._sara_row(int(prompt_id))
+        prompt, environment, observation = copy.deepcopy(row["prompt"]), None, None
+        name = None
+        if self._environments:
+            name = environment_name(trainer, row)
+            if name not in trainer.environment_factories:
+                raise ValueError(f"Example has `environment={name!r}`, which is not among the environments passed "
+                                 f"to `environment_factory`. Expected one of: {list(trainer.environment_factories)}.")
+            environment = self._lease(rid, name)
+            kwargs = {k: v for k, v in row.items() if k != "environment"} if trainer._multi_environment else row
+            observation = environment.reset(**kwargs)
+            self.env_resets += 1
+            prompt = append_observation(prompt, observation)
+            trainer._batch_environments = [name]  # read by TRL's _tokenize_prompts (the rollout's tool schema)
+        prompt_ids, _, _ = trainer._tokenize_prompts([prompt])
+        tools = list(trainer._standalone_tools) + ([] if environment is None else environment_methods(environment))
+        schema = trainer._env_tools[name] if self._environments else trainer.tools
+        chain = _Chain(int(prompt_id), prompt, list(prompt_ids[0]), environment, observation,
+                       _ToolCallCounter([tools]), schema)
+        self._chains[rid] = chain
+        self._submit(rid, chain, chain.prompt_ids, None)
+
+    def _lease(self, rid: int, name: Any) -> Any:
+        """An instance of environment ``name`` that no rollout holds (the pool grows by one when none is free)."""
+        trainer = self._trainer
+        pool = trainer._environment_pool[name]
+        held = {id(env) for env in self._leased.values()}
+        free = next((env for env in pool if id(env) not in held), None)
+        if free is None:
+            free = trainer.environment_factories[name]()
+            pool.append(free)
+        self._leased[rid] = free
+        return free
+
+    def _submit(self, rid: int, chain: _Chain, ids: list[int], max_tokens: int | None) -> None:
+        request = self._next_request
+        self._next_request += 1
+        chain.request = request
+        self._rollout_of[request] = rid
+        self._inner.add(request, ids, max_tokens=max_tokens)
+
+    # ---------------------------------------------------------------------------------------------- turns
+    def step(self) -> list[Finished]:
+        """One step of the inner engine; the rollouts whose last turn ended in it (their next turns are queued)."""
+        done = []
+        for out in self._inner.step():
+            rid = self._rollout_of.pop(out.rid, None)
+            if rid is None:  # pragma: no cover - an output for a request aborted earlier
+                continue
+            chain = self._chains[rid]
+            if self._merge_turn(rid, chain, list(out.completion_ids), out.logprobs):
+                del self._chains[rid]
+                self._finished[rid] = chain
+                done.append(Finished(rid, list(chain.completion_ids), chain.logprobs,
+                                     ChainRecord(self._trajectory(chain), chain.prompt,
+                                                 copy.deepcopy(chain.messages), chain.environment)))
+        return done
+
+    def _merge_turn(self, rid: int, chain: _Chain, ids: list[int], logprobs: list | None) -> bool:
+        """Merge a finished turn into the chain as TRL's tool loop does, queue the next turn; True when the
+        trajectory has ended."""
+        trainer = self._trainer
+        if chain.context_ids is None:  # the first turn, decoded as TRL's _generate decodes it
+            chain.turn_ids, chain.completion_ids = list(ids), list(ids)
+            chain.logprobs = None if logprobs is None else list(logprobs)
+            chain.tool_mask = [1] * len(ids)
+            if self._environments:
+                trainer._batch_environments = [environment_name(trainer, trainer._sara_row(chain.prompt_id))]
+            chain.messages = trainer._sara_decode([chain.prompt], [chain.prompt_ids], [ids])[0]
+            last = chain.messages[0] if chain.messages and isinstance(chain.messages[0], dict) else {}
+        else:  # a post-tool turn (TRL's _tool_call_loop, after _generate_single_turn)
+            from trl.chat_template_utils import parse_response
+
+            context, prompt_length = chain.context_ids, len(chain.prompt_ids)
+            excess = len(context) - prompt_length + len(ids) - trainer.max_completion_length
+            if excess > 0:
+                ids = ids[: len(ids) - excess]
+                logprobs = None if logprobs is None else logprobs[: len(ids)]
+            tool_length = len(context) - prompt_length - len(chain.completion_ids)
+            chain.tool_mask += [0] * tool_length + [1] * len(ids)
+            if chain.logprobs is not None:
+                chain.logprobs += [0.0] * tool_length + list(logprobs or [])
+            chain.completion_ids = context[prompt_length:] + ids
+            last = parse_response(trainer._tokenizer, ids, prefix=context, tools=chain.tools) if ids else {}
+            if last:
+                chain.messages.append(last)
+            chain.context_ids = None
+            chain.iterations += 1
+        if (not self._tools or not last.get("tool_calls")
+                or chain.iterations >= trainer.max_tool_calling_iterations):
+            return True
+        context = self._run_tools(chain, last)
+        if context is None:  # TRL rolled the over-long tool response back: the trajectory ends as it is
+            return True
+        chain.context_ids = context
+        left = trainer.max_completion_length - (len(context) - len(chain.prompt_ids))
+        if left <= 0:  # TRL would generate, then truncate to nothing: merge an empty turn at once
+            return self._merge_turn(rid, chain, [], [] if chain.logprobs is not None else None)
+        self._submit(rid, chain, context, left)
+        return False
+
+    def _run_tools(self, chain: _Chain, last: dict) -> list[int] | None:
+        """One iteration of TRL's ``_tool_call_loop`` for this rollout, up to its regeneration call: run the tool
+        calls of ``last``, append the assistant turn and the tool messages, build the ids to generate from. Returns
+        those ids, or None when TRL found them over-long (and rolled the tool messages back)."""
+        trainer = self._trainer
+        trainer._sync_tool_dicts, trainer._async_tool_dicts = chain.counter.tool_dicts()
+        view = [last]  # TRL reads the calls of completion[0] and appends the tool messages after it
+
+        def regenerate(prompt_ids, *args, **kwargs):
+            raise _Regenerate(prompt_ids[0])
+
+        trainer._generate_single_turn = regenerate  # instance attribute: only this call's regeneration
+        try:
+            trainer._tool_call_loop([chain.prompt], [chain.prompt_ids], [list(chain.completion_ids)], [view],
+                                    None if chain.logprobs is None else [list(chain.logprobs)], None, {})
+        except _Regenerate as turn:
+            chain.messages.extend(view[1:])
+            return turn.ids
+        finally:
+            del trainer._generate_single_turn
+        return None
+
+    def _trajectory(self, chain: _Chain) -> Trajectory:
+        """The cache's record, as rounds build it: the tool loop's (:func:`~sara_trl.trainer.rollout.run_tool_loop`)
+        with tools, else only the prompt ids and the observation
+        (:func:`~sara_trl.trainer.rollout.keep_observations`)."""
+        if not self._tools:
+            return Trajectory(prompt_ids=list(chain.prompt_ids), observation=copy.deepcopy(chain.observation))
+        return Trajectory(prompt_ids=list(chain.prompt_ids), env_mask=list(chain.tool_mask), turn_ids=chain.turn_ids,
+                          messages=copy.deepcopy(chain.messages), tool_calls=chain.counter.calls[0],
+                          tool_failures=chain.counter.failures[0], observation=copy.deepcopy(chain.observation))
+
+    # ---------------------------------------------------------------------------------------------- end
+    def abort(self, rids: list[int]) -> list[int]:
+        """Abort rollouts: the turn in flight is aborted and no further turn runs; returns each one's completion
+        tokens so far (every turn's, tool output included; 0 for an id not in flight). Their model tokens, tool tokens
+        and tool calls join :attr:`uncached`; their environment instances go back to the pool."""
+        live = [rid for rid in rids if rid in self._chains]
+        partial = dict(zip(live, self._inner.abort([self._chains[rid].request for rid in live]))) if live else {}
+        tokens = {}
+        for rid in live:
+            chain = self._chains.pop(rid)
+            self._rollout_of.pop(chain.request, None)
+            units = chain.units(partial[rid])
+            for unit in UNITS:
+                self.uncached[unit] += units[unit]
+            tokens[rid] = units["model_tokens"] + units["tool_tokens"]
+            self._leased.pop(rid, None)
+        return [tokens.get(rid, 0) for rid in rids]
+
+    def forget(self, rid: int) -> None:
+        """A finished rollout that will not reach the cache (given up before its reward pass, or scored and not
+        recorded): its units join :attr:`uncached`, its environment goes back to the pool."""
+        chain = self._finished.pop(rid, None)
+        if chain is not None:
+            for unit, value in chain.units().items():
+                self.uncached[unit] += value
+        self._leased.pop(rid, None)
+
+    def release(self, rid: int) -> None:
+        """A finished rollout whose reward pass is over and that the cache holds: its environment goes back to the
+        pool."""
+        self._finished.pop(rid, None)
+        self._leased.pop(rid, None)
+
+    def close(self) -> None:
+        """End of the step: every finished rollout not released was never kept (surplus, :meth:`forget`); every
+        instance goes back to the pool. Rollouts still in flight (only after an error: the event loop aborts them
+        and raises when the engine keeps any) are dropped with their leases."""
+        for rid in list(self._finished):
+            self.forget(rid)
+        self._chains.clear()
+        self._rollout_of.clear()
+        self._leased.clear()
+
+    @property
+    def leased(self) -> int:
+        """Environment instances held by rollouts (reset and not yet returned)."""
+        return len(self._leased)
+
