@@ -168,13 +168,14 @@ def main() -> None:
         if streamed_game:  # a guess of 4 or 5 and every target 5: about one rollout in two wins, so groups mix
             regex = regex.replace("[0-9]", "[45]")
         # small: every rollout's prompt holds the template's tool schema (~300 tokens), prefilled on 2 CPU cores
-        common.update(num_generations=2, per_device_train_batch_size=4, budget_cap=2.0 if cli.mode == "tools" else 6.0 if streamed_game else 3.0)
+        common.update(num_generations=2, per_device_train_batch_size=4,
+                      budget_cap=2.0 if cli.mode == "tools" else 6.0 if streamed_game else 3.0)
         args = SaraConfig(**common, max_completion_length=96, temperature=1.0, vllm_max_model_length=1024,
                           max_tool_calling_iterations=1, vllm_structured_outputs_regex=regex,
                           **({"success_reward_func": "GuessEnv"} if cli.mode == "environment" else {}),
-                          # k = 2: p_eff is 1/3 before a group is mixed, below the paper's tau_low (0.45), and
-                          # streaming decides after every completion, so it would abandon each prompt at its first
-                          # outcome; rounds decide after n0 = 2 outcomes.
+                          # k = 2: p_eff after a first outcome is 1/3, below the paper's tau_low (0.45), and
+                          # streaming decides after every completion, so the config refuses streaming there (it would
+                          # abandon each prompt at its first outcome); rounds decide after n0 = 2 outcomes.
                           **({"tau_low": 0.2} if streamed_game else {}))
         if cli.mode == "tools":
             questions = [f"Look up key {i % 10} with the lookup tool, then say yes if you found it, else no."

@@ -163,3 +163,24 @@ def test_refill_margin_rejects_non_numbers(value):
     with pytest.raises(AllocationConfigError, match=r"refill_margin=.* must be None \(the collection's default\) or a "
                                                      r"finite number >= 0"):
         AllocationConfig(refill_margin=value)
+
+
+def test_streaming_refuses_a_rule_that_abandons_every_prompt_at_its_first_outcome():
+    """k = 2, uniform prior: p_eff after one outcome is 1/3 (Eq. 2: the other rollout must differ, E[1 - gamma] under
+    Beta(2, 1)), below the paper's tau_low = 0.45, so streaming (a decision after every completion) would abandon every
+    prompt before it could be mixed. Refused with the bound; a tau_low below it, k = 3 (p_eff 1/2), rounds, and the
+    Bayes-optimal rule are accepted."""
+    from sara_trl.allocation.config import streaming_abandons_every_prompt
+
+    with pytest.raises(AllocationConfigError, match=r"at most 0\.333 \(Eq\. 2\), below tau_low=0\.45"):
+        AllocationConfig(k=2, collection="streaming")
+    assert streaming_abandons_every_prompt(AllocationConfig(k=2)) == pytest.approx(1 / 3)
+    assert streaming_abandons_every_prompt(AllocationConfig(k=3)) is None  # p_eff(1, s, 3) = 1/2 >= 0.45
+    # Beta(1, 3): after a success Beta(2, 3), the other rollout fails with 3/5 >= 0.45; only a first failure (1/5)
+    # falls below: the rule can still commit, so nothing is refused.
+    assert streaming_abandons_every_prompt(AllocationConfig(k=2, prior_alpha=1.0, prior_beta=3.0)) is None
+    assert streaming_abandons_every_prompt(AllocationConfig(k=2, prior_alpha=1.0, prior_beta=3.0, tau_low=0.7)) == \
+        pytest.approx(3 / 5)
+    AllocationConfig(k=2, collection="streaming", tau_low=0.3)
+    AllocationConfig(k=3, collection="streaming")
+    AllocationConfig(k=2, collection="streaming", stopping_rule="bayes_optimal")

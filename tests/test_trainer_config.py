@@ -343,3 +343,15 @@ def test_inert_options_of_the_core_config():
     # with selection the prior ranks the fresh prompts, also for uniform sampling
     assert inert_options(AllocationConfig(allocator="uniform", prior_alpha=2.0, history_decay=0.5,
                                           selection="greedy")) == ()
+
+
+def test_auto_collection_keeps_k2_in_rounds_where_streaming_would_abandon_every_prompt():
+    """num_generations=2 at the paper's tau_low on a colocated engine: 'auto' picks rounds (with the reason), an
+    explicit 'streaming' is refused (it would abandon every prompt at its first outcome); a lower tau_low streams."""
+    base = {**BASE, "num_generations": 2, "per_device_train_batch_size": 4, "use_vllm": True, "vllm_mode": "colocate"}
+    auto = SaraConfig(**base)
+    assert auto.collection == "rounds" and "abandon every prompt at its first outcome" in auto.collection_auto_reason
+    with pytest.raises(ValueError, match=r"at most 0\.333 .* below tau_low=0\.45"):
+        SaraConfig(**base, collection="streaming")
+    assert SaraConfig(**base, tau_low=0.3).collection == "streaming"
+    assert SaraConfig(**{**base, "num_generations": 4, "per_device_train_batch_size": 8}).collection == "streaming"

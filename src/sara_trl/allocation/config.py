@@ -21,6 +21,7 @@ from sara_trl.allocation.types import STREAMING_ALLOCATORS
 
 __all__ = [
     "ALLOCATORS",
+    "streaming_abandons_every_prompt",
     "COST_UNITS",
     "DS_FILTERS",
     "PAPER_TAU_LOW",
@@ -310,6 +311,13 @@ class AllocationConfig:
         if self.allocator not in STREAMING_ALLOCATORS:
             _fail(f"collection='streaming' decides prompts one completion at a time; allocator={self.allocator!r} "
                   f"has nothing to decide (use one of {STREAMING_ALLOCATORS})")
+        first = streaming_abandons_every_prompt(self)
+        if first is not None:
+            _fail(f"collection='streaming' decides a prompt after each of its completions, and with k={self.k} and "
+                  f"prior Beta({self.prior_alpha}, {self.prior_beta}) p_eff after a first outcome is at most "
+                  f"{first:.3f} (Eq. 2), below tau_low={self.tau_low}: every prompt would be abandoned at its first "
+                  f"outcome and no group committed. Lower tau_low below {first:.3f}, raise k, or use "
+                  "collection='rounds' (which decides after the n0 first outcomes)", "tau_low", "k")
 
     def _check_paper_options(self) -> None:
         if self.allocator not in ALLOCATORS:  # the registry, read now: a strategy registered later is accepted
@@ -485,6 +493,25 @@ def inert_options(config: AllocationConfig) -> tuple[str, ...]:
         if changed:
             out.append(f.name)
     return tuple(out)
+
+
+def streaming_abandons_every_prompt(config: AllocationConfig) -> float | None:
+    """Whether SARA's threshold rule, deciding after every completion (streaming), abandons every prompt at its first
+    outcome: p_eff (Eq. 2) after one outcome is below ``tau_low`` whether it was a success or a failure (k = 2 with the
+    paper's tau_low = 0.45 and a uniform prior: p_eff = 1/3), and one outcome can never make a group mixed.
+
+    Returns
+    -------
+    float or None
+        The larger of the two p_eff values after a first outcome when both are below ``tau_low`` (allocator
+        ``"sara"``, ``stopping_rule="threshold"``, k >= 2), else None.
+    """
+    from sara_trl.allocation.predictor import p_eff
+
+    if config.allocator != "sara" or config.stopping_rule != "threshold" or config.k < 2:
+        return None
+    first = max(float(p_eff(1, s, config.k, config.prior_alpha, config.prior_beta)) for s in (0, 1))
+    return first if first < config.tau_low else None
 
 
 def _type_name(tp) -> str:

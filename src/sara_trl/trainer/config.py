@@ -14,6 +14,7 @@ import numbers
 import typing
 import warnings
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Optional
 
 from trl import GRPOConfig, RLOOConfig
@@ -25,6 +26,7 @@ from sara_trl.allocation.config import (
     check_group_size,
     inert_options,
     options_doc,
+    streaming_abandons_every_prompt,
     upgrade_spellings,
 )
 from sara_trl.allocation.labels import DEFAULT_SUCCESS_THRESHOLD
@@ -331,7 +333,19 @@ class _SaraArguments(_SaraFields):
         real engine over seeds; dynamic sampling was not), where streaming runs (the rules :meth:`_check_streaming`
         and :class:`AllocationConfig` enforce for it)."""
         return (bool(self.use_vllm) and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size == 1
-                and self.allocator == "sara")
+                and self.allocator == "sara" and not _SaraArguments._abandons_every_prompt(self))
+
+    def _abandons_every_prompt(self) -> bool:
+        """Whether SARA's rule would abandon every prompt at its first outcome in streaming
+        (:func:`~sara_trl.allocation.config.streaming_abandons_every_prompt`: k = 2 at the paper's tau_low); then
+        ``"auto"`` picks rounds, which decide after the n0 first outcomes. Values the config rejects later count as
+        False here."""
+        values = SimpleNamespace(k=self.num_generations, allocator=self.allocator, stopping_rule=self.stopping_rule,
+                                 tau_low=self.tau_low, prior_alpha=self.prior_alpha, prior_beta=self.prior_beta)
+        try:
+            return streaming_abandons_every_prompt(values) is not None
+        except (TypeError, ValueError):
+            return False
 
     def _resolve_collection(self) -> None:
         """``collection="auto"`` -> ``"streaming"`` where it runs, else ``"rounds"`` (see the field's help);
@@ -342,6 +356,10 @@ class _SaraArguments(_SaraFields):
         if self.collection_auto:
             # called unbound, so that the torch-free flag preview (sara_trl._cli_preview) resolves it on plain values
             self.collection = "streaming" if _SaraArguments._auto_streams(self) else "rounds"
+            if self.allocator == "sara" and _SaraArguments._abandons_every_prompt(self):
+                self.collection_auto_reason = (
+                    f"with num_generations={self.num_generations} and tau_low={self.tau_low}, streaming would abandon "
+                    "every prompt at its first outcome; rounds decide after the n0 first outcomes")
 
     def __post_init__(self):
         self._upgrade_spellings()
