@@ -531,3 +531,35 @@ def test_env_task_pools_seeds_per_effective_batch(tmp_path):
     text = env_task.report(tmp_path)
     assert "| rollouts | 0.500 [" in text and "Seeds [2] had no effective group" in text
     assert json.loads((tmp_path / "env_task.json").read_text())["ratios"] == ratios
+
+
+def test_env_engine_pools_each_configuration_against_ds_in_rounds(tmp_path):
+    """The engine environment study's pooling: per seed and configuration, totals per effective batch and the ratio
+    to DS in rounds; per configuration a mean ratio over seeds; the report names every configuration."""
+    from benchmarks.env_task import env_engine
+
+    def run(rollouts, effective, seconds, collection="rounds"):
+        return {"collection": collection, "rollouts": rollouts, "model_tokens": 10.0 * rollouts, "tool_tokens": 0.0,
+                "tool_calls": 0.0, "env_resets": rollouts, "collect_seconds": seconds, "aborted": 0.0,
+                "effective_groups": effective, "unfilled": 0.0, "raw_success_rate": 0.25, "env_counters": {},
+                "steps": 2, "seconds": seconds + 5.0, "load_average": [1.0, 2.0]}
+
+    settings = dict(env_engine.SETTINGS)
+    docs = [{"seed": s, "settings": settings, "ds_rounds": run(32.0, 4.0, 20.0), "sara_rounds": run(24.0, 4.0, d),
+             "sara_streaming": run(16.0, 2.0, 5.0, "streaming")} for s, d in ((0, 30.0), (1, 10.0))]
+    pool = env_engine.pooled(docs)
+    first = pool["per_seed"][0]
+    assert first["rollouts"]["ds_rounds"] == 16.0 and first["rollouts"]["sara_streaming"] == 16.0
+    assert first["rollouts"]["ratio"] == {"sara_rounds": 0.75, "sara_streaming": 1.0}
+    assert pool["per_seed"][1]["collect_seconds"]["ratio"]["sara_rounds"] == 0.5
+    seconds = pool["ratios"]["sara_rounds"]["collect_seconds"]
+    assert seconds["seeds"] == 2 and seconds["mean"] == pytest.approx((1.5 + 0.5) / 2)
+    assert "tool_calls" not in pool["ratios"]["sara_streaming"]  # 0 under DS: no ratio
+    for doc in docs:
+        doc["environment"] = {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "numpy": "2", "scipy": "1",
+                              "sara_trl": "0"}
+        (tmp_path / f"env_engine_seed{doc['seed']}.json").write_text(json.dumps(doc))
+    text = env_engine.report(tmp_path)
+    assert "| sara_streaming | 1.000 | 1.000 |" in text and "| sara_rounds | 0.750 |" in text
+    assert "| sara_rounds | 0.750 | 0.750 | 0.750 | n/a | 1.000 [" in text  # seconds: 1.5 and 0.5
+    assert json.loads((tmp_path / "env_engine.json").read_text())["ratios"] == pool["ratios"]

@@ -149,6 +149,7 @@ class TrajectoryEngine:
         self._next_request = 0
         self._finished: dict[int, _Chain] = {}  # finished, not yet kept, forgotten or released
         self._leased: dict[int, Any] = {}  # rollout -> its environment instance (reset, not yet returned)
+        self._rendered: dict[int, list[int]] = {}  # prompt -> its ids (without environments: no observation)
         self._environments = uses_environments(trainer)
         self._tools = uses_tools(trainer)  # TRL runs its tool loop only when there are tools
         self.env_resets = 0
@@ -198,10 +199,15 @@ class TrajectoryEngine:
             self.env_resets += 1
             prompt = append_observation(prompt, observation)
             trainer._batch_environments = [name]  # read by TRL's _tokenize_prompts (the rollout's tool schema)
-        prompt_ids, _, _ = trainer._tokenize_prompts([prompt])
+        if environment is None and prompt_id in self._rendered:  # tools only: every rollout of a prompt alike
+            prompt_ids = self._rendered[prompt_id]
+        else:
+            prompt_ids = list(trainer._tokenize_prompts([prompt])[0][0])
+            if environment is None:
+                self._rendered[prompt_id] = prompt_ids
         tools = list(trainer._standalone_tools) + ([] if environment is None else environment_methods(environment))
         schema = trainer._env_tools[name] if self._environments else trainer.tools
-        chain = _Chain(int(prompt_id), prompt, list(prompt_ids[0]), environment, observation,
+        chain = _Chain(int(prompt_id), prompt, list(prompt_ids), environment, observation,
                        _ToolCallCounter([tools]), schema)
         self._chains[rid] = chain
         self._submit(rid, chain, chain.prompt_ids, None)
