@@ -174,6 +174,12 @@ def render(docs: list[dict], pool: dict) -> str:
                                else "n/a" for key, _ in QUANTITIES] for label, _, _ in CONFIGS[1:]]
     summary_table = md_table(["configuration"] + [f"{name} / DS" for _, name in QUANTITIES], summary_rows)
     tool_calls = sum(doc[label]["tool_calls"] for doc in docs for label, _, _ in CONFIGS)
+    cap = settings["steps"] * settings["budget_cap"] * settings["num_groups"] * settings["k"]
+    capped = sum(doc[label]["rollouts"] >= cap for doc in docs for label, _, _ in CONFIGS)
+    unfilled = {label: sum(doc[label]["unfilled"] for doc in docs) for label, _, _ in CONFIGS}
+    tool_note = (f"{tool_calls:.0f} tool calls in all." if tool_calls else
+                 "No run made a tool call (SmolLM2 emitted no well-formed one under the Qwen3 template), so every "
+                 "game was decided by the final answer and tool calls have no ratio.")
     seeds = ", ".join(str(doc["seed"]) for doc in docs)
     return f"""# The guess-a-number environment on the vLLM engine: DS, SARA in rounds, SARA streaming (SmolLM2-135M)
 
@@ -201,10 +207,11 @@ any script or constraint. Generation s is `sara/collect_seconds` (generation, en
 
 {len(docs)} seeds, one ratio per seed; with 3 seeds the interval spans 4.3 standard errors either way. A run has few
 effective groups ({settings['steps']} steps x B = {settings['num_groups']}), so each per-seed ratio is a ratio of small
-counts. {f"{tool_calls:.0f} tool calls in all." if tool_calls else "No run made a tool call (SmolLM2 emitted no "
-"well-formed one under the Qwen3 template), so every game was decided by the final answer and tool calls have no "
-"ratio."} Environment resets equal rollouts (one per rollout started); in streaming a rollout aborted before its
-reward was never answered.
+counts. {capped} of {len(docs) * len(CONFIGS)} runs spent their whole budget cap ({cap:.0f} rollouts per run); unfilled
+groups: {", ".join(f"{label} {n:.0f}" for label, n in unfilled.items())}: at equal caps the figure per effective batch
+counts what a run spent for the effective groups it got, and one seed's one extra group moves a ratio by a third or
+more, so no difference between the configurations is shown here. {tool_note} Environment resets equal rollouts
+(one per rollout started); in streaming a rollout aborted before its reward was never answered.
 
 {environment_lines(COMMAND + " --seed N (N = " + seeds + "), then " + COMMAND + " --report", seeds,
                    docs[0]["environment"])}
