@@ -20,7 +20,6 @@ and each configuration's ratio to ``ds_rounds``, then the mean ratio with a 95% 
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -38,6 +37,8 @@ from benchmarks.env_task.env_task import (
     hand_answer_to_environment,
     mean_ci_from,
     per_effective_batch,
+    pool_seed_files,
+    study_main,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -219,39 +220,14 @@ more, so no difference between the configurations is shown here. {tool_note} Env
 
 
 def report(folder: Path) -> str:
-    """Pool every ``env_engine_seed*.json`` of ``folder`` into ``ENV_ENGINE.md`` and ``env_engine.json`` there.
-
-    Raises
-    ------
-    FileNotFoundError
-        No seed file in ``folder``.
-    """
-    docs = sorted((json.loads(p.read_text()) for p in folder.glob("env_engine_seed*.json")), key=lambda d: d["seed"])
-    if not docs:
-        raise FileNotFoundError(f"no env_engine_seed*.json in {folder}")
-    pool = pooled(docs)
-    text = render(docs, pool)
-    (folder / "ENV_ENGINE.md").write_text(text)
-    (folder / "env_engine.json").write_text(json.dumps({"command": f"{COMMAND} --report", **pool}, indent=1) + "\n")
-    return text
+    """Pool every ``env_engine_seed*.json`` of ``folder`` into ``ENV_ENGINE.md`` and ``env_engine.json`` there
+    (:func:`benchmarks.env_task.env_task.pool_seed_files`)."""
+    return pool_seed_files(folder, "env_engine", pooled, render, COMMAND)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="The environment study on the vLLM engine (rounds and streaming)")
-    parser.add_argument("--seed", type=int, help="run one seed (every configuration) into env_engine_seed<N>.json")
-    parser.add_argument("--report", action="store_true", help="pool the seed files of --out into ENV_ENGINE.md")
-    parser.add_argument("--quick", action="store_true", help="one step each on a smaller budget (smoke test)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder of the seed files and report (default: this folder; with --quick a temporary one)")
-    args = parser.parse_args(argv)
-    out = args.out or (Path(tempfile.mkdtemp(prefix="env_engine_")) if args.quick else HERE)
-    settings = {**SETTINGS, **(QUICK if args.quick else {})}
-    if args.seed is None and not args.report:
-        parser.error("give --seed N and/or --report")
-    if args.seed is not None:
-        print(f"wrote {run_seed(args.seed, settings, out)}")
-    if args.report:
-        print(report(out))
+    study_main(argv, "The environment study on the vLLM engine (rounds and streaming)", "env_engine", run_seed,
+               report, SETTINGS, QUICK)
 
 
 if __name__ == "__main__":

@@ -389,40 +389,55 @@ def mean_ci_from(r: dict):
     return Interval(r["mean"], r["lo"], r["hi"], r["seeds"])
 
 
-def report(folder: Path) -> str:
-    """Pool every ``env_task_seed*.json`` of ``folder`` into ``ENV_TASK.md`` and ``env_task.json`` there.
+def pool_seed_files(folder: Path, stem: str, pool_fn, render_fn, command: str) -> str:
+    """Pool every ``<stem>_seed*.json`` of ``folder`` (``pool_fn(docs)``, ``render_fn(docs, pool)``) into
+    ``<STEM>.md`` and ``<stem>.json`` there; returns the report.
 
     Raises
     ------
     FileNotFoundError
         No seed file in ``folder``.
     """
-    docs = sorted((json.loads(p.read_text()) for p in folder.glob("env_task_seed*.json")), key=lambda d: d["seed"])
+    docs = sorted((json.loads(p.read_text()) for p in folder.glob(f"{stem}_seed*.json")), key=lambda d: d["seed"])
     if not docs:
-        raise FileNotFoundError(f"no env_task_seed*.json in {folder}")
-    pool = pooled(docs)
-    text = render(docs, pool)
-    (folder / "ENV_TASK.md").write_text(text)
-    (folder / "env_task.json").write_text(json.dumps({"command": f"{COMMAND} --report", **pool}, indent=1) + "\n")
+        raise FileNotFoundError(f"no {stem}_seed*.json in {folder}")
+    pool = pool_fn(docs)
+    text = render_fn(docs, pool)
+    (folder / f"{stem.upper()}.md").write_text(text)
+    (folder / f"{stem}.json").write_text(json.dumps({"command": f"{command} --report", **pool}, indent=1) + "\n")
     return text
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="SARA vs dynamic sampling with environment_factory (SmolLM2, CPU)")
-    parser.add_argument("--seed", type=int, help="run one seed (SARA then DS) and write env_task_seed<N>.json")
-    parser.add_argument("--report", action="store_true", help="pool the seed files of --out into ENV_TASK.md")
+def report(folder: Path) -> str:
+    """Pool every ``env_task_seed*.json`` of ``folder`` into ``ENV_TASK.md`` and ``env_task.json`` there
+    (:func:`pool_seed_files`)."""
+    return pool_seed_files(folder, "env_task", pooled, render, COMMAND)
+
+
+def study_main(argv: list[str] | None, description: str, stem: str, run_seed_fn, report_fn, settings: dict,
+               quick: dict) -> None:
+    """The command line of a per-seed study: ``--seed N`` runs one seed into ``<stem>_seed<N>.json``, ``--report``
+    pools the folder's seed files, ``--quick`` uses ``quick`` over ``settings`` (a temporary folder by default)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seed", type=int, help=f"run one seed and write {stem}_seed<N>.json")
+    parser.add_argument("--report", action="store_true", help=f"pool the seed files of --out into {stem.upper()}.md")
     parser.add_argument("--quick", action="store_true", help="one step each on a smaller budget (smoke test)")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder of the seed files and report (default: this folder; with --quick a temporary one)")
     args = parser.parse_args(argv)
-    out = args.out or (Path(tempfile.mkdtemp(prefix="env_task_")) if args.quick else HERE)
-    settings = {**SETTINGS, **(QUICK if args.quick else {})}
+    out = args.out or (Path(tempfile.mkdtemp(prefix=f"{stem}_")) if args.quick else HERE)
+    settings = {**settings, **(quick if args.quick else {})}
     if args.seed is None and not args.report:
         parser.error("give --seed N and/or --report")
     if args.seed is not None:
-        print(f"wrote {run_seed(args.seed, settings, out)}")
+        print(f"wrote {run_seed_fn(args.seed, settings, out)}")
     if args.report:
-        print(report(out))
+        print(report_fn(out))
+
+
+def main(argv: list[str] | None = None) -> None:
+    study_main(argv, "SARA vs dynamic sampling with environment_factory (SmolLM2, CPU)", "env_task", run_seed, report,
+               SETTINGS, QUICK)
 
 
 if __name__ == "__main__":
