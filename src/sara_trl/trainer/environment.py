@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["ReplayedEnvironment", "append_observation", "draw_environments", "environment_methods",
-           "environment_name", "replayed_environments", "reset_environments", "rollout_tools", "uses_environments"]
+__all__ = ["ReplayedEnvironment", "append_observation", "check_environment_names", "draw_environments",
+           "environment_methods", "environment_name", "replayed_environments", "reset_environments", "rollout_tools",
+           "uses_environments"]
 
 
 def uses_environments(trainer: Any) -> bool:
@@ -38,6 +39,20 @@ def environment_name(trainer: Any, row: dict) -> Any:
     """The name of a row's environment: its ``environment`` field with a dict ``environment_factory``, else None
     (TRL's single unnamed environment)."""
     return row.get("environment") if trainer._multi_environment else None
+
+
+def check_environment_names(trainer: Any, names: list) -> None:
+    """Raise as TRL does when a row names an environment ``environment_factory`` does not have.
+
+    Raises
+    ------
+    ValueError
+        A name in ``names`` is not among ``trainer.environment_factories``.
+    """
+    unknown = sorted({repr(name) for name in names if name not in trainer.environment_factories})
+    if unknown:
+        raise ValueError(f"Example has `environment={unknown[0]}`, which is not among the environments passed to "
+                         f"`environment_factory`. Expected one of: {list(trainer.environment_factories)}.")
 
 
 def draw_environments(trainer: Any, rows: list[dict]) -> list:
@@ -63,10 +78,7 @@ def draw_environments(trainer: Any, rows: list[dict]) -> list:
         A row names an environment that is not among ``environment_factory``'s (dict factory only).
     """
     names = [environment_name(trainer, row) for row in rows]
-    unknown = sorted({repr(name) for name in names if name not in trainer.environment_factories})
-    if unknown:
-        raise ValueError(f"Example has `environment={unknown[0]}`, which is not among the environments passed to "
-                         f"`environment_factory`. Expected one of: {list(trainer.environment_factories)}.")
+    check_environment_names(trainer, names)
     trainer._batch_environments = names
     drawn, cursor = [], {}
     for name in names:

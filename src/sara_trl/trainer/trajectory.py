@@ -46,12 +46,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sara_trl.allocation.event_loop import Finished
-from sara_trl.trainer.environment import append_observation, environment_methods, environment_name, uses_environments
+from sara_trl.trainer.environment import (
+    append_observation,
+    check_environment_names,
+    environment_methods,
+    environment_name,
+    uses_environments,
+)
+from sara_trl.trainer.metrics import TOOL_UNITS
 from sara_trl.trainer.rollout import Trajectory, _ToolCallCounter, uses_tools
 
 __all__ = ["ChainRecord", "TrajectoryEngine", "streams_trajectories"]
 
-UNITS = ("model_tokens", "tool_tokens", "tool_calls")
 
 
 def streams_trajectories(trainer: Any) -> bool:
@@ -96,6 +102,7 @@ class _Chain:
     observation: Any
     counter: _ToolCallCounter
     tools: list
+    environment_name: Any = None  # the row's environment (a dict environment_factory's key; None: TRL's single one)
     request: int = -1  # the inner engine's request id of the turn in flight
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list | None = None
@@ -148,12 +155,11 @@ class TrajectoryEngine:
         self._rollout_of: dict[int, int] = {}  # inner request id -> rollout
         self._next_request = 0
         self._finished: dict[int, _Chain] = {}  # finished, not yet kept, forgotten or released
-        self._leased: dict[int, Any] = {}  # rollout -> its environment instance (reset, not yet returned)
         self._rendered: dict[int, list[int]] = {}  # prompt -> its ids (without environments: no observation)
         self._environments = uses_environments(trainer)
         self._tools = uses_tools(trainer)  # TRL runs its tool loop only when there are tools
         self.env_resets = 0
-        self.uncached = dict.fromkeys(UNITS, 0)
+        self.uncached = dict.fromkeys(TOOL_UNITS, 0)
 
     needs_prompt_id = True  # the event loop calls add_prompt(rid, prompt_id): a chain starts from the dataset row
 
@@ -190,9 +196,7 @@ class TrajectoryEngine:
         name = None
         if self._environments:
             name = environment_name(trainer, row)
-            if name not in trainer.environment_factories:
-                raise ValueError(f"Example has `environment={name!r}`, which is not among the environments passed "
-                                 f"to `environment_factory`. Expected one of: {list(trainer.environment_factories)}.")
+            check_environment_names(trainer, [name])
             environment = self._lease(rid, name)
             kwargs = {k: v for k, v in row.items() if k != "environment"} if trainer._multi_environment else row
             observation = environment.reset(**kwargs)
@@ -208,7 +212,7 @@ class TrajectoryEngine:
         tools = list(trainer._standalone_tools) + ([] if environment is None else environment_methods(environment))
         schema = trainer._env_tools[name] if self._environments else trainer.tools
         chain = _Chain(int(prompt_id), prompt, list(prompt_ids), environment, observation,
-                       _ToolCallCounter([tools]), schema)
+                       _ToolCallCounter([tools]), schema, name)
         self._chains[rid] = chain
         self._submit(rid, chain, chain.prompt_ids, None)
 
@@ -216,12 +220,11 @@ class TrajectoryEngine:
         """An instance of environment ``name`` that no rollout holds (the pool grows by one when none is free)."""
         trainer = self._trainer
         pool = trainer._environment_pool[name]
-        held = {id(env) for env in self._leased.values()}
+        held = {id(chain.environment) for chain in (*self._chains.values(), *self._finished.values())}
         free = next((env for env in pool if id(env) not in held), None)
         if free is None:
             free = trainer.environment_factories[name]()
             pool.append(free)
-        self._leased[rid] = free
         return free
 
     def _submit(self, rid: int, chain: _Chain, ids: list[int], max_tokens: int | None) -> None:
@@ -257,7 +260,7 @@ class TrajectoryEngine:
             chain.logprobs = None if logprobs is None else list(logprobs)
             chain.tool_mask = [1] * len(ids)
             if self._environments:
-                trainer._batch_environments = [environment_name(trainer, trainer._sara_row(chain.prompt_id))]
+                trainer._batch_environments = [chain.environment_name]
             chain.messages = trainer._sara_decode([chain.prompt], [chain.prompt_ids], [ids])[0]
             last = chain.messages[0] if chain.messages and isinstance(chain.messages[0], dict) else {}
         else:  # a post-tool turn (TRL's _tool_call_loop, after _generate_single_turn)
@@ -335,10 +338,9 @@ class TrajectoryEngine:
             chain = self._chains.pop(rid)
             self._rollout_of.pop(chain.request, None)
             units = chain.units(partial[rid])
-            for unit in UNITS:
+            for unit in TOOL_UNITS:
                 self.uncached[unit] += units[unit]
             tokens[rid] = units["model_tokens"] + units["tool_tokens"]
-            self._leased.pop(rid, None)
         return [tokens.get(rid, 0) for rid in rids]
 
     def forget(self, rid: int) -> None:
@@ -348,13 +350,11 @@ class TrajectoryEngine:
         if chain is not None:
             for unit, value in chain.units().items():
                 self.uncached[unit] += value
-        self._leased.pop(rid, None)
 
     def release(self, rid: int) -> None:
         """A finished rollout whose reward pass is over and that the cache holds: its environment goes back to the
         pool."""
         self._finished.pop(rid, None)
-        self._leased.pop(rid, None)
 
     def close(self) -> None:
         """End of the step: every finished rollout not released was never kept (surplus, :meth:`forget`); every
@@ -364,10 +364,9 @@ class TrajectoryEngine:
             self.forget(rid)
         self._chains.clear()
         self._rollout_of.clear()
-        self._leased.clear()
 
     @property
     def leased(self) -> int:
         """Environment instances held by rollouts (reset and not yet returned)."""
-        return len(self._leased)
+        return sum(chain.environment is not None for chain in (*self._chains.values(), *self._finished.values()))
 
