@@ -31,6 +31,19 @@ samples with the trainer's model through transformers' ``generate`` (its own cha
 the last completion token as not the model's); it records each round's ``local`` share itself (TRL's tokenization
 does not run). sara_tools, as sara with ``tools=[lookup]`` (Qwen3's tool chat template; TRL's tool loop runs every
 round).
+sara_env_stream, sara_tools_stream: as sara_env / sara_tools with ``collection="streaming"`` (k = 4, per_device 8: B =
+4, 2 groups per process), each process collecting its own shard (``ShardStream``: even questions on process 0, odd on
+process 1) on its own scripted request engine (tests/_scripted_requests.py; the model only trains, it never
+generates), then one exchange merging the results. Every rollout's first turn calls the tool (``lookup`` / the
+environment's ``guess``), the next one answers; "always" rollouts succeed, "never" ones fail, "coin" ones alternate
+per question on each process (``answer_reward`` reads the answer; ``guess_reward`` what the environment instance was
+told). Their record adds ``started``, per step the question of every rollout this process started (its first-turn
+requests, in order), ``tool_runs``, the tool's executions on this process, ``step_resets``, the environment resets
+of each step's trajectory engine on this process, and each trained batch ``model_text`` / ``tool_text``, each row's
+real tokens with ``tool_mask`` 1 / 0 decoded; sara_env_stream also ``env_instances``, the ``ModeEnv`` instances created
+on this process (the pool's probe included), and ``env_pool``, the size of TRL's pool after training.
+``--fail-env-rank`` applies to sara_env_stream as well: the failing process raises its own error, the other
+``RuntimeError: SARA streaming collection failed on process r: ...``, both at the step's one exchange.
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
     os.environ.setdefault(_name, "1")
@@ -53,6 +67,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+from _scripted_requests import ScriptedRequests  # noqa: E402
 from accelerate import PartialState  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
@@ -77,10 +92,18 @@ EXTRA_RUNS = {  # named explicitly in --runs: a map-style run in source order an
     "sara_env": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
     "sara_rollout_func": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
     "sara_tools": dict(allocator="sara", num_generations=4, per_device_train_batch_size=6),
+    # streaming: B = 4 groups, 2 per process (B must split evenly over the processes); room for a tool turn
+    "sara_env_stream": dict(allocator="sara", num_generations=4, per_device_train_batch_size=8,
+                            max_completion_length=128, continue_to_decision=True),
+    "sara_tools_stream": dict(allocator="sara", num_generations=4, per_device_train_batch_size=8,
+                              max_completion_length=128, continue_to_decision=True),
 }
 FAIL_MESSAGE = "reward function exploded on purpose on process {rank}"
 ENV_FAIL_MESSAGE = "environment reset exploded on purpose on process {rank}"
 OBSERVATION = " Answer briefly."
+TARGET = 7  # the number ModeEnv's guess is right for
+GUESS_CALL = '<tool_call>\n{"name": "guess", "arguments": {"n": %d}}\n</tool_call><|im_end|>'
+LOOKUP_CALL = '<tool_call>\n{"name": "lookup", "arguments": {"key": %d}}\n</tool_call><|im_end|>'
 
 
 def build_tiny_model(folder: Path) -> None:
@@ -130,15 +153,18 @@ class ModeEnv:
     resets: list[int] = []
     fail_rank: int | None = None
     fail_after = 0
+    instances = 0  # created on this process
+    guesses = 0  # guess calls on this process
 
     def __init__(self):
-        self.mode = None
+        self.mode, self.guessed = None, None
+        ModeEnv.instances += 1
 
     def reset(self, prompt, mode, **kwargs):
         rank = PartialState().process_index
         if ModeEnv.fail_rank == rank and len(ModeEnv.resets) >= ModeEnv.fail_after:
             raise ValueError(ENV_FAIL_MESSAGE.format(rank=rank))
-        self.mode = mode
+        self.mode, self.guessed = mode, None
         ModeEnv.resets.append(question_index(prompt[-1]["content"]))
         return OBSERVATION
 
@@ -148,7 +174,9 @@ class ModeEnv:
         Args:
             n: The guessed number.
         """
-        return "higher" if n < 7 else "lower"
+        ModeEnv.guesses += 1
+        self.guessed = n
+        return "right" if n == TARGET else "higher" if n < TARGET else "lower"
 
 
 def env_reward(completion_ids, environments, mode, **kwargs):
@@ -158,13 +186,84 @@ def env_reward(completion_ids, environments, mode, **kwargs):
             for ids, env in zip(completion_ids, environments)]
 
 
+def guess_reward(environments, mode, **kwargs):
+    """Streaming runs: 1 when the rollout's environment instance was told the right number (checked to be the
+    instance reset for the row's mode)."""
+    assert [env.mode for env in environments] == list(mode), "a rollout met another row's environment"
+    return [float(env.guessed == TARGET) for env in environments]
+
+
+def answer_reward(completions, **kwargs):
+    """Streaming runs with tools: 1 when the last assistant turn answers "yes"."""
+    return [float(completion[-1]["content"].strip() == "yes") for completion in completions]
+
+
 def lookup(key: int) -> str:
     """Look a key up.
 
     Args:
         key: The key.
     """
+    lookup.calls += 1
     return f"value {key}"
+
+
+lookup.calls = 0
+
+
+def scripted_turns(base: str):
+    """The scripted engine's ``turn(question, text, after_tool)`` of a streaming run: the first turn calls the tool
+    (sara_env_stream: guesses TARGET when the rollout should succeed, TARGET + 1 otherwise), the turn after the tool
+    response answers (sara_tools_stream: "yes" when it should succeed). "always" rollouts succeed, "never" ones fail,
+    "coin" ones alternate, counted per question on this process (the j-th rollout succeeds for even j)."""
+    seen: dict[int, int] = {}
+
+    def succeeds(question: int) -> bool:
+        j = seen.get(question, 0)
+        seen[question] = j + 1
+        mode = MODES[question]
+        return mode == "always" or (mode == "coin" and j % 2 == 0)
+
+    def turn(question, text, after_tool):
+        if base == "sara_env":
+            if after_tool:
+                return "done<|im_end|>"
+            assert f"Question {question}: say something.{OBSERVATION}" in text, "no reset observation in the prompt"
+            return GUESS_CALL % (TARGET if succeeds(question) else TARGET + 1)
+        if not after_tool:
+            return LOOKUP_CALL % question
+        return ("yes" if succeeds(question) else "no") + "<|im_end|>"
+
+    return turn
+
+
+def stream_on_scripted_engines(trainer, base: str, record: dict) -> None:
+    """Streaming collection without vLLM (as tests/test_trainer_trajectory_streaming.py's ``streaming``): each step
+    on a fresh scripted request engine of this process; records the questions of the rollouts it starts and the
+    environment resets of each step's trajectory engine."""
+    trainer.vllm_generation = SimpleNamespace(max_num_seqs=None, sync_weights=lambda: None)
+    trainer._last_loaded_step = -1
+    turn = scripted_turns(base)
+
+    class Recorded(ScriptedRequests):
+        def add(self, rid, prompt_ids, max_tokens=None):
+            super().add(rid, prompt_ids, max_tokens)
+            if not self.requests[-1][1]:  # a first turn: a rollout started
+                record["started"][-1].append(question_index(self.tokenizer.decode(prompt_ids)))
+
+    def request_engine(tag):  # one per step
+        record["started"].append([])
+        return Recorded(trainer.processing_class, turn)
+
+    trainer._sara_request_engine = request_engine
+    original = sara_collect.TrajectoryEngine
+
+    class Traced(original):
+        def close(self):
+            super().close()
+            record["step_resets"].append(self.env_resets)
+
+    sara_collect.TrajectoryEngine = Traced
 
 
 def make_rollout_func(record: dict):
@@ -243,7 +342,15 @@ def spy(trainer, tokenizer, record: dict) -> None:
         if trainer.model.training:
             step = trainer.sara_last_step
             prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+            texts = {}
+            if "tool_mask" in output:  # each row's real tokens, the model's (tool_mask 1) and the tools' (0)
+                lengths, rows = output["completion_mask"].sum(dim=1).tolist(), output["completion_ids"].tolist()
+                masks = output["tool_mask"].tolist()
+                texts = {f"{kind}_text": [tokenizer.decode([t for t, m in zip(ids[:n], mask[:n]) if m == keep])
+                                          for ids, mask, n in zip(rows, masks, lengths)]
+                         for kind, keep in (("model", 1), ("tool", 0))}
             record["batches"].append({
+                **texts,
                 "rows": [question_index(text) for text in prompts],
                 "observed": [OBSERVATION in text for text in prompts],
                 "advantages": output["advantages"].tolist(),
@@ -265,41 +372,58 @@ def train(name: str, model_dir: str, out: Path, fail_rank: int | None, fail_env_
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     record = {"rounds": [], "batches": []}
     reward_funcs, extra = make_reward(fail_rank), {}
-    if name.endswith(("_env", "_tools")):
+    streamed = name.endswith("_stream")
+    base = name.removesuffix("_stream")
+    if base.endswith(("_env", "_tools")):
         from sara_trl.utils import use_tool_chat_template
 
         use_tool_chat_template(tokenizer)
-    if name.endswith("_tools"):
-        extra = {"tools": [lookup]}
-    elif name.endswith("_env"):
+    if base.endswith("_tools"):
+        lookup.calls = 0
+        reward_funcs, extra = (answer_reward if streamed else reward_funcs), {"tools": [lookup]}
+    elif base.endswith("_env"):
         ModeEnv.resets, ModeEnv.fail_rank, ModeEnv.fail_after = [], fail_env_rank, fail_env_after
-        reward_funcs, extra = env_reward, {"environment_factory": ModeEnv}
-    elif name.endswith("_rollout_func"):
+        ModeEnv.instances = ModeEnv.guesses = 0
+        reward_funcs, extra = (guess_reward if streamed else env_reward), {"environment_factory": ModeEnv}
+    elif base.endswith("_rollout_func"):
         extra = {"rollout_func": make_rollout_func(record)}
     trainer_class, config_class = (SaraRLOOTrainer, SaraRLOOConfig) if name.startswith("rloo") else (
         SaraGRPOTrainer, SaraConfig)
-    args = config_class(
+    config = dict(
         output_dir=str(out / name), use_cpu=True, bf16=False, report_to="none", max_steps=2,
         max_completion_length=6, logging_steps=1, save_strategy="no", learning_rate=1e-3,
         gradient_checkpointing=False, ddp_find_unused_parameters=False, disable_tqdm=True,
-        dataloader_num_workers=0, seed=0, budget_cap=16.0, **{**RUNS, **EXTRA_RUNS}[name],
+        dataloader_num_workers=0, seed=0, budget_cap=16.0,
     )
+    config.update({**RUNS, **EXTRA_RUNS}[name])
+    if streamed:  # collection='streaming' needs a colocated vLLM engine in the config; the scripted one stands in
+        config["collection"] = "rounds"
+    args = config_class(**config)
+    if streamed:  # before construction, so that setup shards the prompts (ShardStream) and streams
+        args.collection = "streaming"
+        record.update(started=[], step_resets=[])
     data = dataset().to_iterable_dataset() if name.endswith("_iterable") else dataset()
     trainer = trainer_class(model=model_dir, reward_funcs=reward_funcs, args=args, train_dataset=data,
                             processing_class=tokenizer, **extra)
     record.update(generation_batch_size=args.generation_batch_size, num_generations=args.num_generations)
-    original_make = sara_collect.make_rollout_fn
+    original_make, original_engine = sara_collect.make_rollout_fn, sara_collect.TrajectoryEngine
     spy(trainer, tokenizer, record)
+    if streamed:
+        stream_on_scripted_engines(trainer, base, record)
     try:
         trainer.train()
     finally:
-        sara_collect.make_rollout_fn = original_make
+        sara_collect.make_rollout_fn, sara_collect.TrajectoryEngine = original_make, original_engine
     # sara/collect_seconds is wall-clock, the one sara/* value that differs between ranks by design
     record["logs"] = [{k: v for k, v in entry.items()
                        if (k.startswith("sara/") and k != "sara/collect_seconds") or k == "step"}
                       for entry in trainer.state.log_history if "sara/rollouts_generated" in entry]
-    if name.endswith("_env"):
+    if base.endswith("_env"):
         record["env_resets"] = list(ModeEnv.resets)
+    if streamed:
+        record["tool_runs"] = ModeEnv.guesses if base.endswith("_env") else lookup.calls
+        if base.endswith("_env"):
+            record.update(env_instances=ModeEnv.instances, env_pool=len(trainer._environment_pool[None]))
     return record
 
 

@@ -12,8 +12,10 @@ Two layers:
   starts 2 CPU processes (gloo) running ``tests/_mp_train.py``: SaraGRPOTrainer on the tiny random Llama, 2 steps
   per allocator (plus SaraRLOOTrainer with SARA, and SARA with ``environment_factory``, ``rollout_func`` and
   ``tools=``); each process writes what it decided, generated, trained and logged (with environments, every reset it
-  made), and the test compares them. A reward function or an environment's ``reset`` raising on one process must fail
-  both. A time limit kills the launch (whole process group) and fails the test rather than
+  made), and the test compares them. Streaming collection with ``tools=`` and ``environment_factory`` runs the same
+  way, each process on its own shard and its own scripted request engine (the model only trains), merged by one
+  exchange per step. A reward function or an environment's ``reset`` raising on one process must fail both (rounds
+  and streaming). A time limit kills the launch (whole process group) and fails the test rather than
   waiting.
 """
 
@@ -505,4 +507,109 @@ def test_two_processes_environment_error_fails_both(fail_after, round_number, ti
     assert errors[1] == {"type": "ValueError", "message": ENV_FAIL_MESSAGE}
     assert errors[0] == {"type": "RuntimeError", "message": f"SARA round {round_number} (generation and rewards) "
                                                              f"failed on process 1: ValueError: {ENV_FAIL_MESSAGE}"}
+    assert not any((tmp_path / f"rank{r}.json").exists() for r in range(2))
+
+
+# ------------------------------------------------------------------------------ streaming with tools, environments
+STREAM_RUNS = ("sara_env_stream", "sara_tools_stream")
+# What tests/_mp_train.py scripts (its GUESS_CALL, LOOKUP_CALL; ModeEnv's target 7) and TRL's tool suffix around a
+# tool's answer with Qwen3's tool chat template.
+GUESS_CALL = '<tool_call>\n{"name": "guess", "arguments": {"n": %d}}\n</tool_call><|im_end|>'
+LOOKUP_CALL = '<tool_call>\n{"name": "lookup", "arguments": {"key": %d}}\n</tool_call><|im_end|>'
+TOOL_RESPONSE = "\n<|im_start|>user\n<tool_response>\n%s\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+STREAM_IN_FLIGHT = 8  # streaming_max_in_flight by default: a process's share of the batch, 2 groups x k = 4
+
+
+@pytest.fixture(scope="module")
+def two_process_stream_runs(tiny_model_dir, tmp_path_factory):
+    """One launch, 2 processes: sara_env_stream and sara_tools_stream (``collection="streaming"`` on scripted
+    request engines, see tests/_mp_train.py), 2 steps each; per rank the recorded JSON."""
+    out = tmp_path_factory.mktemp("mp_stream")
+    rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(out), "--runs", ",".join(STREAM_RUNS)],
+                        timeout_s=420)
+    assert rc == 0, output[-6000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)], "the launcher did not start 2 processes"
+    return ranks
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("run", STREAM_RUNS)
+def test_two_processes_stream_multi_turn(run, two_process_stream_runs):
+    """Streaming with ``environment_factory`` / ``tools=`` on 2 processes: both end each step with the identical
+    merged batch (groups, stats, per-prompt records) and ``sara/*`` logs; process p started rollouts only on its shard
+    (questions = p mod 2) and trained exactly its own 2 groups (groups 2p, 2p + 1 of the merged batch), whole, with
+    group-relative advantages; only "coin" prompts committed; every trained row is the scripted tool call, the tool's
+    answer (masked: tool_mask 0) and the scripted answer; rollouts and tool executions of both processes add up to
+    the merged ``sara/rollouts_generated`` and ``sara/tool_calls_generated``."""
+    rank0, rank1 = (r["runs"][run] for r in two_process_stream_runs)
+    k, groups = 4, 2  # per process: B / 2 = 2 groups of k rows
+    assert (rank0["num_generations"], rank0["generation_batch_size"]) == (k, 2 * groups * k)
+    assert rank0["rounds"] == rank1["rounds"] == []  # streaming: no rollout_fn rounds
+    assert len(rank0["batches"]) == len(rank1["batches"]) == 2
+    for b0, b1 in zip(rank0["batches"], rank1["batches"]):
+        assert group_view(b0) == group_view(b1)
+        assert b0["stats"] == b1["stats"] and b0["records"] == b1["records"] and b0["round_sizes"] == []
+        assert b0["stats"]["rounds"] == 0 and b0["stats"]["batch_groups"] == 2 * groups
+    assert len(rank0["logs"]) == 2 and rank0["logs"] == rank1["logs"]  # sara/collect_seconds left out (wall-clock)
+
+    for p, rank in enumerate((rank0, rank1)):
+        assert [len(started) > 0 for started in rank["started"]] == [True, True]
+        assert {q % 2 for started in rank["started"] for q in started} == {p}  # its own shard only
+        for batch, started in zip(rank["batches"], rank["started"]):
+            mine = batch["groups"][groups * p: groups * (p + 1)]
+            assert batch["rows"] == [g["prompt_id"] for g in mine for _ in range(k)]
+            assert set(batch["rows"]) <= set(started)
+            success = [s for g in mine for s in g["success"]]
+            for g, adv in zip(mine, np.asarray(batch["advantages"]).reshape(-1, k)):
+                assert g["prompt_id"] % 4 in (2, 3) and not g["is_fill"]  # "coin" prompts only
+                outcome = np.asarray(g["success"], dtype=float)
+                assert len(outcome) == k and 0 < outcome.mean() < 1
+                assert adv.sum() == pytest.approx(0.0, abs=1e-5)
+                assert np.array_equal(np.sign(np.round(adv, 6)), np.sign(outcome - outcome.mean()))
+            if run == "sara_env_stream":
+                assert batch["model_text"] == [GUESS_CALL % (7 if s else 8) + "done<|im_end|>" for s in success]
+                assert batch["tool_text"] == [TOOL_RESPONSE % ("right" if s else "lower") for s in success]
+                assert all(batch["observed"])  # the replay's prompts carry the reset's observation
+            else:
+                assert batch["model_text"] == [LOOKUP_CALL % q + ("yes" if s else "no") + "<|im_end|>"
+                                               for q, s in zip(batch["rows"], success)]
+                assert batch["tool_text"] == [TOOL_RESPONSE % f"value {q}" for q in batch["rows"]]
+
+    for step, log in enumerate(rank0["logs"]):
+        assert len(rank0["started"][step]) + len(rank1["started"][step]) == log["sara/rollouts_generated"]
+        assert log["sara/rollouts_trained"] == log["sara/tool_calls_trained"] == 2 * groups * k
+        assert log["sara/rounds"] == 0 and log["sara/effective_fraction"] == 1.0
+    assert rank0["tool_runs"] + rank1["tool_runs"] == sum(log["sara/tool_calls_generated"] for log in rank0["logs"])
+
+
+@pytest.mark.multiprocess
+def test_two_processes_stream_environment_resets(two_process_stream_runs):
+    """Streaming with ``environment_factory`` on 2 processes: every reset on a process is one rollout that process
+    started (same questions, same order), each step's ``sara/env_resets`` is the resets of both processes and equals
+    ``sara/rollouts_generated``; every instance went back to TRL's pool (instances are reused: none created beyond
+    the probe and one per rollout in flight, all of them in the pool)."""
+    rank0, rank1 = (r["runs"]["sara_env_stream"] for r in two_process_stream_runs)
+    for rank in (rank0, rank1):
+        assert rank["env_resets"] == [q for started in rank["started"] for q in started]
+        assert rank["step_resets"] == [len(started) for started in rank["started"]]
+        assert rank["env_pool"] == rank["env_instances"] <= 1 + STREAM_IN_FLIGHT < len(rank["env_resets"])
+        assert 0 < rank["tool_runs"] <= len(rank["env_resets"])  # a rollout aborted in its first turn never guessed
+    for step, log in enumerate(rank0["logs"]):
+        resets = rank0["step_resets"][step] + rank1["step_resets"][step]
+        assert log["sara/env_resets"] == log["sara/rollouts_generated"] == resets
+
+
+@pytest.mark.multiprocess
+def test_two_processes_stream_environment_error_fails_both(tiny_model_dir, tmp_path):
+    """Streaming with ``environment_factory``: ``reset`` raises on process 1 at its 6th reset, with rollouts of the
+    first step in flight: both processes exit non-zero within the time limit (no hang at the step's one exchange),
+    process 1 with the original error, process 0 with a RuntimeError naming process 1 and the message."""
+    rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(tmp_path), "--runs", "sara_env_stream",
+                         "--fail-env-rank", "1", "--fail-env-after", "5"], timeout_s=240)
+    assert rc != 0 and ENV_FAIL_MESSAGE in output
+    errors = [json.loads((tmp_path / f"rank{r}_error.json").read_text()) for r in range(2)]
+    assert errors[1] == {"type": "ValueError", "message": ENV_FAIL_MESSAGE}
+    assert errors[0] == {"type": "RuntimeError",
+                         "message": f"SARA streaming collection failed on process 1: ValueError: {ENV_FAIL_MESSAGE}"}
     assert not any((tmp_path / f"rank{r}.json").exists() for r in range(2))

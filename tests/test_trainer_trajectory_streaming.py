@@ -13,11 +13,11 @@ engine step, so rollouts finish out of order), a tiny random Llama training on C
 from __future__ import annotations
 
 import dataclasses
-import re
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from _scripted_requests import ScriptedRequests
 from datasets import Dataset
 from test_trainer_environment import OBSERVATION, GuessEnv, done_reward, env_dataset, target_of
 from test_trainer_tools import (
@@ -32,50 +32,8 @@ from test_trainer_tools import (
 )
 
 from sara_trl import SaraConfig, SaraGRPOTrainer
-from sara_trl.allocation.event_loop import Finished
 from sara_trl.trainer.rollout import run_tool_loop
 from sara_trl.trainer.trajectory import TrajectoryEngine
-
-
-class ScriptedRequests:
-    """A request-level engine (``add(rid, prompt_ids, max_tokens)``, ``step``, ``abort``, ``pending``): each
-    request's completion is ``turn(question, text, after_tool)`` tokenized, cut to ``max_tokens``, one token per
-    engine step; log-probs -0.01 * (position + 1)."""
-
-    def __init__(self, tokenizer, turn):
-        self.tokenizer, self.turn = tokenizer, turn
-        self.running: dict[int, list] = {}  # rid -> [ids, emitted]
-        self.requests: list[tuple[int, bool, int | None]] = []  # (rid, after_tool, max_tokens)
-
-    @property
-    def pending(self) -> int:
-        return len(self.running)
-
-    def script(self, prompt_ids, max_tokens=None):
-        text = self.tokenizer.decode(prompt_ids)
-        question = int(re.findall(r"Question (\d+)", text)[-1])
-        after_tool = "<tool_response>" in text
-        ids = self.tokenizer(self.turn(question, text, after_tool), add_special_tokens=False)["input_ids"]
-        return (ids if max_tokens is None else ids[:max_tokens]), after_tool
-
-    def add(self, rid, prompt_ids, max_tokens=None):
-        assert rid not in self.running and (max_tokens is None or max_tokens >= 1)
-        ids, after_tool = self.script(prompt_ids, max_tokens)
-        self.requests.append((rid, after_tool, max_tokens))
-        self.running[rid] = [ids, 0]
-
-    def step(self):
-        done = []
-        for rid in list(self.running):
-            state = self.running[rid]
-            state[1] += 1
-            if state[1] >= len(state[0]):
-                ids = self.running.pop(rid)[0]
-                done.append(Finished(rid, ids, [-0.01 * (i + 1) for i in range(len(ids))]))
-        return done
-
-    def abort(self, rids):
-        return [self.running.pop(rid)[1] if rid in self.running else 0 for rid in rids]
 
 
 def first_turns(question, text, after_tool):
