@@ -123,6 +123,26 @@ def test_quickstart_comparison_lines():
     assert idle[4] == "  (machine load 1.1 at the start, 2.2 at the end, 2 CPUs)"
     busy = quickstart.comparison_lines(sara, ds, k=8, num_groups=4, load=(3.2, 9.4, 2))
     assert busy[4].startswith("  (machine load 3.2 at the start, 9.4 at the end, 2 CPUs; the machine was busy")
+    # the load at each step's end: a pass run beside other work is flagged although start and end look idle
+    calm = quickstart.comparison_lines(sara, ds, k=8, num_groups=4, load=(0.7, 2.2, 2), peak_load=3.9)
+    assert calm[4] == "  (machine load 0.7 at the start, 2.2 at the end, up to 3.9 at a step's end, 2 CPUs)"
+    busy = quickstart.comparison_lines(sara, ds, k=8, num_groups=4, load=(0.7, 2.2, 2), peak_load=7.1)
+    assert busy[4].startswith("  (machine load 0.7 at the start, 2.2 at the end, up to 7.1 at a step's end, 2 CPUs; "
+                              "the machine was busy")
+    one = quickstart.comparison_lines(sara, dict(ds, rounds=1), k=8, num_groups=4)
+    assert "  1 round    20.0 s" in one[2] and "  8 rounds   15.0 s" in one[1]
+
+
+def test_quickstart_step_line_records_the_load_and_counts_rounds():
+    """A step line says "1 round" / "3 rounds"; each recorded step keeps the machine's load at its end."""
+    from sara_trl import quickstart
+
+    report = quickstart.AllocationReport("DS")
+    logs = {"sara/rollouts_generated": 32.0, "sara/tokens_generated": 400.0, "sara/rounds": 1.0,
+            "sara/prompts_drawn": 4.0, "sara/committed": 2.0, "sara/effective_fraction": 1.0, "loss": 0.5}
+    row = report.add(1, logs)
+    assert " 1 round  " in report.line(row) and " 3 rounds " in report.line(dict(row, rounds=3.0))
+    assert 0.0 <= row["load_average"] == report.steps[0]["load_average"]
 
 
 def test_quickstart_defaults_to_the_vllm_engine_when_installed():

@@ -341,7 +341,8 @@ class AllocationReport:
     def add(self, step: int, logs: dict) -> dict:
         """Record and print one step from its logged metrics; returns the row kept for the summary."""
         row = {name: logs.get(f"sara/{name}", 0.0) for name in self.FIELDS}
-        row.update(step=step, loss=logs.get("loss"), raw_success_rate=logs.get("sara/raw_success_rate"))
+        row.update(step=step, loss=logs.get("loss"), raw_success_rate=logs.get("sara/raw_success_rate"),
+                   load_average=os.getloadavg()[0])  # the machine's 1-minute load at the step's end (see main)
         self.steps.append(row)
         _say(self.line(row))
         if self.legend and len(self.steps) == 1:
@@ -357,7 +358,7 @@ class AllocationReport:
             fates.append(f"{int(row['unfilled'])} unfilled")
         success = row["raw_success_rate"]
         loss = row["loss"]
-        how = f"{'streaming':>9}" if self.streaming else f"{row['rounds']:>2.0f} rounds"
+        how = f"{'streaming':>9}" if self.streaming else f"{row['rounds']:>2.0f} {_rounds(row['rounds'])}"
         return (
             f"{self.label:>4} step {row['step']:>2} | {row['rollouts_generated']:>4.0f} rollouts "
             f"{row['tokens_generated']:>5.0f} tokens {how} {row['collect_seconds']:>6.1f} s | "
@@ -461,16 +462,22 @@ def run_dynamic_sampling_pass(argv: list[str]) -> dict:
             return json.load(handle)
 
 
+def _rounds(count: float) -> str:
+    """``"round "`` for one round (padded to the width of ``"rounds"``), else ``"rounds"``."""
+    return "round " if count == 1 else "rounds"
+
+
 def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int,
-                     load: tuple[float, float, int] | None = None) -> list[str]:
+                     load: tuple[float, float, int] | None = None, peak_load: float | None = None) -> list[str]:
     """The side-by-side summary: both allocators' totals and their ratios (SARA / DS); with ``load`` (the machine's
     1-minute load, ``os.getloadavg()[0]``, at the start and at the end, and the CPU count), a line saying how busy it
     was, and that the time ratio is no measurement when other work ran beside it (more load at the start than cores,
-    or more than cores + 2 at the end: the command itself keeps about two cores busy)."""
+    or more than cores + 2 at the end or, with ``peak_load``, the highest load at any step's end: the command itself
+    keeps about two cores busy)."""
     lines = [f"For {cli.plural(sara['steps'], 'step')} x {num_groups} effective groups of {k} (same prompts, seed and "
              "settings):"]
     for name, t in (("SARA", sara), ("Dynamic sampling", ds)):
-        how = f"{'streaming':>10}" if t.get("collection") == "streaming" else f"{t['rounds']:>3} rounds"
+        how = f"{'streaming':>10}" if t.get("collection") == "streaming" else f"{t['rounds']:>3} {_rounds(t['rounds'])}"
         lines.append(f"  {name:<17} {t['rollouts']:>5} rollouts {t['tokens']:>6} tokens {how} "
                      f"{t['collect_seconds']:>6.1f} s generating and scoring")
     if ds["rollouts"] and ds["tokens"] and ds["collect_seconds"] > 0:
@@ -479,8 +486,11 @@ def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int,
                      f"{sara['collect_seconds'] / ds['collect_seconds']:>6.2f} of the time")
     if load is not None:
         start, end, cores = load
-        line = f"  (machine load {start:.1f} at the start, {end:.1f} at the end, {cores} CPUs"
-        if start > cores or end > cores + 2:
+        line = f"  (machine load {start:.1f} at the start, {end:.1f} at the end"
+        if peak_load is not None:
+            line += f", up to {peak_load:.1f} at a step's end"
+        line += f", {cores} CPUs"
+        if start > cores or max(end, peak_load or 0.0) > cores + 2:
             line += ("; the machine was busy with other work, so the time ratio says little: rerun on an otherwise "
                      "idle machine")
         lines.append(line + ")")
@@ -725,7 +735,11 @@ def main(argv: list[str] | None = None) -> dict:
         ds = run_dynamic_sampling_pass(argv)
         summary["dynamic_sampling"] = {key: ds[key] for key in (*totals([]), "wall_clock_s", "per_step", "collection")}
         summary["load_average"] = [load_start, os.getloadavg()[0]]
-        for line in comparison_lines(summary, ds, k, num_groups, (*summary["load_average"], os.cpu_count() or 1)):
+        # the highest load at any step's end of either pass: other work during a pass distorts its seconds
+        summary["peak_load_average"] = max((row.get("load_average", 0.0) for row in (*report.steps, *ds["per_step"])),
+                                           default=None)
+        for line in comparison_lines(summary, ds, k, num_groups, (*summary["load_average"], os.cpu_count() or 1),
+                                     summary["peak_load_average"]):
             _say(line)
         summary["wall_clock_s"] = clock.elapsed()
     summary_file = script_args.summary_file or os.path.join(training_args.output_dir, "summary.json")
