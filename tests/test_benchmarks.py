@@ -563,3 +563,41 @@ def test_env_engine_pools_each_configuration_against_ds_in_rounds(tmp_path):
     assert "| sara_streaming | 1.000 | 1.000 |" in text and "| sara_rounds | 0.750 |" in text
     assert "| sara_rounds | 0.750 | 0.750 | 0.750 | n/a | 1.000 [" in text  # seconds: 1.5 and 0.5
     assert json.loads((tmp_path / "env_engine.json").read_text())["ratios"] == pool["ratios"]
+
+
+def test_env_engine_constrained_variant_has_its_own_files_and_settings(tmp_path):
+    """``--constrained``: the engine environment study with vLLM's structured outputs (a ``guess`` call or a number in
+    1..4 per turn) on games of 1..4, pooled from its own seed files into ENV_ENGINE_CONSTRAINED.md; the unconstrained
+    study's files in the same folder are not mixed in."""
+    import re
+
+    from benchmarks.env_task import env_engine
+
+    settings = {**env_engine.SETTINGS, **env_engine.CONSTRAINED}
+    assert settings["high"] == 4 and settings["regex"] == env_engine.GUESS_REGEX
+    pattern = re.compile(env_engine.GUESS_REGEX)
+    assert pattern.fullmatch('<tool_call>\n{"name": "guess", "arguments": {"n": 3}}\n</tool_call>')
+    assert pattern.fullmatch("4") and not pattern.fullmatch("5") and not pattern.fullmatch("I guess 3")
+    assert env_engine._variant(settings) == ("env_engine_constrained", f"{env_engine.COMMAND} --constrained")
+    assert env_engine._variant(env_engine.SETTINGS) == ("env_engine", env_engine.COMMAND)
+
+    def run(rollouts, effective, tool_calls):
+        return {"collection": "rounds", "rollouts": rollouts, "model_tokens": 10.0 * rollouts, "tool_tokens": 5.0,
+                "tool_calls": tool_calls, "env_resets": rollouts, "collect_seconds": 10.0, "aborted": 0.0,
+                "effective_groups": effective, "unfilled": 0.0, "raw_success_rate": 0.25, "env_counters": {},
+                "steps": 3, "seconds": 15.0, "load_average": [1.0, 2.0]}
+
+    env = {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "numpy": "2", "scipy": "1", "sara_trl": "0"}
+    doc = {"seed": 0, "settings": settings, "environment": env, "ds_rounds": run(32.0, 4.0, 8.0),
+           "sara_rounds": run(24.0, 4.0, 6.0), "sara_streaming": run(16.0, 2.0, 2.0)}
+    (tmp_path / "env_engine_constrained_seed0.json").write_text(json.dumps(doc))
+    (tmp_path / "env_engine_seed0.json").write_text("not read")
+    text = env_engine.report(tmp_path, constrained=True)
+    assert text.startswith("# The guess-a-number environment on the vLLM engine (every turn a `guess` call or a "
+                           "number):")
+    assert "1..4 through the `guess` tool" in text and "16 tool calls in all." in text
+    assert f"{env_engine.COMMAND} --constrained --seed N (N = 0)" in text
+    pool = json.loads((tmp_path / "env_engine_constrained.json").read_text())
+    assert pool["per_seed"][0]["file"] == "env_engine_constrained_seed0.json"
+    assert pool["per_seed"][0]["tool_calls"]["ratio"] == {"sara_rounds": 0.75, "sara_streaming": 0.5}
+    assert (tmp_path / "ENV_ENGINE_CONSTRAINED.md").read_text() == text

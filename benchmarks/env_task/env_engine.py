@@ -16,10 +16,17 @@ pass is never answered), ``sara/collect_seconds`` and the effective groups, with
 end. ``--report`` pools the seed files: per seed each quantity per effective batch (total / (effective groups / B))
 and each configuration's ratio to ``ds_rounds``, then the mean ratio with a 95% Student-t interval over seeds, in
 ``ENV_ENGINE.md`` and ``env_engine.json``. ``--quick``: one step each on a smaller budget, for a smoke test.
+
+``--constrained`` runs the same configurations with every turn restricted by vLLM's structured outputs
+(``vllm_structured_outputs_regex``, :data:`GUESS_REGEX`) to a well-formed ``guess`` call or a final answer, each
+a number in 1..4, on games of 1..4 (:data:`CONSTRAINED`): SmolLM2-135M emits no tool call by itself, so this is the
+variant in which the environment's tool is actually called and its calls and tokens are counted. Its files are
+``env_engine_constrained_seed<N>.json``, ``ENV_ENGINE_CONSTRAINED.md`` and ``env_engine_constrained.json``.
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -49,8 +56,12 @@ CONFIGS = (("ds_rounds", "dynamic_sampling", "rounds"), ("sara_rounds", "sara", 
 BASE = CONFIGS[0][0]
 SETTINGS = {"steps": 2, "games": 64, "high": 2, "num_groups": 2, "k": 4, "max_completion_length": 32,
             "budget_cap": 2.0, "max_rounds": 3, "n0": 2, "commit_min": 2, "max_tool_calling_iterations": 2,
-            "temperature": 1.0, "learning_rate": 1e-6, "vllm_max_model_length": 1024}
+            "temperature": 1.0, "learning_rate": 1e-6, "vllm_max_model_length": 1024, "regex": None}
 QUICK = {"steps": 1, "games": 16, "budget_cap": 1.5, "max_rounds": 2}
+# --constrained: every turn a well-formed call of the environment's `guess` tool with one number in 1..4, or such a
+# number as the final answer; games of 1..4 (which number the model picks decides the game; SmolLM2 misses most).
+GUESS_REGEX = r'<tool_call>\n\{"name": "guess", "arguments": \{"n": [1-4]\}\}\n</tool_call>|[1-4]'
+CONSTRAINED = {"high": 4, "regex": GUESS_REGEX, "steps": 3, "max_completion_length": 64}
 
 
 def run_config(label: str, allocator: str, collection: str, seed: int, settings: dict, workdir: str) -> dict:
@@ -84,7 +95,7 @@ def run_config(label: str, allocator: str, collection: str, seed: int, settings:
         learning_rate=settings["learning_rate"], logging_steps=1, save_strategy="no", seed=seed,
         disable_tqdm=True, allocator=allocator, budget_cap=settings["budget_cap"], max_rounds=settings["max_rounds"],
         success_reward_func="GuessEnv", max_tool_calling_iterations=settings["max_tool_calling_iterations"],
-        **sara_only)
+        vllm_structured_outputs_regex=settings.get("regex"), **sara_only)
     trainer = SaraGRPOTrainer(model=path, args=args, reward_funcs=hand_answer_to_environment,
                               train_dataset=env_task_dataset(settings["games"], high=settings["high"], seed=seed),
                               processing_class=use_tool_chat_template(AutoTokenizer.from_pretrained(path)),
@@ -118,15 +129,24 @@ def run_config(label: str, allocator: str, collection: str, seed: int, settings:
             "load_average": [load_start, os.getloadavg()[0]]}
 
 
+def _variant(settings: dict) -> tuple[str, str]:
+    """The file stem and command of the study ``settings`` belong to (the constrained one when a regex is set)."""
+    if settings.get("regex"):
+        return "env_engine_constrained", f"{COMMAND} --constrained"
+    return "env_engine", COMMAND
+
+
 def run_seed(seed: int, settings: dict, out: Path) -> Path:
     """One invocation: every configuration of :data:`CONFIGS` on the same games and seed; writes
-    ``env_engine_seed<seed>.json`` under ``out`` and returns its path."""
-    doc = {"command": f"{COMMAND} --seed {seed}", "seed": seed, "settings": settings, "environment": environment()}
+    ``<stem>_seed<seed>.json`` under ``out`` (``env_engine``, or ``env_engine_constrained`` with a regex) and
+    returns its path."""
+    stem, command = _variant(settings)
+    doc = {"command": f"{command} --seed {seed}", "seed": seed, "settings": settings, "environment": environment()}
     with tempfile.TemporaryDirectory() as workdir:
         for label, allocator, collection in CONFIGS:
             doc[label] = run_config(label, allocator, collection, seed, settings, workdir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"env_engine_seed{seed}.json"
+    path = out / f"{stem}_seed{seed}.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
 
@@ -137,7 +157,7 @@ def pooled(docs: list[dict]) -> dict:
     per_seed = []
     for doc in docs:
         B = doc["settings"]["num_groups"]
-        row = {"seed": doc["seed"], "file": f"env_engine_seed{doc['seed']}.json"}
+        row = {"seed": doc["seed"], "file": f"{_variant(doc['settings'])[0]}_seed{doc['seed']}.json"}
         for key, _ in QUANTITIES:
             base = per_effective_batch(doc[BASE], key, B)
             row[key] = {label: per_effective_batch(doc[label], key, B) for label, _, _ in CONFIGS}
@@ -157,6 +177,7 @@ def pooled(docs: list[dict]) -> dict:
 def render(docs: list[dict], pool: dict) -> str:
     """The Markdown report."""
     settings = docs[0]["settings"]
+    _, command = _variant(settings)
     runs = [[doc["seed"], label, run["steps"], f"{run['rollouts']:.0f}", f"{run['aborted']:.0f}",
              f"{run['model_tokens']:.0f}", f"{run['tool_tokens']:.0f}", f"{run['env_resets']:.0f}",
              f"{run['tool_calls']:.0f}", f"{run['effective_groups']:.0f}", f"{run['unfilled']:.0f}",
@@ -182,7 +203,17 @@ def render(docs: list[dict], pool: dict) -> str:
                  "No run made a tool call (SmolLM2 emitted no well-formed one under the Qwen3 template), so every "
                  "game was decided by the final answer and tool calls have no ratio.")
     seeds = ", ".join(str(doc["seed"]) for doc in docs)
-    return f"""# The guess-a-number environment on the vLLM engine: DS, SARA in rounds, SARA streaming (SmolLM2-135M)
+    if settings.get("regex"):
+        title = " (every turn a `guess` call or a number)"
+        how = ("Every turn is restricted by vLLM's structured outputs (`vllm_structured_outputs_regex`) to a "
+               "well-formed `guess` call or a final answer, each a number in 1..4: SmolLM2-135M makes no tool call\n"
+               "by itself, so this is the variant in which the environment's tool runs; which number it guesses is "
+               "the model's.")
+    else:
+        title, how = "", "The model calls its tools without\nany script or constraint."
+    how += " Generation s is `sara/collect_seconds` (generation, environment calls, scoring)."
+    heading = f"The guess-a-number environment on the vLLM engine{title}: DS, SARA in rounds, SARA streaming"
+    return f"""# {heading} (SmolLM2-135M)
 
 SmolLM2-135M-Instruct trains with `environment_factory` on [env_task.py](env_task.py)'s game (guess a number in
 1..{settings['high']} through the `guess` tool or the final answer; reward 1 on a hit, the environment's `get_reward`
@@ -191,8 +222,7 @@ configuration on a fresh engine from the same weights, games and prompt stream: 
 {settings['num_groups']} groups of k = {settings['k']}, `max_completion_length` {settings['max_completion_length']},
 `budget_cap` {settings['budget_cap']}, `max_rounds` {settings['max_rounds']}, temperature {settings['temperature']}
 (SARA: `n0` {settings['n0']}, `commit_min` {settings['commit_min']}). `sara_streaming` runs each rollout as a chain of
-engine requests (`collection="streaming"`; `"auto"` keeps environments in rounds). The model calls its tools without
-any script or constraint. Generation s is `sara/collect_seconds` (generation, environment calls, scoring).
+engine requests (`collection="streaming"`; `"auto"` keeps environments in rounds). {how}
 
 ## Runs (totals over the steps)
 
@@ -212,22 +242,32 @@ counts. {capped} of {len(docs) * len(CONFIGS)} runs spent their whole budget cap
 groups: {", ".join(f"{label} {n:.0f}" for label, n in unfilled.items())}: at equal caps the figure per effective batch
 counts what a run spent for the effective groups it got, and one seed's one extra group moves a ratio by a third or
 more, so no difference between the configurations is shown here. {tool_note} Environment resets equal rollouts
-(one per rollout started); in streaming a rollout aborted before its reward was never answered.
+(one per rollout started); in streaming a rollout aborted before its reward was never answered. The seeds are not
+fully independent draws: TRL seeds its colocated engine with the process index, not the training seed, so every
+seed samples from the same engine random stream; the seeds differ in the games' targets and the prompt order.
 
-{environment_lines(COMMAND + " --seed N (N = " + seeds + "), then " + COMMAND + " --report", seeds,
+{environment_lines(command + " --seed N (N = " + seeds + "), then " + command + " --report", seeds,
                    docs[0]["environment"])}
 """
 
 
-def report(folder: Path) -> str:
+def report(folder: Path, constrained: bool = False) -> str:
     """Pool every ``env_engine_seed*.json`` of ``folder`` into ``ENV_ENGINE.md`` and ``env_engine.json`` there
-    (:func:`benchmarks.env_task.env_task.pool_seed_files`)."""
-    return pool_seed_files(folder, "env_engine", pooled, render, COMMAND)
+    (``constrained``: the ``env_engine_constrained`` files; :func:`benchmarks.env_task.env_task.pool_seed_files`)."""
+    stem, command = _variant(CONSTRAINED if constrained else SETTINGS)
+    return pool_seed_files(folder, stem, pooled, render, command)
 
 
 def main(argv: list[str] | None = None) -> None:
-    study_main(argv, "The environment study on the vLLM engine (rounds and streaming)", "env_engine", run_seed,
-               report, SETTINGS, QUICK)
+    """``--constrained`` selects the structured-output variant (:data:`CONSTRAINED`); the other options are
+    :func:`benchmarks.env_task.env_task.study_main`'s."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--constrained", action="store_true")
+    known, rest = parser.parse_known_args(argv)
+    settings = {**SETTINGS, **CONSTRAINED} if known.constrained else SETTINGS
+    stem, command = _variant(settings)
+    study_main(rest, f"The environment study on the vLLM engine (rounds and streaming; {command})", stem, run_seed,
+               lambda folder: report(folder, known.constrained), settings, QUICK)
 
 
 if __name__ == "__main__":
