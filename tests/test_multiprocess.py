@@ -409,19 +409,25 @@ def test_two_processes_small_rounds_cover_uneven_and_single_prompt(two_process_r
     assert 1 in totals, f"no round with fewer requests than processes in {totals}"
 
 
+def assert_process_1_failed_both(rc: int, output: str, out: Path, message: str, what: str) -> None:
+    """A launch whose process 1 raised ``ValueError(message)``: both processes exited non-zero, process 1 with that
+    error, process 0 with ``RuntimeError("<what> failed on process 1: ValueError: <message>")``, neither wrote a
+    result."""
+    assert rc != 0 and message in output
+    errors = [json.loads((out / f"rank{r}_error.json").read_text()) for r in range(2)]
+    assert errors[1] == {"type": "ValueError", "message": message}
+    assert errors[0] == {"type": "RuntimeError", "message": f"{what} failed on process 1: ValueError: {message}"}
+    assert not any((out / f"rank{r}.json").exists() for r in range(2))
+
+
 @pytest.mark.multiprocess
 def test_two_processes_reward_error_fails_both(tiny_model_dir, tmp_path):
     """The reward function raises on process 1 only: both processes exit non-zero within the time limit, process 1
     with the original error, process 0 with a RuntimeError naming process 1 and the original message."""
     rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(tmp_path), "--runs", "sara", "--fail-rank", "1"],
                         timeout_s=300)
-    message = "reward function exploded on purpose on process 1"
-    assert rc != 0 and message in output
-    errors = [json.loads((tmp_path / f"rank{r}_error.json").read_text()) for r in range(2)]
-    assert errors[1] == {"type": "ValueError", "message": message}
-    assert errors[0] == {"type": "RuntimeError",
-                         "message": f"SARA round 1 (generation and rewards) failed on process 1: ValueError: {message}"}
-    assert not any((tmp_path / f"rank{r}.json").exists() for r in range(2))
+    assert_process_1_failed_both(rc, output, tmp_path, "reward function exploded on purpose on process 1",
+                                 "SARA round 1 (generation and rewards)")
 
 
 @pytest.mark.multiprocess
@@ -502,12 +508,8 @@ def test_two_processes_environment_error_fails_both(fail_after, round_number, ti
     as for a raising reward function."""
     rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(tmp_path), "--runs", "sara_env",
                          "--fail-env-rank", "1", "--fail-env-after", str(fail_after)], timeout_s=240)
-    assert rc != 0 and ENV_FAIL_MESSAGE in output
-    errors = [json.loads((tmp_path / f"rank{r}_error.json").read_text()) for r in range(2)]
-    assert errors[1] == {"type": "ValueError", "message": ENV_FAIL_MESSAGE}
-    assert errors[0] == {"type": "RuntimeError", "message": f"SARA round {round_number} (generation and rewards) "
-                                                             f"failed on process 1: ValueError: {ENV_FAIL_MESSAGE}"}
-    assert not any((tmp_path / f"rank{r}.json").exists() for r in range(2))
+    assert_process_1_failed_both(rc, output, tmp_path, ENV_FAIL_MESSAGE,
+                                 f"SARA round {round_number} (generation and rewards)")
 
 
 # ------------------------------------------------------------------------------ streaming with tools, environments
@@ -607,9 +609,4 @@ def test_two_processes_stream_environment_error_fails_both(tiny_model_dir, tmp_p
     process 1 with the original error, process 0 with a RuntimeError naming process 1 and the message."""
     rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(tmp_path), "--runs", "sara_env_stream",
                          "--fail-env-rank", "1", "--fail-env-after", "5"], timeout_s=240)
-    assert rc != 0 and ENV_FAIL_MESSAGE in output
-    errors = [json.loads((tmp_path / f"rank{r}_error.json").read_text()) for r in range(2)]
-    assert errors[1] == {"type": "ValueError", "message": ENV_FAIL_MESSAGE}
-    assert errors[0] == {"type": "RuntimeError",
-                         "message": f"SARA streaming collection failed on process 1: ValueError: {ENV_FAIL_MESSAGE}"}
-    assert not any((tmp_path / f"rank{r}.json").exists() for r in range(2))
+    assert_process_1_failed_both(rc, output, tmp_path, ENV_FAIL_MESSAGE, "SARA streaming collection")
