@@ -181,6 +181,22 @@ def test_headline_cells_are_intervals_over_seeds():
     blocking = (engine_dir / "streaming_engine.json", engine_dir / "streaming_engine_seed1.json")
     old, note = headline.engine(files=blocking, config="sara_streaming")["generation_seconds"]
     assert old.n == 2 and headline.fmt2(old) == "0.77 [0.47, 1.07]" and note == ""  # blocking scoring, 10 steps
+    # the loss-cap study (docs/collection-modes.md): the 0.45 cap over all 4 steps and after the burn-in step, the
+    # 0.1 cap on the same seeds, and the 4-seed intervals quoted beside the figure
+    cap45 = "sara_best_cap45_default_streaming"
+    assert [p.name for p in headline.CAP45_SEEDS] == [f"streaming_engine_cap45_seed{s}.json" for s in range(5)]
+    iv, note = headline.engine(files=headline.CAP45_SEEDS, config=cap45)["generation_seconds"]
+    assert iv.n == 5 and headline.fmt2(iv) == "0.70 [0.57, 0.84]" and note == "0.74 without seed 2"
+    steady, _ = headline.engine(files=headline.CAP45_SEEDS, config=cap45, skip=1)["generation_seconds"]
+    assert headline.fmt2(steady) == "0.68 [0.63, 0.73]"
+    tenth, _ = headline.engine(files=headline.CAP45_SEEDS, config="sara_best_default_streaming")["generation_seconds"]
+    assert headline.fmt2(tenth) == "0.81 [0.75, 0.87]"
+    tenth_steady, _ = headline.engine(files=headline.CAP45_SEEDS, config="sara_best_default_streaming",
+                                      skip=1)["generation_seconds"]
+    assert headline.fmt2(tenth_steady) == "0.84 [0.71, 0.96]"
+    uppers = [headline.engine(files=headline.CAP45_SEEDS[:s] + headline.CAP45_SEEDS[s + 1:],
+                              config=cap45)["generation_seconds"][0].hi for s in range(5)]
+    assert [round(u, 2) for u in uppers] == [0.86, 0.90, 0.88, 0.90, 0.82]
 
 
 def test_readme_keeps_the_two_commands_and_the_snippet():

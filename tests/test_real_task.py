@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks import real_task, replay
-from benchmarks.real_replay import real_replay
+from benchmarks.real_replay import loss_cap, real_replay
 from benchmarks.real_task import REAL_TASK, mixture_copies, mixture_rows
 from benchmarks.real_task_survey import real_task_report
 
@@ -171,6 +171,35 @@ def test_quick_replay_values_and_accounting(tmp_path):
             assert r["rollouts_trained"] == 16 * 8 and r["filled"] == 1
             if label != "uniform":
                 assert r["effective_in_batch"] == 16
+
+
+def test_loss_cap_quick_run_orders_the_caps_and_accounts_every_rollout(tmp_path):
+    """benchmarks/real_replay/loss_cap.py --quick: a looser cap abandons at least as often and never spends more,
+    an uncapped boundary is the loosest, and every generated rollout (aborted ones included) has one fate."""
+    doc = loss_cap.main(["--quick", "--out", str(tmp_path)])
+    cell = doc["cells"]["B=8"]["summary"]
+    assert list(cell) == list(loss_cap.CONFIGS) and cell[loss_cap.REFERENCE]["rollouts_ratio"][0] == 1.0
+    caps = ["best, loss cap 0.1", "best, loss cap 0.2", "best, loss cap 0.45 (tau_low)", "best, no loss cap"]
+    abandoned = [cell[c]["abandoned"][0] for c in caps]
+    assert abandoned == sorted(abandoned) and abandoned[0] < abandoned[-1]
+    for c in caps + ["paper SARA (streaming)"]:
+        assert cell[c]["steps_filled"] == cell[c]["steps"] == 2 * 2
+    md = (tmp_path / "LOSS_CAP.md").read_text()
+    assert "## k = 8, B=8" in md and "| best, loss cap 0.45 (tau_low) |" in md
+    success, tokens, task, meta = _bank()
+    rows = mixture_rows(task, meta["task_names"], REAL_TASK.weights)
+    from benchmarks import sim
+    from sara_trl.allocation import AllocationConfig
+
+    cfg = AllocationConfig(k=8, **loss_cap.CONFIGS["best, loss cap 0.45 (tau_low)"])
+    steps, _ = sim.run_steps(replay.ReplaySource(success, tokens, seed=0, rows=rows), cfg, 8, 3, 0)
+    # carry_over: what a step leaves active is carried into the next, so over the run every generated rollout is
+    # trained, abandoned or surplus, or still active after the last step
+    fates = sum(r["rollouts_trained"] + r["rollouts_abandoned"] + r["rollouts_surplus"] for r in steps)
+    assert sum(r["rollouts"] for r in steps) == fates + steps[-1]["rollouts_active_left"]
+    assert any(r["rollouts_active_left"] for r in steps[:-1])  # something was carried over
+    for r in steps:
+        assert r["rollouts_trained"] == 8 * 8 and r["effective_in_batch"] == 8
 
 
 def test_report_regenerates_the_committed_bank(tmp_path):

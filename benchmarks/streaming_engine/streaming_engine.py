@@ -87,6 +87,11 @@ CONFIGS = {  # name -> AllocationConfig fields (besides k)
     # the best beyond-paper setting with streaming's defaults (sara_best_streaming with refill_margin 2.0)
     "sara_best_default_streaming": {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal",
                                     "auto_loss_cap": 0.10, "carry_over": True, "auto_min_prompts": 16},
+    # the same with the loss cap at the paper's tau_low (0.45): the Bayes-optimal boundary abandons only where the
+    # paper's rule would too (2026-12-04; on the replay bank the 10% cap was the binding constraint)
+    "sara_best_cap45_default_streaming": {"allocator": "sara", "collection": "streaming",
+                                          "stopping_rule": "bayes_optimal", "auto_loss_cap": 0.45, "carry_over": True,
+                                          "auto_min_prompts": 16},
     # the same rounds with the round's rollouts as single requests on the engine, scored as they finish in reward
     # passes that overlap the round's slowest completions (the trainer's overlap_round_scoring): same decisions
     "ds_rounds_overlap": {"allocator": "dynamic_sampling", "collection": "rounds", "engine_rounds": True},
