@@ -197,6 +197,26 @@ def mixture_rows(task_index: np.ndarray, task_names: list, weights: dict) -> np.
     return np.concatenate([np.tile(rows[f], copies[f]) for f in weights]).astype(np.int64)
 
 
+def load_mixture_bank(bank: Path, weights: dict) -> tuple[np.ndarray, np.ndarray, dict, np.ndarray, np.ndarray]:
+    """A task bank (``.npz`` with a ``task`` column, as ``real_task_report.py`` writes it) and its replayed pool.
+
+    Returns
+    -------
+    success, tokens, meta
+        As :func:`benchmarks.replay.load_bank`.
+    task_index : (P,) int
+        Family index of each bank row (into ``meta["task_names"]``).
+    rows : (V,) int64
+        :func:`mixture_rows` for ``weights``.
+    """
+    from benchmarks import replay
+
+    success, tokens, meta = replay.load_bank(bank)
+    with np.load(bank) as z:
+        task_index = z["task"]
+    return success, tokens, meta, task_index, mixture_rows(task_index, meta["task_names"], weights)
+
+
 def load_survey_cell(cell: str, survey_dir: Path = SURVEY_DIR) -> tuple[np.ndarray, np.ndarray, dict]:
     """``(success (F, P, k) int8, tokens (F, P, k) int16, survey.json dict)`` of one survey cell.
 

@@ -29,12 +29,10 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
-
 from benchmarks import replay, sim  # noqa: E402
 from benchmarks.common import Interval, environment, environment_lines, fmt_ci, md_table  # noqa: E402
 from benchmarks.real_replay.real_replay import BANK  # noqa: E402
-from benchmarks.real_task import REAL_TASK, mixture_rows  # noqa: E402
+from benchmarks.real_task import REAL_TASK, load_mixture_bank  # noqa: E402
 from benchmarks.simulated.suite import DS_BUDGET_CAP, summarize  # noqa: E402
 from sara_trl.allocation import AllocationConfig  # noqa: E402
 
@@ -58,10 +56,7 @@ QUICK = {"seeds": (0, 1), "steps": 2, "batches": (8,)}
 
 def run_all(settings: dict, bank: Path = BANK, log=print) -> dict:
     """Every configuration x B x seed; returns the ``loss_cap.json`` document (intervals as ``[mean, lo, hi, n]``)."""
-    success, tokens, meta = replay.load_bank(bank)
-    with np.load(bank) as z:
-        task_index = z["task"]
-    rows = mixture_rows(task_index, meta["task_names"], REAL_TASK.weights)
+    success, tokens, _, _, rows = load_mixture_bank(bank, REAL_TASK.weights)
     cells = {}
     for B in settings["batches"]:
         t0 = time.perf_counter()

