@@ -179,19 +179,19 @@ def test_loss_cap_quick_run_orders_the_caps_and_accounts_every_rollout(tmp_path)
     doc = loss_cap.main(["--quick", "--out", str(tmp_path)])
     cell = doc["cells"]["B=8"]["summary"]
     assert list(cell) == list(loss_cap.CONFIGS) and cell[loss_cap.REFERENCE]["rollouts_ratio"][0] == 1.0
-    caps = ["best, loss cap 0.1", "best, loss cap 0.2", "best, loss cap 0.45 (tau_low)", "best, no loss cap"]
+    caps = ["best, loss cap 0.1", "best, loss cap 0.2", "best, loss cap 0.45", "best, no loss cap"]
     abandoned = [cell[c]["abandoned"][0] for c in caps]
     assert abandoned == sorted(abandoned) and abandoned[0] < abandoned[-1]
     for c in caps + ["paper SARA (streaming)"]:
         assert cell[c]["steps_filled"] == cell[c]["steps"] == 2 * 2
     md = (tmp_path / "LOSS_CAP.md").read_text()
-    assert "## k = 8, B=8" in md and "| best, loss cap 0.45 (tau_low) |" in md
+    assert "## k = 8, B=8" in md and "| best, loss cap 0.45 |" in md
     success, tokens, task, meta = _bank()
     rows = mixture_rows(task, meta["task_names"], REAL_TASK.weights)
     from benchmarks import sim
     from sara_trl.allocation import AllocationConfig
 
-    cfg = AllocationConfig(k=8, **loss_cap.CONFIGS["best, loss cap 0.45 (tau_low)"])
+    cfg = AllocationConfig(k=8, **loss_cap.CONFIGS["best, loss cap 0.45"])
     steps, _ = sim.run_steps(replay.ReplaySource(success, tokens, seed=0, rows=rows), cfg, 8, 3, 0)
     # carry_over: what a step leaves active is carried into the next, so over the run every generated rollout is
     # trained, abandoned or surplus, or still active after the last step

@@ -19,7 +19,7 @@ Every cell is a ratio to dynamic sampling (DS) on the same seed: mean and 95% St
   defaults (its default collection, paper rule), divided by DS in rounds (DS's default) on the same seed;
 - the same engine's second study (``benchmarks/streaming_engine/streaming_engine_cap45_seed*.json``, report
   ``benchmarks/streaming_engine/streaming_engine_cap45_pooled.md``): the best beyond-paper setting in streaming with its
-  loss cap at the paper's tau_low (``auto_loss_cap=0.45``), paired the same way with DS in rounds (the figure also
+  loss cap raised to 0.45 (``auto_loss_cap=0.45``), paired the same way with DS in rounds (the figure also
   shows the 0.1 cap of the first study);
 - the replay of the real-training task's outcomes at the paper's batch size
   (``benchmarks/real_replay/real_replay.json``, cell k=8, B=64): the ratio intervals over seeds that run saved.
@@ -153,7 +153,7 @@ def table() -> str:
          "no training, configurations "
          "paired by common random numbers", eng["rollouts"][0].n, cell(eng["rollouts"], " requests"),
          cell(eng["tokens"]), cell(eng["generation_seconds"]), ENGINE_REPORT],
-        ["**SARA's default collection beyond the paper**, the loss cap at the paper's tau_low "
+        ["**SARA's default collection beyond the paper**, the loss cap raised to 0.45 "
          "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.45, carry_over=True, auto_min_prompts=16`) vs DS in "
          f"rounds, the same engine, task and pairing, {cap_steps} steps per seed (its own runs)", cap["rollouts"][0].n,
          cell(cap["rollouts"], " requests"), cell(cap["tokens"]), cell(cap["generation_seconds"]), CAP45_REPORT],
@@ -168,13 +168,13 @@ def table() -> str:
 
 
 def _bars(ax, groups: list, labels: list[str], title: str) -> None:
-    """Grouped bars of ``groups`` = ``[(label, [Interval per key])]`` on ``ax``, DS = 1 dashed."""
+    """Grouped bars of ``groups`` = ``[(label, colour, [Interval per key])]`` on ``ax``, DS = 1 dashed."""
     width = 0.8 / len(groups)
-    for i, (label, ivs) in enumerate(groups):
+    for i, (label, colour, ivs) in enumerate(groups):
         x = np.arange(len(labels)) + (i - (len(groups) - 1) / 2) * width
         means = np.array([iv.mean for iv in ivs])
         err = np.array([[iv.mean - iv.lo for iv in ivs], [iv.hi - iv.mean for iv in ivs]])
-        ax.bar(x, means, width, yerr=err, capsize=3, label=label)
+        ax.bar(x, means, width, yerr=err, capsize=3, label=label, color=colour)
     ax.axhline(1.0, color="k", linestyle="--", linewidth=1)
     ax.text(len(labels) - 0.55, 1.02, "dynamic sampling (DAPO) = 1", ha="right", va="bottom", fontsize=8)
     ax.set_xticks(np.arange(len(labels)), labels)
@@ -186,9 +186,10 @@ def _bars(ax, groups: list, labels: list[str], title: str) -> None:
 
 def plot(path: Path = FIGURE) -> None:
     """Two panels of grouped bars relative to dynamic sampling (the dashed line), with 95% intervals over seeds:
-    the real training runs (uniform, paper SARA, SARA beyond the paper; rollouts, tokens, generation seconds), and the
-    vLLM-CPU engine's paired collection study (SARA's default collection with the paper's rule and beyond the paper;
-    generation seconds, tokens, requests)."""
+    the real training runs (uniform, paper SARA, SARA beyond the paper with the 0.1 loss cap; rollouts, tokens,
+    generation seconds), and the vLLM-CPU engine's two paired collection studies (SARA's default collection with the
+    paper's rule, from the first; with the 0.1 and the 0.45 loss cap on the same seeds, from the second; generation
+    seconds, tokens, requests). A setting keeps its colour in both panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,27 +197,30 @@ def plot(path: Path = FIGURE) -> None:
 
     rt = real_training()
     training = []
-    for a, label in [("uniform", "uniform (plain GRPO)"), ("SARA", "SARA, paper defaults"),
-                     ("SARA-auto", "SARA, beyond the paper")]:
+    for a, label, colour in [("uniform", "uniform (plain GRPO)", "C0"), ("SARA", "SARA, paper defaults", "C1"),
+                             ("SARA-auto", "SARA, beyond the paper, loss cap 0.1", "C2")]:
         ivs = [rt[a][key][0] for key in KEYS]
         n = [iv.n for iv in ivs]
-        training.append((f"{label}, {max(n)} seeds" + (f" ({n[-1]} for time)" if n[-1] != max(n) else ""), ivs))
+        training.append((f"{label}, {max(n)} seeds" + (f" ({n[-1]} for time)" if n[-1] != max(n) else ""), colour,
+                         ivs))
     engine_keys = ("generation_seconds", "tokens", "rollouts")
-    studies = [(ENGINE_SEEDS, "sara_default_streaming", "paper rule"),
-               (ENGINE_SEEDS, "sara_best_default_streaming", "beyond the paper, loss cap 0.1"),
-               (CAP45_SEEDS, "sara_best_cap45_default_streaming", "beyond the paper, loss cap 0.45")]
+    studies = [(ENGINE_SEEDS, "sara_default_streaming", "paper rule (first study)", "C1"),
+               (CAP45_SEEDS, "sara_best_default_streaming", "beyond the paper, loss cap 0.1 (second study)", "C2"),
+               (CAP45_SEEDS, "sara_best_cap45_default_streaming", "beyond the paper, loss cap 0.45 (second study)",
+                "C3")]
     collection = []
-    for files, config, label in studies:
+    for files, config, label, colour in studies:
         cells = engine(files=files, config=config)
-        collection.append((f"{label}, {cells['generation_seconds'][0].n} seeds",
+        collection.append((f"{label}, {cells['generation_seconds'][0].n} seeds", colour,
                            [cells[key][0] for key in engine_keys]))
+    steps = {len(json.loads(Path(f).read_text())["runs"][0]["steps"]) for f in ENGINE_SEEDS + CAP45_SEEDS}
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.9), sharey=True)
     _bars(left, training, ["rollouts", "completion tokens", "generation time"],
           "Real training, rounds collection, 8 steps\nmean and 95% interval over seeds; uniform keeps every group")
     left.set_ylabel("cost relative to dynamic sampling")
     _bars(right, collection, ["generation time", "completion tokens", "requests (aborted ones too)"],
-          "SARA's default collection (streaming) vs DS in rounds, 4 steps, no training\n"
-          "paired by common random numbers; mean and 95% interval over seeds")
+          f"SARA's default collection (streaming) vs DS in rounds, {'/'.join(map(str, sorted(steps)))} steps, "
+          "no training\neach study paired by common random numbers; mean and 95% interval over seeds")
     fig.suptitle("SmolLM2-135M, vLLM-CPU engine (2 cores), B = 8, k = 8", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

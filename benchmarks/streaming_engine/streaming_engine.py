@@ -87,8 +87,8 @@ CONFIGS = {  # name -> AllocationConfig fields (besides k)
     # the best beyond-paper setting with streaming's defaults (sara_best_streaming with refill_margin 2.0)
     "sara_best_default_streaming": {"allocator": "sara", "collection": "streaming", "stopping_rule": "bayes_optimal",
                                     "auto_loss_cap": 0.10, "carry_over": True, "auto_min_prompts": 16},
-    # the same with the loss cap at the paper's tau_low (0.45): the Bayes-optimal boundary abandons only where the
-    # paper's rule would too (2026-12-04; on the replay bank the 10% cap was the binding constraint)
+    # the same with the loss cap raised to 0.45 (2026-12-04): a cap on the boundary's own p_eff under its fitted prior,
+    # so not the paper's rule; on the replay bank the 0.1 cap was the binding constraint and 0.45 never binds
     "sara_best_cap45_default_streaming": {"allocator": "sara", "collection": "streaming",
                                           "stopping_rule": "bayes_optimal", "auto_loss_cap": 0.45, "carry_over": True,
                                           "auto_min_prompts": 16},
