@@ -253,6 +253,36 @@ def test_binary_rewards_are_unaffected(kind, tiny_model_dir, tokenizer, cpu_trai
     assert trainer.state.global_step == 1
 
 
+# ------------------------------------------------------------------------------------------ reward models
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_a_reward_model_with_the_default_threshold_is_refused_before_anything_loads(kind, tiny_model_dir, tokenizer,
+                                                                                    cpu_trainer_kwargs):
+    trainer_class, config_class = TRAINERS[kind]
+    args = config_class(**cpu_trainer_kwargs())
+    # the id names nothing on this offline machine: loading it would raise OSError, so the ValueError comes first
+    with pytest.raises(ValueError, match=r"reward function 1 \('my-org/no-such-reward-model'\) is a reward model.*"
+                                         r"the default 0.5, meant for 0/1 labels.*success_reward_func.*"
+                                         r"set success_threshold explicitly"):
+        trainer_class(model=tiny_model_dir, reward_funcs=[binary_reward, "my-org/no-such-reward-model"], args=args,
+                      train_dataset=text_data(), processing_class=tokenizer)
+
+
+def test_a_reward_model_is_accepted_with_a_threshold_or_a_verifier(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    from transformers import AutoModelForSequenceClassification
+
+    reward_model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
+    reward_model.config.pad_token_id = tokenizer.pad_token_id
+    for overrides in ({"success_threshold": 0.0}, {"success_reward_func": "binary_reward"},
+                      {"reward_weights": [1.0, 0.0]}, {"allocator": "uniform"}):
+        trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=[binary_reward, reward_model],
+                                  args=SaraConfig(**cpu_trainer_kwargs(**overrides)), train_dataset=text_data(),
+                                  processing_class=tokenizer, reward_processing_classes=[None, tokenizer])
+        assert trainer.reward_funcs[1] is reward_model
+    with pytest.raises(ValueError, match=r"reward function 0 \(LlamaForSequenceClassification\) is a reward model"):
+        SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=reward_model, args=SaraConfig(**cpu_trainer_kwargs()),
+                        train_dataset=text_data(), processing_class=tokenizer)
+
+
 def test_all_unscorable_step_names_the_reward_functions(tiny_model_dir, tokenizer, cpu_trainer_kwargs, monkeypatch):
     messages = []
     monkeypatch.setattr(sara_collect.logger, "warning", lambda message, *a, **k: messages.append(str(message)))

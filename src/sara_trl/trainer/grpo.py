@@ -124,6 +124,7 @@ quantization_config, peft_config
             },
             rounds_only={"rollout_func": rollout_func is not None, "tools": bool(tools),
                          "environment_factory": environment_factory is not None},
+            reward_funcs=reward_funcs,
         )
         with self._sara_engine_context(args):
             super().__init__(

@@ -108,12 +108,12 @@ class SaraTrainerMixin:
     @classmethod
     def _sara_prepare(
         cls, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict,
-        rounds_only: dict | None = None,
+        rounds_only: dict | None = None, reward_funcs: Any = None,
     ) -> Any:
         """Before TRL's construction: validate, return the args to use
         (:func:`sara_trl.trainer.prepare.prepare_arguments`, which documents the errors)."""
         return prepare_arguments(cls, model, args, config_class, train_dataset, processing_class, unsupported,
-                                 rounds_only)
+                                 rounds_only, reward_funcs)
 
     @staticmethod
     def _sara_engine_context(args):

@@ -25,14 +25,14 @@ from sara_trl.trainer.rollout import make_success_rule
 from sara_trl.trainer.streaming import shard_groups
 from sara_trl.trainer.vllm_cpu import repack_after_sync
 
-__all__ = ["check_iterable", "prepare_arguments", "require_rounds", "setup"]
+__all__ = ["check_iterable", "check_reward_models", "prepare_arguments", "require_rounds", "setup"]
 
 logger = logging.get_logger(__name__)
 
 
 def prepare_arguments(
     cls: type, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict,
-    rounds_only: dict | None = None,
+    rounds_only: dict | None = None, reward_funcs: Any = None,
 ) -> Any:
     """Validate what can be validated before TRL's (slow) construction; return the args to use.
 
@@ -57,6 +57,8 @@ def prepare_arguments(
         ``{argument name: value}`` of features SARA collects in rounds unless told otherwise (``rollout_func``,
         ``tools``, ``environment_factory``): with a truthy value, ``collection="auto"`` resolves to ``"rounds"``;
         an explicit ``collection="streaming"`` raises for ``rollout_func`` (see :func:`require_rounds`).
+    reward_funcs : reward function, model, model id, or a list of them, optional
+        As passed to the trainer; checked by :func:`check_reward_models`.
 
     Returns
     -------
@@ -68,8 +70,8 @@ def prepare_arguments(
     ValueError
         An unsupported feature was passed (a feature the TRL base lacks, such as ``tools`` or
         ``environment_factory`` in RLOO; tools or environment_factory together with rollout_func; rollout_func
-        with collection='streaming'; multimodal input), or the dataset cannot feed
-        SARA's prompt stream.
+        with collection='streaming'; multimodal input), a reward model would be read as 0/1 success labels
+        (:func:`check_reward_models`), or the dataset cannot feed SARA's prompt stream.
     TypeError
         ``args`` is not a ``config_class``, or the class lacks a member of
         :class:`~sara_trl.trainer.hooks.SaraTrainerBase` (or, with ``tools`` or ``environment_factory``, TRL's
@@ -95,6 +97,7 @@ def prepare_arguments(
             f"`{type(args).__name__}`. Replace your config class with `{config_class.__name__}`; it accepts "
             "the same fields."
         )
+    check_reward_models(cls, reward_funcs, args)
     for name, value in (rounds_only or {}).items():
         if value:
             require_rounds(cls, args, name)
@@ -138,6 +141,60 @@ def prepare_arguments(
             "yield no batch."
         )
     return args
+
+
+def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
+    """Refuse, before anything loads, a reward model whose score would be read as a 0/1 success label.
+
+    A reward model (a model id or an ``nn.Module`` in ``reward_funcs``; TRL loads an id with
+    ``AutoModelForSequenceClassification``, ``num_labels=1``) scores a completion with a logit of any sign. Every
+    allocator that chooses groups from success labels (SARA; dynamic sampling with ``ds_filter="success"``) labels a
+    rollout a success when its score is ``> success_threshold`` (paper App. F), and the default threshold, 0.5, is
+    meant for 0/1 labels. So when the score is the weighted sum of the reward functions (no ``success_reward_func``)
+    and a reward model weighs in it, the threshold has to be set explicitly. A Python reward function's scale is
+    known only once it has scored: the trainer checks it on the first step
+    (:class:`~sara_trl.allocation.labels.SuccessRule`).
+
+    Parameters
+    ----------
+    cls : type
+        The SARA trainer class (named in the error).
+    reward_funcs : reward function, model, model id, or a list of them, or None
+        As passed to the trainer.
+    args : SaraConfig or SaraRLOOConfig
+        Read: ``success_threshold_explicit``, ``success_reward_func``, ``reward_weights``, ``allocator``,
+        ``ds_filter``.
+
+    Raises
+    ------
+    ValueError
+        A reward model with a non-zero weight is part of the success score, the threshold is the default, and the
+        allocator decides from the labels.
+    """
+    import torch
+
+    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [] if reward_funcs is None else [reward_funcs]
+    weights = list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(funcs)
+    binding = getattr(args, "allocator", "sara") != "uniform" and getattr(args, "ds_filter", "success") == "success"
+    if (args.success_threshold_explicit or args.success_reward_func is not None or not binding
+            or len(weights) != len(funcs)):  # a length mismatch: TRL's own error follows
+        return
+    models = [(i, f) for i, (f, w) in enumerate(zip(funcs, weights)) if isinstance(f, (str, torch.nn.Module)) and w]
+    if not models:
+        return
+    i, func = models[0]
+    name = repr(func) if isinstance(func, str) else type(func).__name__
+    raise ValueError(
+        f"{cls.__name__}: reward function {i} ({name}) is a reward model. It scores a completion with a logit of any "
+        "sign, not a 0/1 success label, and allocator="
+        f"{getattr(args, 'allocator', 'sara')!r} decides which groups to train from success labels: score > "
+        f"success_threshold, here the default {args.success_threshold:g}, meant for 0/1 labels (paper App. F). Fix "
+        "it before training in one of two ways: (1) add a reward function that returns 1.0 for a success and 0.0 "
+        "for a failure (a verifier) and name it with success_reward_func (the loss still uses every reward "
+        "function, weighted by reward_weights); or (2) set success_threshold explicitly to the reward model's "
+        "score above which a rollout counts as a success, e.g. the median score of the starting policy's "
+        "completions. See docs/rewards.md, 'Worked example: a reward model'."
+    )
 
 
 # Why a rounds-only feature cannot stream: (what it does that streaming cannot drive, the reason for "auto").

@@ -81,7 +81,7 @@ quantization_config, peft_config
         args = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class,
                                   {"tools": no_tool_loop if tools else None,
                                    "environment_factory": no_tool_loop if environment_factory is not None else None},
-                                  rounds_only={"rollout_func": rollout_func is not None})
+                                  rounds_only={"rollout_func": rollout_func is not None}, reward_funcs=reward_funcs)
         with self._sara_engine_context(args):
             super().__init__(
                 model=model,
