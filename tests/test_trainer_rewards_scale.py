@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -272,15 +273,23 @@ def test_a_reward_model_is_accepted_with_a_threshold_or_a_verifier(tiny_model_di
 
     reward_model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
     reward_model.config.pad_token_id = tokenizer.pad_token_id
-    for overrides in ({"success_threshold": 0.0}, {"success_reward_func": "binary_reward"},
+    for overrides in ({"success_threshold": 0.0}, {"success_threshold": 0.5}, {"success_reward_func": "binary_reward"},
                       {"reward_weights": [1.0, 0.0]}, {"allocator": "uniform"}):
         trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=[binary_reward, reward_model],
                                   args=SaraConfig(**cpu_trainer_kwargs(**overrides)), train_dataset=text_data(),
                                   processing_class=tokenizer, reward_processing_classes=[None, tokenizer])
         assert trainer.reward_funcs[1] is reward_model
-    with pytest.raises(ValueError, match=r"reward function 0 \(LlamaForSequenceClassification\) is a reward model"):
+    with pytest.raises(ValueError, match=r"reward function 0 \(LlamaForSequenceClassification\) is a reward model "
+                                         r"and it weighs in the success score"):
         SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=reward_model, args=SaraConfig(**cpu_trainer_kwargs()),
                         train_dataset=text_data(), processing_class=tokenizer)
+    # named as the success score itself (TRL names it after its model id's last part: the checkpoint folder)
+    name = Path(tiny_model_dir).name
+    with pytest.raises(ValueError, match=rf"reward function 1 \(LlamaForSequenceClassification\) is a reward model "
+                                         rf"and success_reward_func='{name}' names it"):
+        SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=[binary_reward, reward_model],
+                        args=SaraConfig(**cpu_trainer_kwargs(success_reward_func=name)), train_dataset=text_data(),
+                        processing_class=tokenizer, reward_processing_classes=[None, tokenizer])
 
 
 def test_all_unscorable_step_names_the_reward_functions(tiny_model_dir, tokenizer, cpu_trainer_kwargs, monkeypatch):

@@ -45,7 +45,15 @@ from benchmarks.real_training.real_training_report import load_runs, seed_ratios
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 REAL_RUNS = BENCH / "real_training" / "runs"
-CAP45_SEEDS = tuple(sorted((BENCH / "streaming_engine").glob("streaming_engine_cap45_seed*.json")))
+
+
+def _by_seed(pattern: str) -> tuple:
+    """The result files matching ``pattern`` in benchmarks/streaming_engine, in the order of their seed number."""
+    files = (BENCH / "streaming_engine").glob(pattern)
+    return tuple(sorted(files, key=lambda f: int(f.stem.rsplit("seed", 1)[1])))
+
+
+CAP45_SEEDS = _by_seed("streaming_engine_cap45_seed*.json")
 
 
 def _running(files, config: str) -> tuple:
@@ -54,8 +62,7 @@ def _running(files, config: str) -> tuple:
 
 
 # the first study's seeds 0-4, then the second study's seeds that also ran the paper rule (5-8)
-ENGINE_SEEDS = (tuple(sorted((BENCH / "streaming_engine").glob("streaming_engine_defaults_seed*.json")))
-                + _running(CAP45_SEEDS, "sara_default_streaming"))
+ENGINE_SEEDS = _by_seed("streaming_engine_defaults_seed*.json") + _running(CAP45_SEEDS, "sara_default_streaming")
 ENGINE_REPORT = ("[streaming_engine_defaults_pooled.md]"
                  "(benchmarks/streaming_engine/streaming_engine_defaults_pooled.md)")
 CAP45_REPORT = ("[streaming_engine_cap45_pooled.md]"

@@ -151,7 +151,7 @@ class SaraTrainerBase(RoundTrainer, Protocol):
     2. ``class SaraXTrainer(SaraTrainerMixin, XTrainer)`` (mixin first) with ``_name``, ``_tag_names`` and
        ``_paper = sara_paper(XTrainer._paper)``.
     3. ``__init__``: ``args = self._sara_prepare(model, args, SaraXConfig, train_dataset, processing_class,
-       unsupported)`` before ``super().__init__``, and ``self._sara_setup()`` after it.
+       unsupported, reward_funcs=reward_funcs)`` before ``super().__init__``, and ``self._sara_setup()`` after it.
     4. The hooks: ``_sara_returns_logprobs``, ``_sara_generate_round``, ``_sara_decode``, ``_sara_row_metrics`` and
        ``_sara_fix_replay_metrics``, documented below.
     5. Check that ``XTrainer`` has every *TRL* member listed here with the same meaning (:func:`check_trainer_class`

@@ -143,6 +143,18 @@ def prepare_arguments(
     return args
 
 
+def _reward_model_name(func: Any) -> str | None:
+    """The name TRL gives a reward model in ``reward_func_names`` (its model id's last part), None for a callable."""
+    import torch
+
+    if isinstance(func, str):
+        return func.split("/")[-1]
+    if isinstance(func, torch.nn.Module):
+        config = getattr(func, "config", None)
+        return get_config_model_id(config).split("/")[-1] if config is not None else type(func).__name__
+    return None
+
+
 def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
     """Refuse, before anything loads, a reward model whose score would be read as a 0/1 success label.
 
@@ -150,10 +162,10 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
     ``AutoModelForSequenceClassification``, ``num_labels=1``) scores a completion with a logit of any sign. Every
     allocator that chooses groups from success labels (SARA; dynamic sampling with ``ds_filter="success"``) labels a
     rollout a success when its score is ``> success_threshold`` (paper App. F), and the default threshold, 0.5, is
-    meant for 0/1 labels. So when the score is the weighted sum of the reward functions (no ``success_reward_func``)
-    and a reward model weighs in it, the threshold has to be set explicitly. A Python reward function's scale is
-    known only once it has scored: the trainer checks it on the first step
-    (:class:`~sara_trl.allocation.labels.SuccessRule`).
+    meant for 0/1 labels. So when a reward model is the success score (named by ``success_reward_func``) or weighs in
+    it (the weighted sum of the reward functions, without ``success_reward_func``), the threshold has to be set
+    explicitly. A Python reward function's scale is known only once it has scored: the trainer checks it on the first
+    step (:class:`~sara_trl.allocation.labels.SuccessRule`).
 
     Parameters
     ----------
@@ -168,32 +180,36 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
     Raises
     ------
     ValueError
-        A reward model with a non-zero weight is part of the success score, the threshold is the default, and the
-        allocator decides from the labels.
+        A reward model is, or weighs in, the success score, the threshold is the default, and the allocator decides
+        from the labels.
     """
-    import torch
-
     funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [] if reward_funcs is None else [reward_funcs]
     weights = list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(funcs)
     binding = getattr(args, "allocator", "sara") != "uniform" and getattr(args, "ds_filter", "success") == "success"
-    if (args.success_threshold_explicit or args.success_reward_func is not None or not binding
-            or len(weights) != len(funcs)):  # a length mismatch: TRL's own error follows
+    if args.success_threshold_explicit or not binding or len(weights) != len(funcs):  # a mismatch: TRL's error follows
         return
-    models = [(i, f) for i, (f, w) in enumerate(zip(funcs, weights)) if isinstance(f, (str, torch.nn.Module)) and w]
-    if not models:
+    names = {i: _reward_model_name(f) for i, f in enumerate(funcs)}
+    if args.success_reward_func is not None:
+        scored = [i for i, name in names.items() if name is not None and name == args.success_reward_func][:1]
+        how = f"success_reward_func={args.success_reward_func!r} names it as the success score"
+    else:
+        scored = [i for i, name in names.items() if name is not None and weights[i]]
+        how = "it weighs in the success score (the weighted sum of the reward functions)"
+    if not scored:
         return
-    i, func = models[0]
-    name = repr(func) if isinstance(func, str) else type(func).__name__
+    i = scored[0]
+    name = repr(funcs[i]) if isinstance(funcs[i], str) else type(funcs[i]).__name__
     raise ValueError(
-        f"{cls.__name__}: reward function {i} ({name}) is a reward model. It scores a completion with a logit of any "
-        "sign, not a 0/1 success label, and allocator="
+        f"{cls.__name__}: reward function {i} ({name}) is a reward model and {how}. A reward model scores a "
+        "completion with a logit of any sign, not a 0/1 success label, and allocator="
         f"{getattr(args, 'allocator', 'sara')!r} decides which groups to train from success labels: score > "
         f"success_threshold, here the default {args.success_threshold:g}, meant for 0/1 labels (paper App. F). Fix "
         "it before training in one of two ways: (1) add a reward function that returns 1.0 for a success and 0.0 "
         "for a failure (a verifier) and name it with success_reward_func (the loss still uses every reward "
         "function, weighted by reward_weights); or (2) set success_threshold explicitly to the reward model's "
         "score above which a rollout counts as a success, e.g. the median score of the starting policy's "
-        "completions. See docs/rewards.md, 'Worked example: a reward model'."
+        "completions (if its scores already are success probabilities in [0, 1], pass success_threshold=0.5). See "
+        "docs/rewards.md, 'Worked example: a reward model'."
     )
 
 
