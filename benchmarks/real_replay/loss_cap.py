@@ -31,11 +31,10 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from benchmarks import replay, sim  # noqa: E402
 from benchmarks.common import Interval, environment, environment_lines, fmt_ci, md_table  # noqa: E402
-from benchmarks.real_replay.real_replay import BANK  # noqa: E402
+from benchmarks.real_replay.real_replay import BANK, replay_seeds  # noqa: E402
 from benchmarks.real_task import REAL_TASK, load_mixture_bank  # noqa: E402
-from benchmarks.simulated.suite import DS_BUDGET_CAP, summarize  # noqa: E402
+from benchmarks.simulated.suite import DS_BUDGET_CAP, summarize, summary_json  # noqa: E402
 from sara_trl.allocation import AllocationConfig  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -62,17 +61,10 @@ def run_all(settings: dict, bank: Path = BANK, log=print) -> dict:
     cells = {}
     for B in settings["batches"]:
         t0 = time.perf_counter()
-        runs = {}
-        for label, fields in CONFIGS.items():
-            cfg = AllocationConfig(k=K, **fields)
-            runs[label] = []
-            for seed in settings["seeds"]:
-                source = replay.ReplaySource(success, tokens, seed=seed, rows=rows)
-                steps, _ = sim.run_steps(source, cfg, B, settings["steps"], seed)
-                runs[label].extend({**row, "seed": seed} for row in steps)
-        cells[f"B={B}"] = {"B": B, "summary": {
-            label: {key: ([v.mean, v.lo, v.hi, v.n] if isinstance(v, Interval) else v)
-                    for key, v in summarize(r, runs[REFERENCE]).items()} for label, r in runs.items()}}
+        runs = {label: replay_seeds(success, tokens, rows, AllocationConfig(k=K, **fields), B, settings["seeds"],
+                                    settings["steps"]) for label, fields in CONFIGS.items()}
+        cells[f"B={B}"] = {"B": B, "summary": {label: summary_json(summarize(r, runs[REFERENCE]))
+                                               for label, r in runs.items()}}
         log(f"  B={B:2d}: {time.perf_counter() - t0:6.1f}s")
     return {"settings": {**settings, "k": K}, "configs": CONFIGS,
             "bank": str(bank.relative_to(REPO)) if bank.is_relative_to(REPO) else str(bank),

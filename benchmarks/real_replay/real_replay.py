@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from benchmarks import replay, sim  # noqa: E402
 from benchmarks.common import EARLIER_STREAMING, current_path, environment, environment_lines, fmt_ci, md_table  # noqa: E402
 from benchmarks.real_task import REAL_TASK, RealTask, load_mixture_bank  # noqa: E402
-from benchmarks.simulated.suite import DS_BUDGET_CAP, summarize  # noqa: E402
+from benchmarks.simulated.suite import DS_BUDGET_CAP, summarize, summary_json  # noqa: E402
 from sara_trl.allocation import AllocationConfig  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -94,21 +94,20 @@ def config_for(label: str, k: int) -> AllocationConfig:
     return AllocationConfig(k=k, **ALLOCATORS[label])
 
 
-def run_cell(success, tokens, rows, label: str, k: int, B: int, settings: Settings) -> list[dict]:
-    """Every seed of one (allocator, k, B): :func:`benchmarks.sim.run_steps` rows tagged with ``seed``."""
+def replay_seeds(success, tokens, rows, cfg: AllocationConfig, B: int, seeds, steps: int) -> list[dict]:
+    """``steps`` replayed steps of ``cfg`` at batch size ``B`` for each seed in ``seeds`` (each seed its own prompt
+    stream over ``rows`` of the bank): :func:`benchmarks.sim.run_steps` rows tagged with ``seed``."""
     out = []
-    cfg = config_for(label, k)
-    for seed in settings.seeds:
+    for seed in seeds:
         source = replay.ReplaySource(success, tokens, seed=seed, rows=rows)
-        steps, _ = sim.run_steps(source, cfg, B, settings.steps, seed)
-        for row in steps:
-            row["seed"] = seed
-        out.extend(steps)
+        steps_run, _ = sim.run_steps(source, cfg, B, steps, seed)
+        out.extend({**row, "seed": seed} for row in steps_run)
     return out
 
 
-def _jsonable(summary: dict) -> dict:
-    return {k: ([v.mean, v.lo, v.hi, v.n] if hasattr(v, "mean") else v) for k, v in summary.items()}
+def run_cell(success, tokens, rows, label: str, k: int, B: int, settings: Settings) -> list[dict]:
+    """Every seed of one (allocator, k, B): :func:`replay_seeds` of :func:`config_for`."""
+    return replay_seeds(success, tokens, rows, config_for(label, k), B, settings.seeds, settings.steps)
 
 
 def run_all(settings: Settings, bank: Path, task: RealTask = REAL_TASK, log=print) -> dict:
@@ -122,7 +121,8 @@ def run_all(settings: Settings, bank: Path, task: RealTask = REAL_TASK, log=prin
             t0 = time.perf_counter()
             runs = {label: run_cell(success, tokens, rows, label, k, B, settings) for label in settings.allocators}
             cells[f"k={k},B={B}"] = {"k": k, "B": B, "bank": replay.bank_summary(mix, k),
-                                     "summary": {n: _jsonable(summarize(r, runs[REFERENCE])) for n, r in runs.items()}}
+                                     "summary": {n: summary_json(summarize(r, runs[REFERENCE]))
+                                                 for n, r in runs.items()}}
             log(f"  k={k:2d} B={B:2d}: {time.perf_counter() - t0:6.1f}s  SARA/DS rollouts "
                 f"{cells[f'k={k},B={B}']['summary'].get('SARA (paper)', {}).get('rollouts_ratio', [np.nan])[0]:.3f}")
     return {"settings": dataclasses.asdict(settings), "bank": str(bank.relative_to(REPO))

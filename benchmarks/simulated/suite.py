@@ -186,13 +186,13 @@ class SuiteResults:
         if self.replay is not None:
             replay_json = {
                 "bank": self.replay.bank, "meta": self.replay.meta,
-                "by_k": {str(k): {n: _summary_json(s) for n, s in v.summary.items()}
+                "by_k": {str(k): {n: summary_json(s) for n, s in v.summary.items()}
                          for k, v in self.replay.by_k.items()},
                 "bank_by_k": {str(k): v.bank for k, v in self.replay.by_k.items()}}
         return {
             "mode": "quick" if self.settings.quick else "full", "environment": self.environment,
             "command": self.command, "elapsed_s": self.elapsed_s,
-            "grid": {f"{c.distribution}/k={c.k}": {"summary": {n: _summary_json(s) for n, s in c.summary.items()},
+            "grid": {f"{c.distribution}/k={c.k}": {"summary": {n: summary_json(s) for n, s in c.summary.items()},
                                                   "theory": c.theory, "ds_steps_over_cap": c.ds_steps_over_cap}
                      for c in self.grid.values()},
             "tau_sweep": [_sweep_json("tau_low", p) for p in self.tau_sweep],
@@ -237,7 +237,8 @@ def _interval_json(iv: Interval | None) -> list | None:
     return None if iv is None else [iv.mean, iv.lo, iv.hi, iv.n]
 
 
-def _summary_json(summary: dict) -> dict:
+def summary_json(summary: dict) -> dict:
+    """A :func:`summarize` dict as JSON: each :class:`~benchmarks.common.Interval` as ``[mean, lo, hi, n]``."""
     return {k: (_interval_json(v) if isinstance(v, Interval) else v) for k, v in summary.items()}
 
 
@@ -248,7 +249,7 @@ def _summary_from_json(summary: dict) -> dict:
 
 def _sweep_json(parameter: str, point: SweepPoint) -> dict:
     return {parameter: point.value, "saving": _interval_json(point.saving),
-            "token_saving": _interval_json(point.token_saving), **_summary_json(point.summary)}
+            "token_saving": _interval_json(point.token_saving), **summary_json(point.summary)}
 
 
 def _sweep_from_json(parameter: str, doc: dict) -> SweepPoint:

