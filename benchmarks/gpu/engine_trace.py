@@ -1,0 +1,521 @@
+"""The collection core driven on a GPU decode loop, timed: round vs streaming collection measured on an H200.
+
+``python -m benchmarks.gpu.engine_trace OUT_DIR [--tiny] [--seeds 0 1 2 ...] [--deadline S]`` runs the measurement
+(on the lent GPU; ``--tiny`` is a CPU dry run of the same code with a toy model), and
+``python -m benchmarks.gpu.engine_trace --report RESULT_JSON`` writes ``ENGINE_TRACE.md`` beside this file.
+
+What is real and what is not:
+
+* **Real**: the collectors (:meth:`~sara_trl.allocation.Allocator.rounds` and
+  :meth:`~sara_trl.allocation.Allocator.streaming`) and the event loop
+  (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`) the trainer runs, unchanged; every engine step is
+  ONE decode step of a Qwen2.5-1.5B-shaped decoder (28 layers, hidden 1536, 12 query / 2 KV heads, vocabulary
+  151,936, random bfloat16 weights) for the running sequences, replayed from a CUDA graph captured at vLLM-style
+  batch-size buckets, followed by a sampling step over the vocabulary and a synchronisation (as vLLM returns the
+  sampled ids to the host every step). Wall-clock seconds are measured.
+* **Not real**: outcomes and completion lengths come from the projection's simulated task (U-shaped success rates,
+  Gamma(4) lengths, :class:`~sara_trl.allocation.SimulatedTask`), since random weights produce no answers; each
+  request runs exactly its drawn length. Lengths are the projection's scaled by ``LENGTH_SCALE`` (1/8: means 150 /
+  300 tokens, cut at 512) so that 5 configurations x several seeds fit a 15-minute device lease; attention reads a
+  full ``CONTEXT``-token KV cache every step (an upper bound on its cost at this scale). No vLLM scheduler, no
+  prefill, no paged attention: the host work per engine step is this loop's own.
+
+Each configuration's per-step wall-clock is compared with DS in rounds on the same seed (same prompt pool and outcome
+seed), and the latency model (:mod:`sara_trl.allocation.latency`) is checked on the same runs: the per-bucket graph
+times measured here, summed over each run's engine steps, against the measured wall-clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import sys
+import time
+import traceback
+from collections import Counter, deque
+from pathlib import Path
+
+import numpy as np
+
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
+from sara_trl.allocation.event_loop import Finished, drive_streaming_engine
+from sara_trl.allocation.types import RoundOutcome
+
+HERE = Path(__file__).resolve().parent
+B, K = 64, 8
+MAX_NUM_SEQS = 512  # TRL's colocate max_num_seqs for examples/math_1p5b.py at k = 8 (STREAMING_PROJECTION.md)
+POOL = 16384
+LENGTH_SCALE = 1 / 8
+TOKENS_PASS, TOKENS_FAIL, MAX_TOKENS = 1200 * LENGTH_SCALE, 2400 * LENGTH_SCALE, int(4096 * LENGTH_SCALE)
+CONTEXT = MAX_TOKENS  # KV-cache positions every decode step attends over
+REWARD_R0, REWARD_R1 = 7.8e-3, 4.31e-3  # math_reward's measured pass cost (benchmarks/reward_cost/reward_cost.json)
+LAG = 2  # SaraConfig.streaming_reward_lag's default
+CONFIGS = {  # label -> (AllocationConfig overrides, scored: reward passes cost time)
+    "DS (rounds)": (dict(allocator="dynamic_sampling"), False),
+    "SARA (streaming)": (dict(allocator="sara", collection="streaming"), False),
+    "SARA (rounds)": (dict(allocator="sara"), False),
+    "DS (streaming)": (dict(allocator="dynamic_sampling", collection="streaming"), False),
+    "SARA (streaming), scoring overlapped": (dict(allocator="sara", collection="streaming"), True),
+}
+REFERENCE = "DS (rounds)"
+QWEN_1_5B = dict(layers=28, hidden=1536, heads=12, kv_heads=2, intermediate=8960, vocab=151936)
+TINY = dict(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=1000)
+
+
+def capture_sizes(max_batch: int) -> list[int]:
+    """Batch-size buckets a graph is captured at (vLLM's default pattern: 1, 2, 4, then steps of 8 to 256, then
+    16); a step with r running sequences replays the smallest bucket >= r."""
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_batch + 1, 16)]
+    return sorted({s for s in sizes if s <= max_batch} | {max_batch})
+
+
+# ---------------------------------------------------------------------------------------------- the decode step
+class Decoder:
+    """One decode step of a Llama/Qwen2-style decoder in plain torch over a static KV cache.
+
+    Shapes: tokens ``(max_batch,)``; KV cache ``(layers, max_batch, kv_heads, context, head_dim)`` per K and V.
+    :meth:`step` decodes one token for rows ``[:n]``: embedding, per layer RMSNorm, QKV projection (with bias, as
+    Qwen2), rotary embedding, grouped-query attention over the whole ``context`` (the new K/V written at the last
+    position), output projection, RMSNorm, SwiGLU MLP; final norm, tied LM head in float32, temperature-1 sampling
+    (softmax divided by exponential noise, argmax: vLLM's sampler), the sampled ids written back to ``tokens``.
+    """
+
+    def __init__(self, shape: dict, max_batch: int, context: int, device: str, dtype, seed: int = 0):
+        import torch
+
+        torch.manual_seed(seed)
+        self.torch, self.device = torch, device
+        h, nh, kvh, inter = shape["hidden"], shape["heads"], shape["kv_heads"], shape["intermediate"]
+        self.nh, self.kvh, self.hd = nh, kvh, h // nh
+        std = 0.02
+
+        def w(*s):
+            return (torch.randn(*s, device=device, dtype=torch.float32) * std).to(dtype)
+
+        self.embed = w(shape["vocab"], h)
+        self.layers = [dict(ln1=torch.ones(h, device=device, dtype=dtype), wqkv=w(h, (nh + 2 * kvh) * self.hd),
+                            bqkv=w((nh + 2 * kvh) * self.hd), wo=w(nh * self.hd, h),
+                            ln2=torch.ones(h, device=device, dtype=dtype), wgu=w(h, 2 * inter), wd=w(inter, h))
+                       for _ in range(shape["layers"])]
+        self.norm = torch.ones(h, device=device, dtype=dtype)
+        cache = (shape["layers"], max_batch, kvh, context, self.hd)
+        self.k_cache = torch.zeros(cache, device=device, dtype=dtype)
+        self.v_cache = torch.zeros(cache, device=device, dtype=dtype)
+        self.tokens = torch.zeros(max_batch, device=device, dtype=torch.long)
+        inv = 1.0 / (1e6 ** (torch.arange(0, self.hd, 2, device=device, dtype=torch.float32) / self.hd))
+        ang = (context - 1) * inv
+        self.cos = torch.cat([ang.cos(), ang.cos()]).to(dtype)
+        self.sin = torch.cat([ang.sin(), ang.sin()]).to(dtype)
+        self.pos = context - 1
+
+    def _rms(self, x, w):
+        x32 = x.float()
+        return (x32 * self.torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+    def _rope(self, x):
+        half = x.shape[-1] // 2
+        rot = self.torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * self.cos + rot * self.sin
+
+    def step(self, n: int) -> None:
+        torch = self.torch
+        F = torch.nn.functional
+        x = self.embed[self.tokens[:n]]
+        q_end, k_end = self.nh * self.hd, (self.nh + self.kvh) * self.hd
+        for i, L in enumerate(self.layers):
+            qkv = self._rms(x, L["ln1"]) @ L["wqkv"] + L["bqkv"]
+            q = self._rope(qkv[:, :q_end].view(n, self.nh, 1, self.hd))
+            k = self._rope(qkv[:, q_end:k_end].view(n, self.kvh, 1, self.hd))
+            v = qkv[:, k_end:].view(n, self.kvh, 1, self.hd)
+            kc, vc = self.k_cache[i, :n], self.v_cache[i, :n]
+            kc[:, :, self.pos:self.pos + 1].copy_(k)
+            vc[:, :, self.pos:self.pos + 1].copy_(v)
+            att = F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
+            x = x + att.reshape(n, self.nh * self.hd) @ L["wo"]
+            gate, up = (self._rms(x, L["ln2"]) @ L["wgu"]).chunk(2, dim=-1)
+            x = x + (F.silu(gate) * up) @ L["wd"]
+        logits = (self._rms(x, self.norm) @ self.embed.T).float()
+        probs = torch.softmax(logits, dim=-1)
+        self.tokens[:n] = probs.div_(torch.empty_like(probs).exponential_()).argmax(dim=-1)
+
+
+class GraphSteps:
+    """:meth:`Decoder.step` captured as one CUDA graph per batch-size bucket (eager on a CPU, for ``--tiny``)."""
+
+    def __init__(self, decoder: Decoder, sizes: list[int]):
+        torch = decoder.torch
+        self.decoder, self.sizes, self.graphs = decoder, sizes, {}
+        self.cuda = decoder.device.startswith("cuda")
+        self.capture_seconds = 0.0
+        if not self.cuda:
+            return
+        start = time.perf_counter()
+        pool = torch.cuda.graph_pool_handle()
+        with torch.inference_mode():
+            for n in reversed(sizes):  # largest first: the shared pool is sized by it
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    for _ in range(2):
+                        decoder.step(n)
+                torch.cuda.current_stream().wait_stream(s)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=pool):
+                    decoder.step(n)
+                self.graphs[n] = g
+        torch.cuda.synchronize()
+        self.capture_seconds = time.perf_counter() - start
+
+    def bucket(self, r: int) -> int:
+        i = int(np.searchsorted(self.sizes, r))
+        if i == len(self.sizes):
+            raise ValueError(f"{r} running sequences exceed the largest captured batch {self.sizes[-1]}")
+        return self.sizes[i]
+
+    def run(self, r: int) -> int:
+        """One decode step for ``r`` running sequences, synchronised; returns the bucket replayed."""
+        n = self.bucket(r)
+        if self.graphs:
+            self.graphs[n].replay()
+        else:
+            with self.decoder.torch.inference_mode():
+                self.decoder.step(n)
+        if self.cuda:
+            self.decoder.torch.cuda.synchronize()
+        return n
+
+    def time_buckets(self, repeats: int) -> dict[int, float]:
+        """Median seconds of one synchronised step per bucket (after 3 warm-up replays)."""
+        out = {}
+        for n in self.sizes:
+            for _ in range(3):
+                self.run(n)
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                self.run(n)
+                times.append(time.perf_counter() - t0)
+            out[n] = float(np.median(times))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- the engine
+class GPUTraceEngine:
+    """A :class:`~sara_trl.allocation.event_loop.StreamingEngine` whose every :meth:`step` is one real decode step.
+
+    Requests get their outcome and length from the task (one call per batch of additions, as
+    :class:`~sara_trl.allocation.simulate.SimulatedEngine`); at most ``max_running`` run at once (first in, first
+    out), a request of length L admitted before engine step s finishes after step s + L - 1, and an aborted one
+    reports the tokens it had decoded. Counts decode steps, sequence-steps and the steps per bucket."""
+
+    def __init__(self, task, steps: GraphSteps, max_running: int):
+        self.task, self.steps_fn, self.max_running = task, steps, max_running
+        self._added: list[tuple[int, int]] = []
+        self._waiting: deque[tuple[int, int]] = deque()
+        self._running: dict[int, tuple[int, int]] = {}  # rid -> (start step, length)
+        self._heap: list[tuple[int, int]] = []
+        self.success: dict[int, float] = {}
+        self.steps = 0
+        self.sequence_steps = 0
+        self.by_bucket: Counter[int] = Counter()
+
+    @property
+    def pending(self) -> int:
+        return len(self._added) + len(self._waiting) + len(self._running)
+
+    def add(self, rid: int, prompt_ids: list[int]) -> None:
+        self._added.append((rid, int(prompt_ids[0])))
+
+    def _start_added(self) -> None:
+        if self._added:
+            pids = np.array([p for _, p in self._added], np.int64)
+            out = RoundOutcome.coerce(self.task(pids, np.ones(len(pids), np.int64)), len(pids))
+            for (rid, _), succ, tok in zip(self._added, out.success.tolist(),
+                                           np.minimum(out.tokens, MAX_TOKENS).tolist()):
+                self.success[rid] = succ
+                self._waiting.append((rid, max(1, int(tok))))
+            self._added = []
+        while self._waiting and len(self._running) < self.max_running:
+            rid, length = self._waiting.popleft()
+            self._running[rid] = (self.steps, length)
+            heapq.heappush(self._heap, (self.steps + length, rid))
+
+    def step(self) -> list[Finished]:
+        self._start_added()
+        r = len(self._running)
+        if r == 0:
+            return []
+        self.by_bucket[self.steps_fn.run(r)] += 1
+        self.steps += 1
+        self.sequence_steps += r
+        done = []
+        while self._heap and self._heap[0][0] <= self.steps:
+            _, rid = heapq.heappop(self._heap)
+            if rid in self._running:
+                _, length = self._running.pop(rid)
+                done.append(Finished(rid, range(length)))
+        self._start_added()
+        return sorted(done, key=lambda f: f.rid)
+
+    def abort(self, rids: list[int]) -> list[int]:
+        self._start_added()
+        out = []
+        waiting = {rid for rid, _ in self._waiting}
+        for rid in rids:
+            if rid in self._running:
+                start, _ = self._running.pop(rid)
+                out.append(self.steps - start)
+            elif rid in waiting:
+                self._waiting = deque(x for x in self._waiting if x[0] != rid)
+                waiting.discard(rid)
+                out.append(0)
+            else:
+                out.append(0)
+        self._start_added()
+        return out
+
+
+class TraceScorer:
+    """Each completion's simulated label; with ``cost`` a pass also sleeps ``r0 + r1 n`` seconds (a stand-in for
+    ``math_reward``'s measured cost, scaled like the lengths)."""
+
+    def __init__(self, engine: GPUTraceEngine, cost: tuple[float, float] | None):
+        self.engine, self.cost = engine, cost
+
+    def score(self, prompt_ids, batch):
+        if self.cost is not None:
+            time.sleep(self.cost[0] + self.cost[1] * len(batch))
+        labels = np.array([self.engine.success.pop(f.rid) for f in batch], np.float64)
+        return labels, labels
+
+    def keep(self, positions) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------- one run
+def run_config(label: str, seed: int, steps: GraphSteps, n_steps: int) -> list[dict]:
+    """``n_steps`` consecutive steps of one configuration on one seed; per step its counts and seconds."""
+    overrides, scored = CONFIGS[label]
+    cfg = AllocationConfig(k=K, **overrides)
+    alloc = Allocator(cfg)
+    stream = PromptStream(POOL, seed=seed)
+    task = SimulatedTask(u_shaped_gammas(POOL, seed=seed), tokens_pass=TOKENS_PASS, tokens_fail=TOKENS_FAIL,
+                         seed=seed)
+    cost = (REWARD_R0 * LENGTH_SCALE, REWARD_R1 * LENGTH_SCALE) if scored else None
+    rows = []
+    for _ in range(n_steps):
+        engine = GPUTraceEngine(task, steps, MAX_NUM_SEQS)
+        collector = (alloc.streaming(stream, B, min(B * K, MAX_NUM_SEQS)) if cfg.collection == "streaming"
+                     else alloc.rounds(stream, B))
+        t0 = time.perf_counter()
+        run = drive_streaming_engine(collector, engine, lambda pid: [pid], TraceScorer(engine, cost),
+                                     reward_lag=LAG if scored else 0)
+        seconds = time.perf_counter() - t0
+        st = collector.finish().stats
+        rows.append({"seconds": seconds, "engine_steps": engine.steps, "sequence_steps": engine.sequence_steps,
+                     "by_bucket": {str(b): c for b, c in sorted(engine.by_bucket.items())},
+                     "rollouts": st.rollouts_generated, "tokens": st.tokens_generated, "rounds": st.rounds,
+                     "effective_fraction": st.effective_fraction, "stop_reason": st.stop_reason,
+                     "reward_passes": run.reward_passes, "reward_seconds": run.reward_seconds,
+                     "reward_wait_seconds": run.reward_wait_seconds})
+    return rows
+
+
+def measure(out_dir: Path, tiny: bool, seeds: list[int], n_steps: int, deadline: float) -> dict:
+    import torch
+
+    t_start = time.perf_counter()
+    cuda = not tiny
+    device = "cuda" if cuda else "cpu"
+    shape = TINY if tiny else QWEN_1_5B
+    doc = {"settings": {"B": B, "k": K, "max_num_seqs": MAX_NUM_SEQS, "length_scale": LENGTH_SCALE,
+                        "tokens_pass": TOKENS_PASS, "tokens_fail": TOKENS_FAIL, "max_tokens": MAX_TOKENS,
+                        "context": CONTEXT, "pool": POOL, "reward_lag": LAG,
+                        "reward_cost_scaled": [REWARD_R0 * LENGTH_SCALE, REWARD_R1 * LENGTH_SCALE],
+                        "model_shape": shape, "dtype": "bfloat16" if cuda else "float32", "steps_per_seed": n_steps,
+                        "configs": {k: v[0] | {"scored": v[1]} for k, v in CONFIGS.items()}},
+           "environment": {"torch": torch.__version__, "python": sys.version.split()[0],
+                           "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "cpu_count": os.cpu_count(), "load_average_before": list(os.getloadavg())},
+           "runs": {}, "errors": []}
+    path = out_dir / ("engine_trace_tiny.json" if tiny else "engine_trace.json")
+
+    def save():
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+
+    sizes = capture_sizes(MAX_NUM_SEQS)
+    decoder = Decoder(shape, MAX_NUM_SEQS, CONTEXT, device, torch.bfloat16 if cuda else torch.float32)
+    try:
+        steps = GraphSteps(decoder, sizes)
+    except Exception:  # fall back to eager steps, recorded
+        doc["errors"].append("graph capture failed, eager steps: " + traceback.format_exc(limit=3))
+        steps = GraphSteps.__new__(GraphSteps)
+        steps.decoder, steps.sizes, steps.graphs, steps.cuda, steps.capture_seconds = decoder, sizes, {}, cuda, 0.0
+    doc["graphs"] = {"captured": bool(steps.graphs), "sizes": sizes, "capture_seconds": steps.capture_seconds}
+    doc["bucket_seconds"] = {str(n): s for n, s in steps.time_buckets(3 if tiny else 20).items()}
+    save()
+    print(f"setup {time.perf_counter() - t_start:.1f} s; step ms at 1/64/256/512: "
+          + ", ".join(f"{doc['bucket_seconds'].get(str(n), float('nan')) * 1e3:.2f}" for n in (1, 64, 256, 512)),
+          flush=True)
+    for seed in seeds:
+        if time.perf_counter() - t_start > deadline:
+            doc["errors"].append(f"deadline {deadline} s reached before seed {seed}")
+            break
+        for label in CONFIGS:
+            try:
+                rows = run_config(label, seed, steps, n_steps)
+            except Exception:
+                doc["errors"].append(f"{label} seed {seed}: " + traceback.format_exc(limit=5))
+                save()
+                continue
+            doc["runs"].setdefault(label, {})[str(seed)] = rows
+            print(f"seed {seed} {label:40s} " + " | ".join(
+                f"{r['seconds']:.2f} s {r['engine_steps']} steps {r['rollouts']} rollouts" for r in rows), flush=True)
+            save()
+    doc["environment"]["load_average_after"] = list(os.getloadavg())
+    doc["environment"]["elapsed_seconds"] = time.perf_counter() - t_start
+    save()
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------- report
+def predicted_seconds(row: dict, bucket_seconds: dict) -> float:
+    """The latency model on this run: each engine step charged its bucket's measured graph time (no host work)."""
+    return float(sum(bucket_seconds[b] * c for b, c in row["by_bucket"].items()))
+
+
+def summarize(doc: dict) -> dict:
+    from benchmarks.common import mean_ci
+
+    ref = doc["runs"][REFERENCE]
+    seeds = sorted(ref, key=int)
+    bs = doc["bucket_seconds"]
+    out = {}
+    for label, runs in doc["runs"].items():
+        common = [s for s in seeds if s in runs]
+
+        def per_seed(f, runs=runs, common=common):
+            return np.array([np.mean([f(r) for r in runs[s]]) for s in common])
+
+        sec, rsec = per_seed(lambda r: r["seconds"]), np.array([np.mean([r["seconds"] for r in ref[s]])
+                                                                 for s in common])
+        pred = per_seed(lambda r: predicted_seconds(r, bs))
+        rpred = np.array([np.mean([predicted_seconds(r, bs) for r in ref[s]]) for s in common])
+
+        def ratio(f, runs=runs, common=common):
+            return [float(np.mean([f(r) for r in runs[s]]) / np.mean([f(r) for r in ref[s]])) for s in common]
+
+        host = per_seed(lambda r: (r["seconds"] - predicted_seconds(r, bs)) / r["engine_steps"])
+        row = {"seeds": [int(s) for s in common], "seconds": sec.tolist(),
+               "time_ratio": (sec / rsec).tolist(), "model_ratio": (pred / rpred).tolist(),
+               "rollout_ratio": ratio(lambda r: r["rollouts"]), "token_ratio": ratio(lambda r: r["tokens"]),
+               "engine_step_ratio": ratio(lambda r: r["engine_steps"]),
+               "engine_steps": per_seed(lambda r: r["engine_steps"]).tolist(),
+               "rounds": per_seed(lambda r: r["rounds"]).tolist(),
+               "mean_running": per_seed(lambda r: r["sequence_steps"] / r["engine_steps"]).tolist(),
+               "host_ms_per_step": (host * 1e3).tolist(),
+               "reward_wait_seconds": per_seed(lambda r: r["reward_wait_seconds"]).tolist(),
+               "reward_seconds": per_seed(lambda r: r["reward_seconds"]).tolist()}
+        for key in ("time_ratio", "model_ratio", "rollout_ratio", "token_ratio", "engine_step_ratio"):
+            ci = mean_ci(row[key]) if len(row[key]) > 1 else None
+            row[key + "_ci"] = None if ci is None else [ci.mean, ci.lo, ci.hi]
+        out[label] = row
+    return out
+
+
+def _ci(v) -> str:
+    return "-" if v is None else f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
+
+
+def render(doc: dict, source: str) -> str:
+    s, env, summ = doc["settings"], doc["environment"], summarize(doc)
+    bs = doc["bucket_seconds"]
+    seeds = summ[REFERENCE]["seeds"]
+    lines = [
+        f"# Round vs streaming collection timed on a GPU decode loop ({env['device']})",
+        "",
+        f"Generated by `python -m benchmarks.gpu.engine_trace --report {source}` from `{source}` (measured with "
+        "`python -m benchmarks.gpu.engine_trace OUT_DIR` on the lent GPU, started "
+        f"{env['started']}; torch {env['torch']}; {env['cpu_count']} host CPUs, load average "
+        f"{env['load_average_before'][0]:.2f} before, {env.get('load_average_after', [float('nan')])[0]:.2f} after).",
+        "",
+        "**What is measured.** The collection core the trainer runs (the round and streaming collectors and the one "
+        "event loop, `drive_streaming_engine`) drives an engine whose every step is one real decode step on the "
+        "GPU: a Qwen2.5-1.5B-shaped decoder (28 layers, hidden 1,536, 12/2 heads, vocabulary 151,936; random "
+        "bfloat16 weights) replayed from CUDA graphs captured at vLLM-style batch buckets "
+        f"({len(doc['graphs']['sizes'])} buckets up to {s['max_num_seqs']}; captured: {doc['graphs']['captured']}), "
+        "with vocabulary-wide sampling and a host synchronisation per step. Wall-clock seconds from the first "
+        "request to the step's end.",
+        "",
+        "**What is simulated.** Outcomes and lengths: the GPU projection's task (U-shaped success rates, "
+        f"Gamma(4) lengths with means {s['tokens_pass']:.0f} / {s['tokens_fail']:.0f} tokens for a success / "
+        f"failure, cut at {s['max_tokens']}): the projection's lengths x {s['length_scale']}, so that every "
+        "configuration runs on several seeds in a 15-minute lease. Every step attends over a full "
+        f"{s['context']}-token KV cache. Not in it: vLLM's scheduler and its per-step host work (this loop's "
+        "own host work is), prefill, paged attention, a real checkpoint.",
+        "",
+        f"B = {s['B']}, k = {s['k']}, at most {s['max_num_seqs']} sequences running (TRL's `max_num_seqs` for "
+        f"`examples/math_1p5b.py`), {s['steps_per_seed']} step(s) per seed, seeds {', '.join(map(str, seeds))}; "
+        "every configuration of a seed runs on the same prompt pool and outcome seed. Ratios are per seed against DS "
+        "in rounds, with 95% Student-t intervals over seeds.",
+        "",
+        "## Per effective batch, against DS in rounds",
+        "",
+        "| collection | wall-clock (measured) | latency model on the same runs | rollouts | tokens | engine steps "
+        "| mean running | rounds | host ms per engine step | reward wait s |",
+        "| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for label, row in summ.items():
+        lines.append(
+            f"| {label} | {_ci(row['time_ratio_ci'])} | {_ci(row['model_ratio_ci'])} | {_ci(row['rollout_ratio_ci'])}"
+            f" | {_ci(row['token_ratio_ci'])} | {np.mean(row['engine_steps']):,.0f} "
+            f"| {np.mean(row['mean_running']):.0f} | {np.mean(row['rounds']):.1f} "
+            f"| {np.mean(row['host_ms_per_step']):.2f} | {np.mean(row['reward_wait_seconds']):.2f} |")
+    lines += ["", "Per seed, wall-clock ratio against DS in rounds:", "",
+              "| collection | " + " | ".join(f"seed {x}" for x in seeds) + " | DS rounds seconds |",
+              "| :--- | " + " | ".join("---:" for _ in seeds) + " | ---: |"]
+    ref_sec = dict(zip(summ[REFERENCE]["seeds"], summ[REFERENCE]["seconds"]))
+    for label, row in summ.items():
+        by = dict(zip(row["seeds"], row["time_ratio"]))
+        lines.append(f"| {label} | " + " | ".join(f"{by[x]:.3f}" if x in by else "-" for x in seeds)
+                     + f" | {np.mean(list(ref_sec.values())):.2f} |" if label == REFERENCE else
+                     f"| {label} | " + " | ".join(f"{by[x]:.3f}" if x in by else "-" for x in seeds) + " | |")
+    lines += ["", "## Step time per bucket (median of 20 synchronised graph replays)", "",
+              "| running (bucket) | " + " | ".join(str(n) for n in (1, 8, 32, 64, 128, 256, 384, 512)) + " |",
+              "| :--- | " + " | ".join("---:" for _ in range(8)) + " |",
+              "| ms | " + " | ".join(f"{bs[str(n)] * 1e3:.2f}" if str(n) in bs else "-"
+                                   for n in (1, 8, 32, 64, 128, 256, 384, 512)) + " |"]
+    if doc["errors"]:
+        lines += ["", "## Errors recorded", ""] + [f"- `{e.splitlines()[0]}`" for e in doc["errors"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", nargs="?", type=Path, help="folder for engine_trace.json (measuring)")
+    p.add_argument("--tiny", action="store_true", help="CPU dry run with a toy decoder")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    p.add_argument("--steps", type=int, default=1, help="consecutive steps per seed")
+    p.add_argument("--deadline", type=float, default=300.0, help="start no seed after this many seconds")
+    p.add_argument("--report", type=Path, help="render ENGINE_TRACE.md from a result JSON instead of measuring")
+    args = p.parse_args(argv)
+    if args.report:
+        doc = json.loads(args.report.read_text())
+        try:
+            source = args.report.resolve().relative_to(HERE.parent.parent)
+        except ValueError:
+            source = args.report
+        (HERE / "ENGINE_TRACE.md").write_text(render(doc, str(source)))
+        return 0
+    if args.out is None:
+        p.error("give OUT_DIR (measure) or --report JSON")
+    args.out.mkdir(parents=True, exist_ok=True)
+    measure(args.out, args.tiny, args.seeds, args.steps, args.deadline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
