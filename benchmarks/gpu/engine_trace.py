@@ -47,9 +47,14 @@ HERE = Path(__file__).resolve().parent
 B, K = 64, 8
 MAX_NUM_SEQS = 512  # TRL's colocate max_num_seqs for examples/math_1p5b.py at k = 8 (STREAMING_PROJECTION.md)
 POOL = 16384
-LENGTH_SCALE = 1 / 8
-TOKENS_PASS, TOKENS_FAIL, MAX_TOKENS = 1200 * LENGTH_SCALE, 2400 * LENGTH_SCALE, int(4096 * LENGTH_SCALE)
-CONTEXT = MAX_TOKENS  # KV-cache positions every decode step attends over
+LENGTH_SCALE = 1 / 8  # default; --scale 1 runs the projection's own lengths
+
+
+def lengths(scale: float) -> tuple[float, float, int]:
+    """Mean completion tokens of a success and a failure and the cut (= the KV-cache positions every decode step
+    attends over): the projection's 1,200 / 2,400 / 4,096 (STREAMING_PROJECTION.md) times ``scale``."""
+    return 1200 * scale, 2400 * scale, int(4096 * scale)
+
 REWARD_R0, REWARD_R1 = 7.8e-3, 4.31e-3  # math_reward's measured pass cost (benchmarks/reward_cost/reward_cost.json)
 LAG = 2  # SaraConfig.streaming_reward_lag's default
 CONFIGS = {  # label -> (AllocationConfig overrides, scored: reward passes cost time)
@@ -210,8 +215,8 @@ class GPUTraceEngine:
     out), a request of length L admitted before engine step s finishes after step s + L - 1, and an aborted one
     reports the tokens it had decoded. Counts decode steps, sequence-steps and the steps per bucket."""
 
-    def __init__(self, task, steps: GraphSteps, max_running: int):
-        self.task, self.steps_fn, self.max_running = task, steps, max_running
+    def __init__(self, task, steps: GraphSteps, max_running: int, max_tokens: int):
+        self.task, self.steps_fn, self.max_running, self.max_tokens = task, steps, max_running, max_tokens
         self._added: list[tuple[int, int]] = []
         self._waiting: deque[tuple[int, int]] = deque()
         self._running: dict[int, tuple[int, int]] = {}  # rid -> (start step, length)
@@ -233,7 +238,7 @@ class GPUTraceEngine:
             pids = np.array([p for _, p in self._added], np.int64)
             out = RoundOutcome.coerce(self.task(pids, np.ones(len(pids), np.int64)), len(pids))
             for (rid, _), succ, tok in zip(self._added, out.success.tolist(),
-                                           np.minimum(out.tokens, MAX_TOKENS).tolist()):
+                                           np.minimum(out.tokens, self.max_tokens).tolist()):
                 self.success[rid] = succ
                 self._waiting.append((rid, max(1, int(tok))))
             self._added = []
@@ -295,18 +300,19 @@ class TraceScorer:
 
 
 # ---------------------------------------------------------------------------------------------- one run
-def run_config(label: str, seed: int, steps: GraphSteps, n_steps: int) -> list[dict]:
+def run_config(label: str, seed: int, steps: GraphSteps, n_steps: int, scale: float = LENGTH_SCALE) -> list[dict]:
     """``n_steps`` consecutive steps of one configuration on one seed; per step its counts and seconds."""
     overrides, scored = CONFIGS[label]
     cfg = AllocationConfig(k=K, **overrides)
     alloc = Allocator(cfg)
     stream = PromptStream(POOL, seed=seed)
-    task = SimulatedTask(u_shaped_gammas(POOL, seed=seed), tokens_pass=TOKENS_PASS, tokens_fail=TOKENS_FAIL,
+    tokens_pass, tokens_fail, max_tokens = lengths(scale)
+    task = SimulatedTask(u_shaped_gammas(POOL, seed=seed), tokens_pass=tokens_pass, tokens_fail=tokens_fail,
                          seed=seed)
-    cost = (REWARD_R0 * LENGTH_SCALE, REWARD_R1 * LENGTH_SCALE) if scored else None
+    cost = (REWARD_R0 * scale, REWARD_R1 * scale) if scored else None
     rows = []
     for _ in range(n_steps):
-        engine = GPUTraceEngine(task, steps, MAX_NUM_SEQS)
+        engine = GPUTraceEngine(task, steps, MAX_NUM_SEQS, max_tokens)
         collector = (alloc.streaming(stream, B, min(B * K, MAX_NUM_SEQS)) if cfg.collection == "streaming"
                      else alloc.rounds(stream, B))
         t0 = time.perf_counter()
@@ -323,31 +329,34 @@ def run_config(label: str, seed: int, steps: GraphSteps, n_steps: int) -> list[d
     return rows
 
 
-def measure(out_dir: Path, tiny: bool, seeds: list[int], n_steps: int, deadline: float) -> dict:
+def measure(out_dir: Path, tiny: bool, seeds: list[int], n_steps: int, deadline: float, scale: float = LENGTH_SCALE,
+            configs: list[str] | None = None) -> dict:
     import torch
 
     t_start = time.perf_counter()
     cuda = not tiny
     device = "cuda" if cuda else "cpu"
     shape = TINY if tiny else QWEN_1_5B
-    doc = {"settings": {"B": B, "k": K, "max_num_seqs": MAX_NUM_SEQS, "length_scale": LENGTH_SCALE,
-                        "tokens_pass": TOKENS_PASS, "tokens_fail": TOKENS_FAIL, "max_tokens": MAX_TOKENS,
-                        "context": CONTEXT, "pool": POOL, "reward_lag": LAG,
-                        "reward_cost_scaled": [REWARD_R0 * LENGTH_SCALE, REWARD_R1 * LENGTH_SCALE],
+    configs = list(CONFIGS) if configs is None else configs
+    tokens_pass, tokens_fail, max_tokens = lengths(scale)
+    doc = {"settings": {"B": B, "k": K, "max_num_seqs": MAX_NUM_SEQS, "length_scale": scale,
+                        "tokens_pass": tokens_pass, "tokens_fail": tokens_fail, "max_tokens": max_tokens,
+                        "context": max_tokens, "pool": POOL, "reward_lag": LAG,
+                        "reward_cost_scaled": [REWARD_R0 * scale, REWARD_R1 * scale],
                         "model_shape": shape, "dtype": "bfloat16" if cuda else "float32", "steps_per_seed": n_steps,
-                        "configs": {k: v[0] | {"scored": v[1]} for k, v in CONFIGS.items()}},
+                        "configs": {k: CONFIGS[k][0] | {"scored": CONFIGS[k][1]} for k in configs}},
            "environment": {"torch": torch.__version__, "python": sys.version.split()[0],
                            "device": torch.cuda.get_device_name(0) if cuda else "cpu",
                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                            "cpu_count": os.cpu_count(), "load_average_before": list(os.getloadavg())},
            "runs": {}, "errors": []}
-    path = out_dir / ("engine_trace_tiny.json" if tiny else "engine_trace.json")
+    path = out_dir / f"engine_trace{'_tiny' if tiny else ''}{'' if scale == LENGTH_SCALE else f'_scale{scale:g}'}.json"
 
     def save():
         path.write_text(json.dumps(doc, indent=1) + "\n")
 
     sizes = capture_sizes(MAX_NUM_SEQS)
-    decoder = Decoder(shape, MAX_NUM_SEQS, CONTEXT, device, torch.bfloat16 if cuda else torch.float32)
+    decoder = Decoder(shape, MAX_NUM_SEQS, max_tokens, device, torch.bfloat16 if cuda else torch.float32)
     try:
         steps = GraphSteps(decoder, sizes)
     except Exception:  # fall back to eager steps, recorded
@@ -364,9 +373,9 @@ def measure(out_dir: Path, tiny: bool, seeds: list[int], n_steps: int, deadline:
         if time.perf_counter() - t_start > deadline:
             doc["errors"].append(f"deadline {deadline} s reached before seed {seed}")
             break
-        for label in CONFIGS:
+        for label in configs:
             try:
-                rows = run_config(label, seed, steps, n_steps)
+                rows = run_config(label, seed, steps, n_steps, scale)
             except Exception:
                 doc["errors"].append(f"{label} seed {seed}: " + traceback.format_exc(limit=5))
                 save()
@@ -381,47 +390,102 @@ def measure(out_dir: Path, tiny: bool, seeds: list[int], n_steps: int, deadline:
     return doc
 
 
-# ---------------------------------------------------------------------------------------------- report
-def predicted_seconds(row: dict, bucket_seconds: dict) -> float:
-    """The latency model on this run: each engine step charged its bucket's measured graph time (no host work)."""
-    return float(sum(bucket_seconds[b] * c for b, c in row["by_bucket"].items()))
+# ---------------------------------------------------------------------------------------------- priced replays
+class PricedSteps:
+    """:class:`GraphSteps`' interface with no device: a step only picks its bucket; the run is priced afterwards
+    with measured bucket times (:func:`price`). The decisions are those of a timed run: in the unscored
+    configurations nothing in the collection depends on time (the committed runs reproduce bucket for bucket)."""
+
+    def __init__(self, sizes: list[int]):
+        self.sizes = list(sizes)
+
+    bucket = GraphSteps.bucket
+
+    def run(self, r: int) -> int:
+        return self.bucket(r)
 
 
-def summarize(doc: dict) -> dict:
+PRICED_CONFIGS = ("DS (rounds)", "SARA (streaming)", "SARA (rounds)", "DS (streaming)")
+PRICED_SEEDS, PRICED_STEPS = tuple(range(20)), 5  # as the projection: 20 seeds x 5 consecutive steps
+OVERHEADS = (0.0, 4e-3, 8e-3)
+"""Per-engine-step host overhead priced on top of the measured graph step: none (this loop's own host work was about
+0.1 ms per step at the projection's lengths), and the projection's assumed vLLM overhead, 4 ms (x1) and 8 ms (x2)
+(``benchmarks.streaming_projection.streaming_projection.GPU_STEP_OVERHEAD``)."""
+
+
+def price(row: dict, bucket_seconds: dict, overhead: float = 0.0, reward: bool = False) -> float:
+    """Seconds of one collected step under the latency model: each engine step its bucket's measured graph time
+    plus ``overhead``; with ``reward`` a round collection also pays one blocking ``math_reward`` pass per round
+    (``REWARD_R0 + REWARD_R1`` x its rollouts, TRL's round path) and a streaming one nothing (its passes overlap the
+    engine: the timed runs with scoring measured at most 0.01 s of waiting per step)."""
+    seconds = sum((bucket_seconds[b] + overhead) * c for b, c in row["by_bucket"].items())
+    if reward and row["rounds"]:
+        seconds += row["rounds"] * REWARD_R0 + row["rollouts"] * REWARD_R1
+    return float(seconds)
+
+
+def priced_replays(gpu: dict, seeds=PRICED_SEEDS, n_steps: int = PRICED_STEPS, configs=PRICED_CONFIGS) -> dict:
+    """Every configuration on every seed at a timed run's lengths, without a device (:class:`PricedSteps`); per run
+    its counts and buckets, to be priced with the timed run's bucket times (:func:`summarize_priced`)."""
+    scale = gpu["settings"]["length_scale"]
+    steps = PricedSteps(gpu["graphs"]["sizes"])
+    runs = {label: {str(seed): [{k: v for k, v in row.items() if "seconds" not in k}
+                                for row in run_config(label, seed, steps, n_steps, scale)]
+                    for seed in seeds} for label in configs}
+    return {"settings": {"length_scale": scale, "seeds": list(seeds), "steps_per_seed": n_steps,
+                         "overheads": list(OVERHEADS), "reward_cost": [REWARD_R0, REWARD_R1],
+                         "bucket_seconds_of_run_started": gpu["environment"]["started"]},
+            "bucket_seconds": gpu["bucket_seconds"], "runs": runs}
+
+
+def _ratios(runs: dict, ref: dict, f) -> list[float]:
+    """Per seed: the mean over its steps of ``f(row)``, over DS rounds' on the same seed."""
+    return [float(np.mean([f(r) for r in runs[x]]) / np.mean([f(r) for r in ref[x]])) for x in sorted(runs, key=int)]
+
+
+def summarize_priced(doc: dict) -> dict:
+    """Per configuration: the per-seed ratios to DS in rounds of the priced seconds (per overhead, and at 8 ms with
+    the reward passes) and of rollouts, tokens and engine steps, as 95% t intervals over seeds."""
     from benchmarks.common import mean_ci
 
-    ref = doc["runs"][REFERENCE]
-    seeds = sorted(ref, key=int)
-    bs = doc["bucket_seconds"]
+    bs, ref = doc["bucket_seconds"], doc["runs"][REFERENCE]
     out = {}
     for label, runs in doc["runs"].items():
-        common = [s for s in seeds if s in runs]
+        cols = {f"o = {o * 1e3:g} ms": _ratios(runs, ref, lambda r, o=o: price(r, bs, o))
+                for o in doc["settings"]["overheads"]}
+        cols["o = 8 ms, reward passes"] = _ratios(runs, ref, lambda r: price(r, bs, 8e-3, reward=True))
+        for key in ("rollouts", "tokens", "engine_steps"):
+            cols[key] = _ratios(runs, ref, lambda r, key=key: r[key])
+        out[label] = {k: [(ci := mean_ci(v)).mean, ci.lo, ci.hi] for k, v in cols.items()}
+    return out
 
-        def per_seed(f, runs=runs, common=common):
-            return np.array([np.mean([f(r) for r in runs[s]]) for s in common])
 
-        sec, rsec = per_seed(lambda r: r["seconds"]), np.array([np.mean([r["seconds"] for r in ref[s]])
-                                                                 for s in common])
-        pred = per_seed(lambda r: predicted_seconds(r, bs))
-        rpred = np.array([np.mean([predicted_seconds(r, bs) for r in ref[s]]) for s in common])
+# ---------------------------------------------------------------------------------------------- report
+def summarize(doc: dict) -> dict:
+    """Per configuration of a timed run: per-seed ratios to DS in rounds (measured seconds, the same runs priced
+    with the bucket times, rollouts, tokens, engine steps) and per-seed means of its counts."""
+    from benchmarks.common import mean_ci
 
-        def ratio(f, runs=runs, common=common):
-            return [float(np.mean([f(r) for r in runs[s]]) / np.mean([f(r) for r in ref[s]])) for s in common]
+    ref, bs = doc["runs"][REFERENCE], doc["bucket_seconds"]
+    out = {}
+    for label, runs in doc["runs"].items():
+        seeds = sorted(runs, key=int)
 
-        host = per_seed(lambda r: (r["seconds"] - predicted_seconds(r, bs)) / r["engine_steps"])
-        row = {"seeds": [int(s) for s in common], "seconds": sec.tolist(),
-               "time_ratio": (sec / rsec).tolist(), "model_ratio": (pred / rpred).tolist(),
-               "rollout_ratio": ratio(lambda r: r["rollouts"]), "token_ratio": ratio(lambda r: r["tokens"]),
-               "engine_step_ratio": ratio(lambda r: r["engine_steps"]),
-               "engine_steps": per_seed(lambda r: r["engine_steps"]).tolist(),
-               "rounds": per_seed(lambda r: r["rounds"]).tolist(),
-               "mean_running": per_seed(lambda r: r["sequence_steps"] / r["engine_steps"]).tolist(),
-               "host_ms_per_step": (host * 1e3).tolist(),
-               "reward_wait_seconds": per_seed(lambda r: r["reward_wait_seconds"]).tolist(),
-               "reward_seconds": per_seed(lambda r: r["reward_seconds"]).tolist()}
-        for key in ("time_ratio", "model_ratio", "rollout_ratio", "token_ratio", "engine_step_ratio"):
-            ci = mean_ci(row[key]) if len(row[key]) > 1 else None
-            row[key + "_ci"] = None if ci is None else [ci.mean, ci.lo, ci.hi]
+        def mean(f, runs=runs, seeds=seeds):
+            return [float(np.mean([f(r) for r in runs[x]])) for x in seeds]
+
+        row = {"seeds": [int(x) for x in seeds], "seconds": mean(lambda r: r["seconds"]),
+               "time_ratio": _ratios(runs, ref, lambda r: r["seconds"]),
+               "model_ratio": _ratios(runs, ref, lambda r: price(r, bs)),
+               "rollout_ratio": _ratios(runs, ref, lambda r: r["rollouts"]),
+               "token_ratio": _ratios(runs, ref, lambda r: r["tokens"]),
+               "engine_steps": mean(lambda r: r["engine_steps"]), "rounds": mean(lambda r: r["rounds"]),
+               "mean_running": mean(lambda r: r["sequence_steps"] / r["engine_steps"]),
+               "host_ms_per_step": mean(lambda r: (r["seconds"] - price(r, bs)) / r["engine_steps"] * 1e3),
+               "reward_wait_seconds": mean(lambda r: r["reward_wait_seconds"])}
+        for key in ("time_ratio", "model_ratio", "rollout_ratio", "token_ratio"):
+            ci = mean_ci(row[key])
+            row[key + "_ci"] = [ci.mean, ci.lo, ci.hi] if len(seeds) > 1 else None
         out[label] = row
     return out
 
@@ -430,90 +494,149 @@ def _ci(v) -> str:
     return "-" if v is None else f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
 
 
-def render(doc: dict, source: str) -> str:
-    s, env, summ = doc["settings"], doc["environment"], summarize(doc)
-    bs = doc["bucket_seconds"]
+def _one(row: dict, key: str) -> str:
+    """A ratio: its interval over several seeds, else the one seed's value."""
+    return _ci(row[key + "_ci"]) if row[key + "_ci"] else f"{row[key][0]:.3f}"
+
+
+def _timed_section(doc: dict, name: str, title: str) -> list[str]:
+    s, env, summ, bs = doc["settings"], doc["environment"], summarize(doc), doc["bucket_seconds"]
     seeds = summ[REFERENCE]["seeds"]
-    lines = [
-        f"# Round vs streaming collection timed on a GPU decode loop ({env['device']})",
-        "",
-        f"Generated by `python -m benchmarks.gpu.engine_trace --report {source}` from `{source}` (measured with "
-        "`python -m benchmarks.gpu.engine_trace OUT_DIR` on the lent GPU, started "
-        f"{env['started']}; torch {env['torch']}; {env['cpu_count']} host CPUs, load average "
-        f"{env['load_average_before'][0]:.2f} before, {env.get('load_average_after', [float('nan')])[0]:.2f} after).",
-        "",
-        "**What is measured.** The collection core the trainer runs (the round and streaming collectors and the one "
-        "event loop, `drive_streaming_engine`) drives an engine whose every step is one real decode step on the "
-        "GPU: a Qwen2.5-1.5B-shaped decoder (28 layers, hidden 1,536, 12/2 heads, vocabulary 151,936; random "
-        "bfloat16 weights) replayed from CUDA graphs captured at vLLM-style batch buckets "
-        f"({len(doc['graphs']['sizes'])} buckets up to {s['max_num_seqs']}; captured: {doc['graphs']['captured']}), "
-        "with vocabulary-wide sampling and a host synchronisation per step. Wall-clock seconds from the first "
-        "request to the step's end.",
-        "",
-        "**What is simulated.** Outcomes and lengths: the GPU projection's task (U-shaped success rates, "
-        f"Gamma(4) lengths with means {s['tokens_pass']:.0f} / {s['tokens_fail']:.0f} tokens for a success / "
-        f"failure, cut at {s['max_tokens']}): the projection's lengths x {s['length_scale']}, so that every "
-        "configuration runs on several seeds in a 15-minute lease. Every step attends over a full "
-        f"{s['context']}-token KV cache. Not in it: vLLM's scheduler and its per-step host work (this loop's "
-        "own host work is), prefill, paged attention, a real checkpoint.",
-        "",
-        f"B = {s['B']}, k = {s['k']}, at most {s['max_num_seqs']} sequences running (TRL's `max_num_seqs` for "
-        f"`examples/math_1p5b.py`), {s['steps_per_seed']} step(s) per seed, seeds {', '.join(map(str, seeds))}; "
-        "every configuration of a seed runs on the same prompt pool and outcome seed. Ratios are per seed against DS "
-        "in rounds, with 95% Student-t intervals over seeds.",
-        "",
-        "## Per effective batch, against DS in rounds",
-        "",
-        "| collection | wall-clock (measured) | latency model on the same runs | rollouts | tokens | engine steps "
-        "| mean running | rounds | host ms per engine step | reward wait s |",
-        "| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    lines = [f"## {title}", "",
+             f"`{name}`: lengths x {s['length_scale']:g} (means {s['tokens_pass']:.0f} / {s['tokens_fail']:.0f} "
+             f"tokens for a success / failure, cut at {s['max_tokens']:,}; every step attends over "
+             f"{s['context']:,} KV positions), {s['steps_per_seed']} step per seed, seeds "
+             f"{', '.join(map(str, seeds))}. Started {env['started']} on {env['device']} (torch {env['torch']}, "
+             f"{env['cpu_count']} host CPUs, load average {env['load_average_before'][0]:.2f} before, "
+             f"{env['load_average_after'][0]:.2f} after; nothing else ran); {len(doc['graphs']['sizes'])} graphs "
+             f"captured in {doc['graphs']['capture_seconds']:.1f} s.", "",
+             "| collection | wall-clock (measured) | the same runs priced (graph time only) | rollouts | tokens "
+             "| engine steps | mean running | rounds | host ms per engine step | reward wait s |",
+             "| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for label, row in summ.items():
-        lines.append(
-            f"| {label} | {_ci(row['time_ratio_ci'])} | {_ci(row['model_ratio_ci'])} | {_ci(row['rollout_ratio_ci'])}"
-            f" | {_ci(row['token_ratio_ci'])} | {np.mean(row['engine_steps']):,.0f} "
-            f"| {np.mean(row['mean_running']):.0f} | {np.mean(row['rounds']):.1f} "
-            f"| {np.mean(row['host_ms_per_step']):.2f} | {np.mean(row['reward_wait_seconds']):.2f} |")
-    lines += ["", "Per seed, wall-clock ratio against DS in rounds:", "",
-              "| collection | " + " | ".join(f"seed {x}" for x in seeds) + " | DS rounds seconds |",
-              "| :--- | " + " | ".join("---:" for _ in seeds) + " | ---: |"]
-    ref_sec = dict(zip(summ[REFERENCE]["seeds"], summ[REFERENCE]["seconds"]))
+        rounds = f"{np.mean(row['rounds']):.1f}" if np.mean(row["rounds"]) else "-"
+        lines.append(f"| {label} | {_one(row, 'time_ratio')} | {_one(row, 'model_ratio')} | "
+                     f"{_one(row, 'rollout_ratio')} | {_one(row, 'token_ratio')} | {np.mean(row['engine_steps']):,.0f}"
+                     f" | {np.mean(row['mean_running']):.0f} | {rounds} | {np.mean(row['host_ms_per_step']):.2f} | "
+                     f"{np.mean(row['reward_wait_seconds']):.2f} |")
+    ref_s = summ[REFERENCE]["seconds"]
+    lines += ["", f"DS in rounds took {', '.join(f'{x:.1f}' for x in ref_s)} s per step (seed "
+              f"{', '.join(map(str, seeds))}). Wall-clock ratio per seed:", "",
+              "| collection | " + " | ".join(f"seed {x}" for x in seeds) + " |",
+              "| :--- | " + " | ".join("---:" for _ in seeds) + " |"]
     for label, row in summ.items():
-        by = dict(zip(row["seeds"], row["time_ratio"]))
-        lines.append(f"| {label} | " + " | ".join(f"{by[x]:.3f}" if x in by else "-" for x in seeds)
-                     + f" | {np.mean(list(ref_sec.values())):.2f} |" if label == REFERENCE else
-                     f"| {label} | " + " | ".join(f"{by[x]:.3f}" if x in by else "-" for x in seeds) + " | |")
-    lines += ["", "## Step time per bucket (median of 20 synchronised graph replays)", "",
-              "| running (bucket) | " + " | ".join(str(n) for n in (1, 8, 32, 64, 128, 256, 384, 512)) + " |",
-              "| :--- | " + " | ".join("---:" for _ in range(8)) + " |",
-              "| ms | " + " | ".join(f"{bs[str(n)] * 1e3:.2f}" if str(n) in bs else "-"
-                                   for n in (1, 8, 32, 64, 128, 256, 384, 512)) + " |"]
+        if label != REFERENCE:
+            by = dict(zip(row["seeds"], row["time_ratio"]))
+            lines.append(f"| {label} | " + " | ".join(f"{by[x]:.3f}" if x in by else "-" for x in seeds) + " |")
+    grid = [n for n in (1, 8, 32, 64, 128, 256, 384, 512) if str(n) in bs]
+    lines += ["", "Step time per bucket (median of 20 synchronised graph replays, ms):", "",
+              "| running | " + " | ".join(map(str, grid)) + " |", "| :--- | " + " | ".join("---:" for _ in grid) + " |",
+              "| ms | " + " | ".join(f"{bs[str(n)] * 1e3:.2f}" for n in grid) + " |", ""]
     if doc["errors"]:
-        lines += ["", "## Errors recorded", ""] + [f"- `{e.splitlines()[0]}`" for e in doc["errors"]]
+        lines += [f"- recorded: `{e.splitlines()[0]}`" for e in doc["errors"]] + [""]
+    return lines
+
+
+FILES = {"timed_eighth": "engine_trace.json", "timed_full": "engine_trace_scale1.json",
+         "priced": "engine_trace_priced.json"}
+COMMANDS = {
+    "timed_eighth": "python -m benchmarks.gpu.engine_trace OUT_DIR --deadline 300",
+    "timed_full": 'python -m benchmarks.gpu.engine_trace OUT_DIR --scale 1 --seeds 0 --configs "DS (rounds)" '
+                  '"SARA (streaming)"',
+    "priced": "python -m benchmarks.gpu.engine_trace --price benchmarks/gpu/engine_trace_scale1.json",
+}
+
+
+def render(docs: dict) -> str:
+    """ENGINE_TRACE.md from the committed result files (``FILES``)."""
+    eighth, full, priced = docs["timed_eighth"], docs["timed_full"], docs["priced"]
+    ps = priced["settings"]
+    lines = [
+        "# Round vs streaming collection timed on a GPU decode loop (NVIDIA H200)", "",
+        "Generated by `python -m benchmarks.gpu.engine_trace --report` from "
+        + ", ".join(f"[`{f}`]({f})" for f in FILES.values()) + ". Commands: "
+        + "; ".join(f"`{c}`" for c in COMMANDS.values()) + " (the first two on the lent GPU, the third on a CPU).",
+        "",
+        "**What is measured.** The collection core the trainer runs, unchanged (the round and streaming collectors "
+        "and the one event loop, `drive_streaming_engine`), drives an engine whose every step is one real decode step "
+        "on the GPU: a Qwen2.5-1.5B-shaped decoder (28 layers, hidden 1,536, 12 query / 2 KV heads, vocabulary "
+        "151,936, random bfloat16 weights) replayed from CUDA graphs captured at vLLM's batch-size buckets, then "
+        "sampling over the vocabulary and a host synchronisation, as vLLM returns sampled ids every step. "
+        "Seconds are wall-clock, first request to the step's end.",
+        "",
+        "**What is not.** Outcomes and lengths come from the GPU projection's simulated task (U-shaped success "
+        "rates, Gamma(4) lengths; `STREAMING_PROJECTION.md`): random weights produce no answers. No vLLM (its CUDA "
+        "wheel cannot travel to the lent machine): no scheduler or its per-step host work, no prefill, no paged "
+        "attention (every step attends over the whole cache, an upper bound). B = 64, k = 8, at most 512 sequences "
+        "running (TRL's `max_num_seqs` for `examples/math_1p5b.py`). Every configuration of a seed runs on the same "
+        "prompt pool and outcome seed; ratios are per seed against DS in rounds, 95% Student-t intervals over "
+        "seeds.",
+        "",
+        "## Summary",
+        "",
+    ]
+    summ_full, summ8, sp = summarize(full), summarize(eighth), summarize_priced(priced)
+    sara_full, sara8 = summ_full["SARA (streaming)"], summ8["SARA (streaming)"]
+    lines += [
+        f"- **At the projection's lengths (4,096 tokens), timed, seed 0:** SARA streaming took "
+        f"{sara_full['time_ratio'][0]:.3f} of DS rounds' wall-clock ({sara_full['seconds'][0]:.1f} s against "
+        f"{summ_full[REFERENCE]['seconds'][0]:.1f} s per step); the latency model, pricing the same engine steps "
+        f"with the measured graph times, said {sara_full['model_ratio'][0]:.3f}. One seed: no interval.",
+        f"- **Priced over {len(ps['seeds'])} seeds x {ps['steps_per_seed']} steps** (the same collection code on a "
+        "CPU, each engine step charged the H200's measured graph time for its bucket plus an assumed host overhead): "
+        f"SARA streaming {_ci(sp['SARA (streaming)']['o = 0 ms'])} of DS rounds with no host overhead, "
+        f"{_ci(sp['SARA (streaming)']['o = 8 ms'])} at vLLM's assumed 8 ms, "
+        f"{_ci(sp['SARA (streaming)']['o = 8 ms, reward passes'])} with DS's blocking reward passes; SARA in "
+        f"rounds {_ci(sp['SARA (rounds)']['o = 0 ms'])} to {_ci(sp['SARA (rounds)']['o = 8 ms, reward passes'])}.",
+        f"- **At 1/8 of the lengths, timed over {len(sara8['seeds'])} seeds:** SARA streaming "
+        f"{_ci(sara8['time_ratio_ci'])} measured against {_ci(sara8['model_ratio_ci'])} priced: the collection's host "
+        f"work per engine step ({np.mean(sara8['host_ms_per_step']):.2f} ms streaming, "
+        f"{np.mean(summ8[REFERENCE]['host_ms_per_step']):.2f} ms DS rounds) is per completion, so it weighs 8 times "
+        f"more against 8 times fewer engine steps; at the full lengths it was "
+        f"{sara_full['host_ms_per_step'][0]:.2f} ms.",
+        "",
+    ]
+    lines += _timed_section(full, FILES["timed_full"], "Timed at the projection's lengths (one seed)")
+    lines += _timed_section(eighth, FILES["timed_eighth"], "Timed at 1/8 of the lengths (all configurations)")
+    cols = ["o = 0 ms", "o = 4 ms", "o = 8 ms", "o = 8 ms, reward passes", "rollouts", "tokens", "engine_steps"]
+    lines += [f"## Priced: {len(ps['seeds'])} seeds x {ps['steps_per_seed']} steps at the projection's lengths", "",
+              f"`{FILES['priced']}`: each configuration's engine steps on seeds {ps['seeds'][0]}-{ps['seeds'][-1]} "
+              f"({ps['steps_per_seed']} consecutive steps each, cold first step included), each charged its bucket's "
+              f"graph time from `{FILES['timed_full']}` plus o. `reward passes`: rounds also pay one blocking "
+              f"`math_reward` pass per round ({ps['reward_cost'][0] * 1e3:.1f} ms + {ps['reward_cost'][1] * 1e3:.2f} "
+              "ms per completion, `benchmarks/reward_cost/reward_cost.json`), streaming's passes overlap the engine "
+              "(the timed runs with scoring waited at most 0.01 s per step). The timed seed-0 runs are reproduced "
+              "engine step for engine step.", "",
+              "| collection | " + " | ".join(cols) + " |", "| :--- | " + " | ".join("---:" for _ in cols) + " |"]
+    for label, row in sp.items():
+        lines.append(f"| {label} | " + " | ".join(_ci(row[c]) for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("out", nargs="?", type=Path, help="folder for engine_trace.json (measuring)")
+    p.add_argument("out", nargs="?", type=Path, help="folder for the timed run's JSON (on the GPU)")
     p.add_argument("--tiny", action="store_true", help="CPU dry run with a toy decoder")
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     p.add_argument("--steps", type=int, default=1, help="consecutive steps per seed")
     p.add_argument("--deadline", type=float, default=300.0, help="start no seed after this many seconds")
-    p.add_argument("--report", type=Path, help="render ENGINE_TRACE.md from a result JSON instead of measuring")
+    p.add_argument("--scale", type=float, default=LENGTH_SCALE, help="completion lengths: the projection's x this")
+    p.add_argument("--configs", nargs="+", choices=list(CONFIGS), help="configurations to run (default: all)")
+    p.add_argument("--price", type=Path, metavar="TIMED_JSON",
+                   help="write engine_trace_priced.json: the priced replays with this timed run's bucket times")
+    p.add_argument("--report", action="store_true", help="render ENGINE_TRACE.md from the committed result files")
     args = p.parse_args(argv)
-    if args.report:
-        doc = json.loads(args.report.read_text())
-        try:
-            source = args.report.resolve().relative_to(HERE.parent.parent)
-        except ValueError:
-            source = args.report
-        (HERE / "ENGINE_TRACE.md").write_text(render(doc, str(source)))
+    if args.price:
+        doc = priced_replays(json.loads(args.price.read_text()))
+        (HERE / FILES["priced"]).write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    if args.report or args.price:
+        docs = {k: json.loads((HERE / f).read_text()) for k, f in FILES.items()}
+        (HERE / "ENGINE_TRACE.md").write_text(render(docs))
         return 0
     if args.out is None:
-        p.error("give OUT_DIR (measure) or --report JSON")
+        p.error("give OUT_DIR (timed run), --price TIMED_JSON or --report")
     args.out.mkdir(parents=True, exist_ok=True)
-    measure(args.out, args.tiny, args.seeds, args.steps, args.deadline)
+    measure(args.out, args.tiny, args.seeds, args.steps, args.deadline, args.scale, args.configs)
     return 0
 
 

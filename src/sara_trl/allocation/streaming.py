@@ -475,6 +475,23 @@ class StreamingCollector:
         target = np.where(mixed, self.config.commit_floor, self._fresh_cost())
         return float(np.maximum(target - given, 0.0).sum())
 
+    def _affordable(self, left: int, wanted: int) -> int:
+        """``min(wanted, fresh_affordable(left, self._reserved(), fresh cost))``, exactly, without the per-prompt
+        sum of :meth:`_reserved` where it cannot bind: the reserve is at most each undecided prompt's whole target
+        (a mixed one the commit floor, an unmixed one the fresh cost) and :func:`fresh_affordable` does not increase
+        with the reserve, so when that bound already affords ``wanted`` the exact reserve does too."""
+        cost = self._fresh_cost()
+        if wanted <= 0:
+            return wanted
+        if self._sara:
+            led = self.ledger
+            act = led.active()
+            mixed = int(is_mixed(led.s[act], led.nsc[act]).sum())
+            bound = mixed * self.config.commit_floor + (len(act) - mixed) * cost
+            if fresh_affordable(left, bound, cost) >= wanted:
+                return wanted
+        return min(wanted, fresh_affordable(left, self._reserved(), cost))
+
     def _refill(self, actions: StreamActions) -> None:
         """Submit queued requests, then fresh prompts sized to the remaining need (as the round allocator sizes a
         refill: expected commits plus ``refill_margin`` standard deviations), within the cap and the budget."""
@@ -500,8 +517,7 @@ class StreamingCollector:
             per_prompt = cfg.n0 if self._sara else cfg.k
             # Fresh prompts only as many as the budget left after the undecided prompts' expected remaining cost
             # can see through (rounds reserve the mixed prompts' top-ups the same way).
-            completable = fresh_affordable(left, self._reserved(), self._fresh_cost())
-            fresh = min(wanted, free // per_prompt, completable, left // per_prompt)
+            fresh = self._affordable(left, min(wanted, free // per_prompt, left // per_prompt))
             if wanted > 0 and fresh <= 0 and free >= per_prompt:
                 blocked = "budget"
             if fresh > 0:
