@@ -52,6 +52,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from sara_trl import cli
+from sara_trl.utils.quiet import hide_third_party_notices, quiet_numa_binding_note
 
 __all__ = [
     "QUICKSTART_DEFAULTS",
@@ -654,6 +655,10 @@ def main(argv: list[str] | None = None) -> dict:
     for variable in _OFFLINE:
         os.environ.setdefault(variable, "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Known third-party notices a user cannot act on (Triton, vLLM, accelerate, the tokenizer; listed with the reason
+    # each is harmless in sara_trl.utils.quiet), matched by source and message: before the flags are parsed, which
+    # already imports vLLM (TRL's config).
+    hide_third_party_notices()
 
     def announce(flags) -> None:
         if not second_pass:
@@ -698,10 +703,11 @@ def main(argv: list[str] | None = None) -> dict:
     to_decision = training_args.to_allocation_config().to_decision
     report = AllocationReport(label, legend(training_args.allocator, k, num_groups, training_args.n0, tau_low,
                                             training_args.carry_over, streaming, to_decision), streaming=streaming)
-    trainer = SaraGRPOTrainer(
-        model=model, reward_funcs=reward, args=training_args, train_dataset=train_dataset,
-        callbacks=[report.callback()],
-    )
+    with quiet_numa_binding_note():  # the vLLM CPU engine built here prints a NUMA notice from C++ (utils.quiet)
+        trainer = SaraGRPOTrainer(
+            model=model, reward_funcs=reward, args=training_args, train_dataset=train_dataset,
+            callbacks=[report.callback()],
+        )
     quiet_progress_logs(trainer)  # keep the step bar (time left), drop its raw log dicts: the report prints lines
     _say(_header(label, training_args, len(train_dataset), engine))
     clock.say(f"training: {cli.plural(training_args.max_steps, 'step')}; the bar shows the time left once a step is "
