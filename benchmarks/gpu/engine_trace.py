@@ -1,8 +1,11 @@
 """The collection core driven on a GPU decode loop, timed: round vs streaming collection measured on an H200.
 
-``python -m benchmarks.gpu.engine_trace OUT_DIR [--tiny] [--seeds 0 1 2 ...] [--deadline S]`` runs the measurement
-(on the lent GPU; ``--tiny`` is a CPU dry run of the same code with a toy model), and
-``python -m benchmarks.gpu.engine_trace --report RESULT_JSON`` writes ``ENGINE_TRACE.md`` beside this file.
+* ``python -m benchmarks.gpu.engine_trace OUT_DIR [--scale S] [--seeds ...] [--configs ...] [--deadline S]``: the
+  timed runs, on the lent GPU (``--tiny``: a CPU dry run of the same code with a toy decoder);
+* ``python -m benchmarks.gpu.engine_trace --price TIMED_JSON``: on a CPU, every configuration on 20 seeds x 5 steps
+  at the timed run's lengths, each engine step priced with that run's measured step time for its bucket
+  (``engine_trace_priced.json``);
+* ``python -m benchmarks.gpu.engine_trace --report``: ``ENGINE_TRACE.md`` from the committed result files.
 
 What is real and what is not:
 
@@ -10,21 +13,20 @@ What is real and what is not:
   :meth:`~sara_trl.allocation.Allocator.streaming`) and the event loop
   (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`) the trainer runs, unchanged; every engine step is
   ONE decode step of a Qwen2.5-1.5B-shaped decoder (28 layers, hidden 1536, 12 query / 2 KV heads, vocabulary
-  151,936, random bfloat16 weights) for the running sequences, replayed from a CUDA graph captured at vLLM-style
-  batch-size buckets, followed by a sampling step over the vocabulary and a synchronisation (as vLLM returns the
-  sampled ids to the host every step). Wall-clock seconds are measured.
+  151,936, random bfloat16 weights) for the running sequences, replayed from a CUDA graph captured at vLLM's
+  batch-size buckets, followed by sampling over the vocabulary and a synchronisation (as vLLM returns the sampled
+  ids to the host every step). Wall-clock seconds are measured.
 * **Not real**: outcomes and completion lengths come from the projection's simulated task (U-shaped success rates,
   Gamma(4) lengths, :class:`~sara_trl.allocation.SimulatedTask`), since random weights produce no answers; each
-  request runs exactly its drawn length. Lengths are the projection's scaled by ``LENGTH_SCALE`` (1/8: means 150 /
-  300 tokens, cut at 512) so that 5 configurations x several seeds fit a 15-minute device lease; attention reads a
-  full ``CONTEXT``-token KV cache every step (an upper bound on its cost at this scale). No vLLM scheduler, no
-  prefill, no paged attention: the host work per engine step is this loop's own.
+  request runs exactly its drawn length. ``--scale`` multiplies the projection's lengths (default 1/8: means 150 /
+  300 tokens, cut at 512, so that 5 configurations x 5 seeds fit a 15-minute device lease); every step attends over
+  a full cache of the cut's length (an upper bound on attention's cost). No vLLM scheduler, no prefill, no paged
+  attention: the host work per engine step is this loop's own.
 
 Each configuration's per-step wall-clock is compared with DS in rounds on the same seed (same prompt pool and outcome
 seed), and the latency model (:mod:`sara_trl.allocation.latency`) is checked on the same runs: the per-bucket graph
 times measured here, summed over each run's engine steps, against the measured wall-clock.
 """
-
 from __future__ import annotations
 
 import argparse
