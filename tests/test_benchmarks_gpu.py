@@ -67,24 +67,42 @@ def test_trace_engine_is_the_latency_models_engine_one_decode_step_at_a_time(ove
     got = coll.finish().stats
     assert (engine.steps, engine.sequence_steps) == (model.tally.steps, model.tally.sequence_steps)
     assert (got.rollouts_generated, got.tokens_generated) == (ref.rollouts_generated, ref.tokens_generated)
-    assert sum(engine.by_bucket.values()) == engine.steps
+    assert sum(b * c for b, c in engine.by_bucket.items()) >= engine.sequence_steps  # a bucket holds its step
     assert engine.pending == 0
 
 
-def test_trace_engine_queues_beyond_max_running_and_reports_aborted_tokens():
-    lengths = iter([3, 5, 2])
+def _scripted(lengths):
+    lengths = iter(lengths)
 
     def task(pids, counts):
         from sara_trl.allocation.types import RoundOutcome
         return RoundOutcome(success=np.ones(len(pids)), tokens=np.array([next(lengths) for _ in pids]))
 
-    engine = et.GPUTraceEngine(task, et.PricedSteps(SIZES), max_running=2, max_tokens=4)
+    return task
+
+
+def test_trace_engine_cuts_at_max_tokens_queues_beyond_max_running_and_reports_aborted_tokens():
+    engine = et.GPUTraceEngine(_scripted([3, 5, 2]), et.PricedSteps(SIZES), max_running=2, max_tokens=4)
     for rid in range(3):
         engine.add(rid, [rid])
-    finished = [[f.rid for f in engine.step()] for _ in range(3)]
-    assert finished == [[], [], [0]]  # rid 1 is cut at max_tokens = 4; rid 2 waits for a slot until step 3
-    assert engine.abort([1, 2, 7]) == [3, 0, 0]  # rid 1 ran 3 steps; rid 2 was admitted only now
-    assert engine.pending == 0 and engine.sequence_steps == 6 and engine.by_bucket == {2: 3}
+    done = [[(f.rid, len(f.completion_ids)) for f in engine.step()] for _ in range(4)]
+    # rid 0 finishes after its 3 steps; rid 1 is cut at 4 tokens; rid 2 waits for rid 0's slot, starts after step 3
+    assert done == [[], [], [(0, 3)], [(1, 4)]]
+    assert engine.abort([2]) == [1]  # it decoded step 4 only
+    assert engine.pending == 0 and engine.sequence_steps == 2 + 2 + 2 + 2
+    assert engine.by_bucket == {2: 4}
+    with pytest.raises(ValueError, match="request 2 was already added"):
+        engine.add(2, [2])
+
+
+def test_trace_engine_aborts_a_waiting_request_with_no_tokens_and_refuses_an_unknown_one():
+    engine = et.GPUTraceEngine(_scripted([5, 5]), et.PricedSteps(SIZES), max_running=1, max_tokens=8)
+    engine.add(0, [0])
+    engine.add(1, [1])
+    assert engine.step() == [] and engine.abort([1]) == [0]  # still queued behind request 0
+    with pytest.raises(KeyError, match="request 7 is not in flight"):
+        engine.abort([7])
+    assert engine.abort([0]) == [1] and engine.pending == 0
 
 
 def test_priced_replays_reproduce_the_committed_timed_runs_step_for_step():
@@ -119,19 +137,41 @@ def test_toy_decoder_and_eager_steps_on_cpu():
 def test_the_affordable_shortcut_equals_the_exact_reserve(monkeypatch):
     """StreamingCollector._affordable skips the per-prompt reserve only where its upper bound already affords the
     wanted prompts; under a tight budget cap (where the reserve binds) every call equals the exact formula."""
-    calls = []
+    calls, reserved_calls = [], [0]
     original = streaming_module.StreamingCollector._affordable
+    reserved = streaming_module.StreamingCollector._reserved
+
+    def counted(self):
+        reserved_calls[0] += 1
+        return reserved(self)
 
     def checked(self, left, wanted):
+        before = reserved_calls[0]
         got = original(self, left, wanted)
-        exact = wanted if wanted <= 0 else min(wanted, fresh_affordable(left, self._reserved(), self._fresh_cost()))
-        calls.append((got, exact, wanted))
+        shortcut = reserved_calls[0] == before
+        exact = wanted if wanted <= 0 else min(wanted, fresh_affordable(left, reserved(self), self._fresh_cost()))
+        calls.append((got, exact, wanted, shortcut and wanted > 0))
         return got
 
+    monkeypatch.setattr(streaming_module.StreamingCollector, "_reserved", counted)
     monkeypatch.setattr(streaming_module.StreamingCollector, "_affordable", checked)
     for cap in (1.5, 6.0):
         alloc = Allocator(AllocationConfig(k=8, allocator="sara", collection="streaming", budget_cap=cap))
         task = SimulatedTask(u_shaped_gammas(4096, seed=1), tokens_pass=20, tokens_fail=40, seed=1)
         run_streaming_step(alloc.streaming(PromptStream(4096, seed=1), 32, 128), task, DecodeEngine(128))
-    assert len(calls) > 20 and all(g == e for g, e, _ in calls)
-    assert any(g < w for g, _, w in calls)  # the budget bound, so the exact reserve was computed
+    assert len(calls) > 20 and all(g == e for g, e, _, _ in calls)
+    assert any(short for *_, short in calls)  # the bound afforded the prompts: no per-prompt reserve computed
+    assert any(g < w for g, _, w, _ in calls)  # the budget bound: the exact reserve was computed and decided
+
+
+def test_the_priced_replays_start_from_the_timed_full_length_run():
+    """engine_trace_priced.json was priced with engine_trace_scale1.json's step times, and its seed-0 first step is
+    that timed run, engine step for engine step (JSON only: nothing is rerun)."""
+    docs = _docs()
+    timed, priced = docs["timed_full"], docs["priced"]
+    assert priced["bucket_seconds"] == timed["bucket_seconds"]
+    assert priced["settings"]["length_scale"] == timed["settings"]["length_scale"] == 1.0
+    for label, runs in timed["runs"].items():
+        first = priced["runs"][label]["0"][0]
+        for key in ("by_bucket", "engine_steps", "sequence_steps", "rollouts", "tokens", "rounds"):
+            assert first[key] == runs["0"][0][key], (label, key)

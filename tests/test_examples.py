@@ -211,8 +211,10 @@ def test_quickstart_one_real_step(tmp_path):
                           capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # none of the third-party notices sara_trl.utils.quiet hides (tests/test_output_noise.py checks each filter)
-    for notice in ("Disabling Triton", "`torch.distributed.reduce_op` is deprecated", "NUMA binding",
-                   "clean_up_tokenization_spaces", "OMP_NUM_THREADS/MKL_NUM_THREADS unset"):
+    # (accelerate's OMP notice comes from the dynamic-sampling process only, which this run leaves out)
+    for notice in ("Triton is installed, but `triton.backends` could not be imported",
+                   "`torch.distributed.reduce_op` is deprecated", "NUMA binding",
+                   "Ignoring clean_up_tokenization_spaces=True"):
         assert notice not in proc.stderr, proc.stderr[-3000:]
     summary = json.loads(summary_file.read_text())
     vllm = importlib.util.find_spec("vllm") is not None

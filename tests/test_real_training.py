@@ -188,3 +188,17 @@ def test_latency_calibration_fit_recovers_a_known_line():
     for key, want in (("a", 0.13), ("b", 0.01), ("c", 0.5), ("prefill_per_request", 0.1)):
         assert got[key] == pytest.approx(want, abs=1e-12)
     assert got["rms_step_seconds"] < 1e-12 and got["rms_one_token_call_seconds"] < 1e-12
+
+
+def test_leave_one_seed_out_judges_a_verdict_change_only_from_four_seeds():
+    """Leaving one of 3 seeds out leaves 2, whose interval judges nothing: the row keeps the means, not a verdict
+    change; from 4 seeds a change is named."""
+    from benchmarks.real_training.real_training_report import leave_one_seed_out
+
+    three = {"SARA-x": {"rollouts": {0: 0.70, 1: 0.72, 2: 0.95}}}
+    (row,) = leave_one_seed_out(three, ["SARA-x"], keys=("rollouts",))
+    assert row[2].endswith("(3)") and row[3].startswith("seed 2: 0.710")
+    assert row[5] == "missed (<= 0.80); not judged with one seed left out (2 seeds left)"
+    four = {"SARA-x": {"rollouts": {0: 0.70, 1: 0.72, 2: 0.71, 3: 0.95}}}
+    (row,) = leave_one_seed_out(four, ["SARA-x"], keys=("rollouts",))
+    assert row[5] == "missed (<= 0.80); met with seed 3 left out"

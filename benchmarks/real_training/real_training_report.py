@@ -145,10 +145,16 @@ def leave_one_seed_out(ratios: dict, allocators, keys=tuple(TARGETS), min_seeds:
             means = [iv.mean for iv in drops.values()]
             cap = TARGETS[key]
             changed = sorted(seed for seed, iv in drops.items() if verdict(iv, cap) != verdict(full, cap))
-            judged = (f"{verdict(full, cap)} (<= {cap:.2f}); "
-                      + (f"{verdict(drops[changed[0]], cap)} with seed {changed[0]} left out" if len(changed) == 1
-                         else f"{verdict(drops[changed[0]], cap)} with seed {', '.join(map(str, changed[:-1]))} or "
-                              f"{changed[-1]} left out" if changed else "unchanged with any one seed left out"))
+            if full.n < 4:  # one seed left out of 3 leaves 2, whose interval judges nothing
+                change = "not judged with one seed left out (2 seeds left)"
+            elif len(changed) == 1:
+                change = f"{verdict(drops[changed[0]], cap)} with seed {changed[0]} left out"
+            elif changed:
+                change = (f"{verdict(drops[changed[0]], cap)} with seed {', '.join(map(str, changed[:-1]))} or "
+                          f"{changed[-1]} left out")
+            else:
+                change = "unchanged with any one seed left out"
+            judged = f"{verdict(full, cap)} (<= {cap:.2f}); {change}"
             rows.append([a, f"{key.replace('_', ' ')} x DS", f"{fmt_ci(full)} ({full.n})",
                          f"seed {worst}: {fmt_ci(drops[worst])}", f"{min(means):.3f}-{max(means):.3f}", judged])
     return rows
@@ -445,7 +451,7 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/re
                     left = {seed: mean_ci([v for sd, v in by_seed[a][key].items() if sd != seed])
                             for seed in by_seed[a][key]}
                     worst = max(left, key=lambda seed: abs(left[seed].mean - r.mean))
-                    flips = verdict(left[worst], cap) != verdict(r, cap)
+                    flips = r.n >= 4 and verdict(left[worst], cap) != verdict(r, cap)  # 2 seeds judge nothing
                     loso = (f"; {left[worst].mean:.3f} without seed {worst}"
                             + (f", {verdict(left[worst], cap)}" if flips else ""))
                 verdicts.append(f"{key.replace('_', ' ')} x DS {fmt_ci(r)} (target <= {cap:.2f}: "

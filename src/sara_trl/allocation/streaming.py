@@ -478,8 +478,8 @@ class StreamingCollector:
     def _affordable(self, left: int, wanted: int) -> int:
         """``min(wanted, fresh_affordable(left, self._reserved(), fresh cost))``, exactly, without the per-prompt
         sum of :meth:`_reserved` where it cannot bind: the reserve is at most each undecided prompt's whole target
-        (a mixed one the commit floor, an unmixed one the fresh cost) and :func:`fresh_affordable` does not increase
-        with the reserve, so when that bound already affords ``wanted`` the exact reserve does too."""
+        (a mixed one the commit floor, an unmixed one the fresh cost, > 0) and :func:`fresh_affordable` does not
+        increase with the reserve, so when that bound already affords ``wanted`` the exact reserve does too."""
         cost = self._fresh_cost()
         if wanted <= 0:
             return wanted

@@ -87,7 +87,9 @@ def hide_third_party_notices() -> None:
 @contextlib.contextmanager
 def _stderr_without(pattern: re.Pattern) -> Iterator[None]:
     """Collect what is written to file descriptor 2 inside the block (C++ included), then write it back to it without
-    the lines ``pattern`` matches. Does nothing when file descriptor 2 cannot be duplicated."""
+    the lines ``pattern`` matches. Does nothing when file descriptor 2 cannot be duplicated. What the block writes
+    reaches the terminal only when it ends: if the process dies inside it (a crash in the wrapped C++ call), that
+    output is lost. The one call wrapped (:func:`quiet_numa_binding_note`) runs once, while the engine is built."""
     sys.stderr.flush()
     try:
         saved = os.dup(2)
