@@ -79,8 +79,13 @@ NUMA = (b"[W1204 17:38:24.714524032 utils.cpp:68] Warning: NUMA binding: Using M
 
 @pytest.fixture
 def log_filters_restored():
-    """The logging filters the quickstart installs outlive a test (pytest resets only warning filters): undo them."""
+    """The logging filters the quickstart installs outlive a test (pytest resets only warning filters): start without
+    those an earlier test's quickstart run left (the suite runs in one process), and undo them afterwards."""
+    from sara_trl.utils.quiet import _HideMessage
+
     saved = {name: list(logging.getLogger(name).filters) for name in (*LOG_NOTICES, "sara_trl.test")}
+    for name, filters in saved.items():
+        logging.getLogger(name).filters[:] = [f for f in filters if not isinstance(f, _HideMessage)]
     yield
     for name, filters in saved.items():
         logging.getLogger(name).filters[:] = filters
