@@ -1,5 +1,6 @@
 """Streaming collection with ``carry_over``: the prompts undecided when the batch fills keep their finished rollouts
-and start the next step first; their requests still in flight are aborted (surplus). Driven through the one event
+and start the next step first. A held prompt's requests run on (what finishes is carried) until a top-up needs
+the slot or the batch fills; then they are aborted (surplus). Driven through the one event
 loop (:func:`sara_trl.allocation.drive_streaming_engine`) on a scripted engine, with exact counts."""
 
 from __future__ import annotations
@@ -78,9 +79,10 @@ def test_undecided_prompt_carries_its_finished_rollouts_into_the_next_step():
     # k=4, n0=2, commit floor 4, B=1, 4 requests in flight, no shuffle: prompts 0 (rids 0, 1) and 1 (rids 2, 3).
     # Step 1 of the engine: rid 0 (prompt 0) and rid 2 (prompt 1) succeed (rollout ids 0 and 1).
     # Step 2: rid 1 fails: prompt 0 is mixed (rollout id 2) and alone completes the batch, so unmixed prompt 1 is
-    # held: its request rid 3 is aborted after 2 of its 9 tokens (surplus); prompt 0 is topped up to 4 (rids 4, 5,
-    # finishing at engine steps 4 and 5: rollout ids 3, 4) and committed. Prompt 1 ends the step undecided with one
-    # finished rollout (1 token), which carry_over keeps.
+    # held; prompt 0 is topped up to 4 (rids 4, 5, finishing at engine steps 4 and 5: rollout ids 3, 4) and
+    # committed. With carry_over the held prompt's request rid 3 runs on (2 of the 4 slots are free for the top-ups)
+    # until the batch fills at engine step 5: aborted then after 5 of its 9 tokens (surplus). Prompt 1 ends the step
+    # undecided with one finished rollout (1 token), which carry_over keeps.
     script = {0: [(1, 1), (0, 2), (1, 2), (1, 3)], 1: [(1, 1), (1, 9), (0, 1), (0, 1), (1, 1)],
               2: [(0, 1), (1, 1)]}
     cfg = AllocationConfig(k=4, collection="streaming", carry_over=True, refill_margin=0.0)
@@ -90,9 +92,9 @@ def test_undecided_prompt_carries_its_finished_rollouts_into_the_next_step():
     st = first.stats
     assert [g.prompt_id for g in first.groups] == [0] and st.stop_reason == "filled"
     np.testing.assert_array_equal(first.groups[0].rollout_ids, [0, 2, 3, 4])
-    assert engine.aborted == [(3, 2)]
+    assert engine.aborted == [(3, 5)]
     assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_active_left, st.rollouts_surplus) == (6, 4, 1, 1)
-    assert (st.tokens_generated, st.tokens_trained, st.tokens_active_left, st.tokens_surplus) == (11, 8, 1, 2)
+    assert (st.tokens_generated, st.tokens_trained, st.tokens_active_left, st.tokens_surplus) == (14, 8, 1, 5)
     assert st.active_left == 1 and alloc.carried_prompts == 1 and alloc.carried_rollouts == 1
     np.testing.assert_array_equal(alloc.carried_prompt_ids, [1])
     assert first.carry_rollout_ids.tolist() == [1]
@@ -159,8 +161,8 @@ def test_two_processes_each_carry_their_own_prompts_through_the_merge():
     """Streaming on 2 processes with carry_over, B = 1 group per process, exact counts. Each process runs the
     scenario of test_undecided_prompt_carries_its_finished_rollouts_into_the_next_step on its own shard (process 0:
     prompts 0, 2, 4; process 1: prompts 1, 3, 5), except that process 1's trained prompt 1 has top-ups of 3 tokens
-    each (so its group costs 1 + 2 + 3 + 3 = 9 tokens, not 8). Step 1 on each process: 6 requests, one aborted after 2
-    tokens, so 5 recorded rollouts (ids 0..4); its held prompt (2, resp. 3) carries rollout id 1 (1 token).
+    each (so its group costs 1 + 2 + 3 + 3 = 9 tokens, not 8). Step 1 on each process: 6 requests, one aborted after 5
+    tokens (at the fill, engine step 5), so 5 recorded rollouts (ids 0..4); its held prompt (2, resp. 3) carries rollout id 1 (1 token).
 
     Merged step 1: process 1's ids are shifted by process 0's 5 rollouts, so the carried ids are [1, 6], split [1, 1];
     the accounting is the sum (12 generated, 8 trained, 2 surplus (the aborts), 2 active left) and holds. Step 2:
@@ -198,7 +200,7 @@ def test_two_processes_each_carry_their_own_prompts_through_the_merge():
     assert len(rollouts_1) == 10
     assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_surplus, st.rollouts_active_left,
             st.rollouts_aborted, st.rollouts_carried_in) == (12, 8, 2, 2, 2, 0)
-    assert (st.tokens_generated, st.tokens_trained, st.tokens_surplus, st.tokens_active_left) == (23, 17, 4, 2)
+    assert (st.tokens_generated, st.tokens_trained, st.tokens_surplus, st.tokens_active_left) == (29, 17, 10, 2)
     assert (st.active_left, st.batch_groups, st.committed) == (2, 2, 2)
     assert first.carry_rollout_ids.tolist() == [1, 6] and first.carry_split == [1, 1]
     for rank in range(world):  # each process's slice is its own carry, in the merged id space
@@ -221,3 +223,54 @@ def test_two_processes_each_carry_their_own_prompts_through_the_merge():
     assert second.prompt_table["fate"].tolist().count(Fate.TRAINED) == 2
     assert len(second.carry_rollout_ids) == sum(second.carry_split) == sum(a.carried_rollouts for a in allocs)
     assert sum(a.total_rollouts for a in allocs) == st.rollouts_generated + st2.rollouts_generated
+
+
+def test_a_top_up_takes_the_slot_of_the_newest_held_request():
+    # k=5 (commit floor 5), n0=2, B=1, 6 requests in flight, refill margin 1: prompts 0 (rids 0, 1), 1 (rids 2, 3)
+    # and 2 (rids 4, 5). Engine step 1: rid 0 succeeds. Step 2: rid 1 fails, so prompt 0 is mixed (n=2) and alone
+    # completes the batch: prompts 1 and 2 are held with 4 requests in flight, and prompt 0 wants 3 top-ups with 2
+    # slots free. One top-up would wait, so the newest held request, rid 5, is aborted after 2 tokens. Rid 2 runs on
+    # and finishes at step 3 (a success, 3 tokens: rollout id 2, carried). Top-ups rids 6, 7, 8 (2, 2, 3 tokens)
+    # finish at steps 4, 4, 5: prompt 0 commits with rollout ids 0, 1, 3, 4, 5 and the fill aborts rids 3 and 4
+    # after 5 tokens each.
+    script = {0: [(1, 1), (0, 2), (1, 2), (1, 2), (1, 3)], 1: [(1, 3), (1, 9)], 2: [(0, 9), (1, 9)]}
+    cfg = AllocationConfig(k=5, n0=2, collection="streaming", carry_over=True, refill_margin=1.0)
+    alloc, stream = Allocator(cfg), PromptStream(50, seed=0, shuffle=False)
+    engine = Engine(lambda pid, nth: script[pid][nth])
+    result = step(alloc, stream, engine, cap=6)
+    st = result.stats
+    assert [g.prompt_id for g in result.groups] == [0] and st.stop_reason == "filled"
+    np.testing.assert_array_equal(result.groups[0].rollout_ids, [0, 1, 3, 4, 5])
+    assert engine.aborted == [(5, 2), (3, 5), (4, 5)]
+    assert (st.rollouts_generated, st.rollouts_trained, st.rollouts_active_left, st.rollouts_surplus) == (9, 5, 1, 3)
+    assert (st.tokens_generated, st.tokens_trained, st.tokens_active_left, st.tokens_surplus) == (25, 10, 3, 12)
+    assert st.active_left == 2 and result.carry_rollout_ids.tolist() == [2]
+    assert alloc.carried_prompt_ids.tolist() == [1, 2]
+
+
+def test_without_carry_over_the_held_requests_are_aborted_at_once():
+    """The same start as test_undecided_prompt_carries_its_finished_rollouts_into_the_next_step without carry_over:
+    the held prompt's outcomes would be dropped, so its request rid 3 is aborted when the hold begins (engine step 2,
+    after 2 tokens), not at the fill."""
+    script = {0: [(1, 1), (0, 2), (1, 2), (1, 3)], 1: [(1, 1), (1, 9)]}
+    cfg = AllocationConfig(k=4, collection="streaming", refill_margin=0.0)
+    engine = Engine(lambda pid, nth: script[pid][nth])
+    result = step(Allocator(cfg), PromptStream(50, seed=0, shuffle=False), engine)
+    assert engine.aborted == [(3, 2)]
+    assert (result.stats.tokens_generated, result.stats.tokens_surplus) == (11, 2)
+
+
+def test_a_held_prompt_that_mixes_is_carried_not_topped_up():
+    """k=4, B=1, 4 in flight: prompt 0 mixes at engine step 2 and alone completes the batch, so prompt 1 is held with
+    rid 3 running on (carry_over). Rid 3 fails at step 3: prompt 1 is mixed too, but the batch needs one group and
+    prompt 0 is already being topped up, so prompt 1 gets no top-up (as rounds top up at most the groups still
+    needed): it is carried with its 2 rollouts (ids 1 and 3), and nothing is aborted."""
+    script = {0: [(1, 1), (0, 2), (1, 2), (1, 3)], 1: [(1, 1), (0, 3)]}
+    cfg = AllocationConfig(k=4, collection="streaming", carry_over=True, refill_margin=0.0)
+    alloc = Allocator(cfg)
+    engine = Engine(lambda pid, nth: script[pid][nth])
+    result = step(alloc, PromptStream(50, seed=0, shuffle=False), engine)
+    assert engine.count == {0: 4, 1: 2} and engine.aborted == []
+    np.testing.assert_array_equal(result.groups[0].rollout_ids, [0, 2, 4, 5])
+    assert result.carry_rollout_ids.tolist() == [1, 3] and alloc.carried_prompt_ids.tolist() == [1]
+    assert (result.stats.rollouts_generated, result.stats.rollouts_surplus, result.stats.rollouts_active_left) == (6, 0, 2)

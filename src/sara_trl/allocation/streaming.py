@@ -8,9 +8,12 @@ is decided at once with the rule the round allocator uses (SARA: paper Eq. 2 and
 then says which requests to submit (a continuing prompt's next rollouts, top-ups of a mixed prompt to the commit
 floor, fresh probes of ``n0`` for freed budget) within a concurrency cap, and, once B groups are committed, which
 requests still in flight to abort. Once the undecided mixed prompts alone complete the batch (each commits when
-topped up to its floor, paper Prop. 2), SARA holds the unmixed prompts: no continuation, no fresh probes, and
-their requests still in flight are aborted, since all of it could only become surplus (beyond the paper;
-benchmarks/streaming_small_batch/STREAMING_SMALL_BATCH.md measures it on replayed outcomes). Bookkeeping goes through
+topped up to its floor, paper Prop. 2), SARA holds the unmixed prompts: no continuation, no fresh probes, no
+top-up for a prompt that mixes later (rounds top up at most the groups still needed), and their requests still in
+flight are aborted, since their outcomes could only be dropped (beyond the paper;
+benchmarks/streaming_small_batch/STREAMING_SMALL_BATCH.md measures it on replayed outcomes). With ``carry_over``
+those outcomes are carried into the next step, so the held requests run on until a top-up needs the slot or the
+batch fills. Bookkeeping goes through
 the same :class:`~sara_trl.allocation.ledger.Ledger`, so the batch, the per-prompt table and the accounting are built
 exactly as for rounds; aborted requests (and requests that finish after the batch is full) are accounted as surplus
 rollouts and tokens; held prompts end the step undecided (``active_left``).
@@ -134,8 +137,8 @@ class StreamingCollector:
         Requests aborted (or finished after the batch was full) and their tokens: surplus.
     carry : dict or None
         After :meth:`finish` with ``carry_over``: the prompts this step leaves undecided (their requests still in
-        flight were aborted, as surplus; their recorded rollouts are ``active_left`` and go to the next step), in the
-        form ``carry`` takes; None otherwise.
+        flight at the fill were aborted, as surplus; their recorded rollouts are ``active_left`` and go to the next
+        step), in the form ``carry`` takes; None otherwise.
 
     Raises
     ------
@@ -374,7 +377,9 @@ class StreamingCollector:
         elif dec[0] == ABANDON:
             self.expected_lost += float(p[0])
             self._close(slot, Fate.ABANDONED, actions)
-        elif mixed:  # top up to the commit floor (certain to be effective, paper Prop. 2)
+        elif mixed and (was_mixed or not self._covered(excluding=slot)):
+            # top up to the commit floor (certain to be effective, paper Prop. 2), unless the other mixed prompts
+            # already complete the batch: rounds top up at most the groups still needed; this one is held (carried)
             self._enqueue(slot, cfg.commit_floor - n - self._out[slot] - self._queued.get(slot, 0))
         elif self._out[slot] == 0 and self._queued.get(slot, 0) == 0 and not self._covered():
             # unmixed, all its requests are in, and the batch still needs prompts that are not yet mixed
@@ -408,12 +413,23 @@ class StreamingCollector:
             self._queued.clear()
             self.done, self.stop_reason = True, "filled"
 
-    def _drop(self, slot: int, actions: StreamActions) -> None:
-        if self._out.get(slot, 0):
+    def _drop(self, slot: int, actions: StreamActions, abort: bool = True) -> None:
+        if abort and self._out.get(slot, 0):
             for rid in [r for r, s in self._req.items() if s == slot]:
                 self._abort(rid, actions)
         if self._queued.pop(slot, 0):
             self._queue = deque(s for s in self._queue if s != slot)
+
+    def _make_room(self, held: set[int], actions: StreamActions) -> None:
+        """``carry_over``: a held prompt's requests in flight run on (their outcomes are carried into the next step,
+        as rounds carry an undecided prompt's whole round) until a queued top-up needs the slot: then the newest held
+        requests (the least decoded, most likely) are aborted, one per top-up that the cap would otherwise keep
+        waiting."""
+        short = len(self._queue) - (self.max_in_flight - len(self._req))
+        if short <= 0:
+            return
+        for rid in sorted((r for r, slot in self._req.items() if slot in held), reverse=True)[:short]:
+            self._abort(rid, actions)
 
     def _abort(self, rid: int, actions: StreamActions) -> None:
         slot = self._req.pop(rid)
@@ -436,15 +452,19 @@ class StreamingCollector:
         self.submitted += 1
         actions.submit.append(Request(rid, int(self.ledger.pid[slot])))
 
-    def _covered(self) -> bool:
+    def _covered(self, excluding: int | None = None) -> bool:
         """SARA: the undecided mixed prompts alone complete the batch (each commits once topped up to the commit
         floor, paper Prop. 2; a mixed prompt is never abandoned), so unmixed prompts are held: not continued, their
-        requests in flight aborted (surplus), and no fresh prompts drawn. A held prompt stays undecided: its
-        recorded rollouts end the step as ``active_left``. Once true, it stays true for the step."""
+        requests in flight aborted (surplus; with ``carry_over`` only when a top-up needs the slot, :meth:`_make_room`,
+        or at the fill), and no fresh prompts drawn. A held prompt stays undecided: its recorded rollouts end the step
+        as ``active_left``. Once true, it stays true for the step. ``excluding``: judge without that prompt (is it
+        needed?)."""
         if not self._sara:
             return False
         led = self.ledger
         act = led.active()
+        if excluding is not None:
+            act = act[act != excluding]
         return int(is_mixed(led.s[act], led.nsc[act]).sum()) >= self.B - self.committed
 
     def _expected_commits(self, need: int) -> tuple[float, float]:
@@ -497,11 +517,14 @@ class StreamingCollector:
         refill: expected commits plus ``refill_margin`` standard deviations), within the cap and the budget."""
         cfg = self.config
         covered = self._covered()
-        if covered:  # hold the unmixed prompts: drop their queued continuations, abort their requests in flight
+        if covered:  # hold the unmixed prompts (_covered)
             led = self.ledger
             act = led.active()
-            for slot in act[~is_mixed(led.s[act], led.nsc[act])].tolist():
-                self._drop(slot, actions)
+            held = act[~is_mixed(led.s[act], led.nsc[act])].tolist()
+            for slot in held:
+                self._drop(slot, actions, abort=not self.config.carry_over)
+            if self.config.carry_over:
+                self._make_room(set(held), actions)
         free = self.max_in_flight - len(self._req)  # after the aborts: their slots go to the mixed prompts' top-ups
         left = self.budget - self.submitted
         while self._queue and free > 0 and left > 0:
