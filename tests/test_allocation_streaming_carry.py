@@ -162,7 +162,8 @@ def test_two_processes_each_carry_their_own_prompts_through_the_merge():
     scenario of test_undecided_prompt_carries_its_finished_rollouts_into_the_next_step on its own shard (process 0:
     prompts 0, 2, 4; process 1: prompts 1, 3, 5), except that process 1's trained prompt 1 has top-ups of 3 tokens
     each (so its group costs 1 + 2 + 3 + 3 = 9 tokens, not 8). Step 1 on each process: 6 requests, one aborted after 5
-    tokens (at the fill, engine step 5), so 5 recorded rollouts (ids 0..4); its held prompt (2, resp. 3) carries rollout id 1 (1 token).
+    tokens (at the fill, engine step 5), so 5 recorded rollouts (ids 0..4); its held prompt (2, resp. 3) carries
+    rollout id 1 (1 token).
 
     Merged step 1: process 1's ids are shifted by process 0's 5 rollouts, so the carried ids are [1, 6], split [1, 1];
     the accounting is the sum (12 generated, 8 trained, 2 surplus (the aborts), 2 active left) and holds. Step 2:
@@ -273,4 +274,5 @@ def test_a_held_prompt_that_mixes_is_carried_not_topped_up():
     assert engine.count == {0: 4, 1: 2} and engine.aborted == []
     np.testing.assert_array_equal(result.groups[0].rollout_ids, [0, 2, 4, 5])
     assert result.carry_rollout_ids.tolist() == [1, 3] and alloc.carried_prompt_ids.tolist() == [1]
-    assert (result.stats.rollouts_generated, result.stats.rollouts_surplus, result.stats.rollouts_active_left) == (6, 0, 2)
+    st = result.stats
+    assert (st.rollouts_generated, st.rollouts_surplus, st.rollouts_active_left) == (6, 0, 2)
