@@ -220,6 +220,34 @@ def test_headline_cells_are_intervals_over_seeds():
     assert headline.fmt2(tenth5) == "0.81 [0.75, 0.87]"
 
 
+def test_held_requests_study_figures_quoted_in_the_docs():
+    """The current collector's run of the 0.45 cap (held prompts' requests run on with carry_over): the README row's
+    cells, the leave-one-seed-out range and the paired change from the earlier collector quoted in
+    docs/collection-modes.md, each recomputed from the committed seed files."""
+    from benchmarks.common import mean_ci
+    from benchmarks.headline import headline
+
+    cap45 = "sara_best_cap45_default_streaming"
+    held = headline.HELD_SEEDS
+    assert [p.name for p in held] == [f"streaming_engine_held_seed{s}.json" for s in range(9)]
+    cells = headline.engine(files=held, config=cap45)
+    assert [headline.fmt2(cells[k][0]) for k in ("generation_seconds", "rollouts", "tokens")] == [
+        "0.66 [0.57, 0.74]", "0.67 [0.57, 0.77]", "0.64 [0.55, 0.74]"]
+    left = [headline.engine(files=held[:s] + held[s + 1:], config=cap45)["generation_seconds"][0] for s in range(9)]
+    assert (round(min(iv.hi for iv in left), 2), round(max(iv.hi for iv in left), 2)) == (0.73, 0.76)
+    assert (round(min(iv.mean for iv in left), 2), round(max(iv.mean for iv in left), 2)) == (0.64, 0.68)
+    steady, _ = headline.engine(files=held, config=cap45, skip=1)["generation_seconds"]
+    assert headline.fmt2(steady) == "0.59 [0.51, 0.66]"
+    quoted = {"generation_seconds": "-0.012 [-0.050, +0.025]", "rollouts": "-0.089 [-0.116, -0.063]",
+              "tokens": "+0.034 [+0.004, +0.063]"}
+    text = (ROOT / "docs" / "collection-modes.md").read_text(encoding="utf-8")
+    for key, want in quoted.items():  # paired per seed: the same seed's ratio on the earlier collector
+        new = [headline.engine(files=(f,), config=cap45)[key][0].mean for f in held]
+        old = [headline.engine(files=(f,), config=cap45)[key][0].mean for f in headline.CAP45_SEEDS]
+        iv = mean_ci([a - b for a, b in zip(new, old)])
+        assert f"{iv.mean:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]" == want and want in text
+
+
 def test_readme_keeps_the_two_commands_and_the_snippet():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     head = readme[:readme.index("## Use it like TRL")]

@@ -85,6 +85,30 @@ def test_engine_records_one_event_per_finishing_step():
     assert tr.finished.tolist() == [2, 1]
 
 
+
+def test_stepping_one_decode_step_at_a_time_gives_the_same_events_and_tally():
+    """The scenario above, stepped with step_once: nothing finishes for 3 steps, requests 0 and 1 at step 4 (request
+    2 then starts), request 2 at step 10; the same events and tally as jumping from finish to finish."""
+    eng = DecodeEngine(max_running=2)
+    for rid, length in enumerate([4, 4, 6]):
+        eng.submit(rid, length)
+    done = [eng.step_once() for _ in range(11)]
+    assert done[:3] == [[], [], []] and done[3] == [(0, 4), (1, 4)]
+    assert done[4:9] == [[]] * 5 and done[9] == [(2, 6)] and done[10] == []  # nothing running: no step counted
+    assert eng.running == 0 and eng.events == [(4, 8, 2), (10, 14, 1)]
+    assert eng.tally == EngineTally(0, 10, 14)
+
+
+def test_step_once_counts_the_running_requests_and_an_abort_reports_its_tokens():
+    eng = DecodeEngine(max_running=1)
+    eng.submit(0, 5)
+    eng.submit(1, 2)  # waits for the one slot
+    assert eng.step_once() == [] and eng.step_once() == []
+    assert eng.running == 1 and eng.in_flight == 2
+    assert eng.abort(0) == 2  # request 1 starts in the freed slot
+    assert eng.step_once() == [] and eng.step_once() == [(1, 2)]
+    assert eng.tally.sequence_steps == 4 and eng.events == [(4, 4, 1)]
+
 # ------------------------------------------------------------------------------------------------ reward passes
 def test_reward_cost_is_per_call_plus_per_item_and_zero_for_nothing():
     r = RewardCost("r", per_call=0.02, per_item=0.001)
@@ -217,3 +241,20 @@ def test_math_example_settings_give_512():
     kw = {k.arg: ast.literal_eval(k.value) for k in defaults.keywords}
     assert kw["vllm_mode"] == "colocate"
     assert trl_colocate_max_num_seqs(kw["per_device_train_batch_size"], kw["gradient_accumulation_steps"]) == 512
+
+
+def test_simulated_engine_refuses_a_request_id_added_twice():
+    """A request id names one rollout within a step: adding it again, queued or finished, is a collector bug."""
+    from sara_trl.allocation import SimulatedTask
+    from sara_trl.allocation.simulate import SimulatedEngine
+
+    sim = SimulatedEngine(SimulatedTask(np.array([0.5]), seed=0), DecodeEngine(2))
+    sim.add(0, [0])
+    with pytest.raises(ValueError, match="request 0 was already added"):
+        sim.add(0, [0])
+    finished = []
+    while not finished:
+        finished = sim.step()
+    assert [f.rid for f in finished] == [0] and sim.pending == 0
+    with pytest.raises(ValueError, match="request 0 was already added"):
+        sim.add(0, [0])

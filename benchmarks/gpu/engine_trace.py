@@ -30,20 +30,20 @@ times measured here, summed over each run's engine steps, against the measured w
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import os
 import sys
 import time
 import traceback
-from collections import Counter, deque
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
 from sara_trl.allocation.event_loop import Finished, drive_streaming_engine
-from sara_trl.allocation.types import RoundOutcome
+from sara_trl.allocation.latency import DecodeEngine
+from sara_trl.allocation.simulate import SimulatedEngine
 
 HERE = Path(__file__).resolve().parent
 B, K = 64, 8
@@ -209,81 +209,38 @@ class GraphSteps:
 
 
 # ---------------------------------------------------------------------------------------------- the engine
-class GPUTraceEngine:
+class GPUTraceEngine(SimulatedEngine):
     """A :class:`~sara_trl.allocation.event_loop.StreamingEngine` whose every :meth:`step` is one real decode step.
 
-    Requests get their outcome and length from the task (one call per batch of additions, as
-    :class:`~sara_trl.allocation.simulate.SimulatedEngine`); at most ``max_running`` run at once (first in, first
-    out), a request of length L admitted before engine step s finishes after step s + L - 1, and an aborted one
-    reports the tokens it had decoded. Counts decode steps, sequence-steps and the steps per bucket."""
+    :class:`~sara_trl.allocation.simulate.SimulatedEngine` (outcomes and lengths from the task, one call per batch of
+    additions; lengths cut at ``max_tokens``) over a :class:`~sara_trl.allocation.latency.DecodeEngine` of
+    ``max_running`` (admission first in, first out; an aborted request reports the tokens it had decoded), stepped
+    one decode step at a time (:meth:`DecodeEngine.step_once`): a request of length L admitted before engine step s
+    finishes after step s + L - 1. Each step first runs ``steps`` at the running count (the GPU call) and counts the
+    bucket it ran in."""
 
     def __init__(self, task, steps: GraphSteps, max_running: int, max_tokens: int):
-        self.task, self.steps_fn, self.max_running, self.max_tokens = task, steps, max_running, max_tokens
-        self._added: list[tuple[int, int]] = []
-        self._waiting: deque[tuple[int, int]] = deque()
-        self._running: dict[int, tuple[int, int]] = {}  # rid -> (start step, length)
-        self._heap: list[tuple[int, int]] = []
-        self.success: dict[int, float] = {}
-        self.steps = 0
-        self.sequence_steps = 0
+        super().__init__(task, DecodeEngine(max_running), max_tokens)
+        self.steps_fn = steps
         self.by_bucket: Counter[int] = Counter()
 
     @property
-    def pending(self) -> int:
-        return len(self._added) + len(self._waiting) + len(self._running)
+    def steps(self) -> int:
+        """Decode steps run."""
+        return self._engine.tally.steps
 
-    def add(self, rid: int, prompt_ids: list[int]) -> None:
-        if rid in self.success or rid in self._running or any(r == rid for r, _ in self._added):
-            raise ValueError(f"request {rid} was already added")
-        self._added.append((rid, int(prompt_ids[0])))
-
-    def _start_added(self) -> None:
-        if self._added:
-            pids = np.array([p for _, p in self._added], np.int64)
-            out = RoundOutcome.coerce(self.task(pids, np.ones(len(pids), np.int64)), len(pids))
-            for (rid, _), succ, tok in zip(self._added, out.success.tolist(),
-                                           np.minimum(out.tokens, self.max_tokens).tolist()):
-                self.success[rid] = succ
-                self._waiting.append((rid, max(1, int(tok))))
-            self._added = []
-        while self._waiting and len(self._running) < self.max_running:
-            rid, length = self._waiting.popleft()
-            self._running[rid] = (self.steps, length)
-            heapq.heappush(self._heap, (self.steps + length, rid))
+    @property
+    def sequence_steps(self) -> int:
+        """Sum over the decode steps of the sequences running."""
+        return self._engine.tally.sequence_steps
 
     def step(self) -> list[Finished]:
         self._start_added()
-        r = len(self._running)
-        if r == 0:
+        running = self._engine.running
+        if running == 0:
             return []
-        self.by_bucket[self.steps_fn.run(r)] += 1
-        self.steps += 1
-        self.sequence_steps += r
-        done = []
-        while self._heap and self._heap[0][0] <= self.steps:
-            _, rid = heapq.heappop(self._heap)
-            if rid in self._running:
-                _, length = self._running.pop(rid)
-                done.append(Finished(rid, range(length)))
-        self._start_added()
-        return sorted(done, key=lambda f: f.rid)
-
-    def abort(self, rids: list[int]) -> list[int]:
-        self._start_added()
-        out = []
-        waiting = {rid for rid, _ in self._waiting}
-        for rid in rids:
-            if rid in self._running:
-                start, _ = self._running.pop(rid)
-                out.append(self.steps - start)
-            elif rid in waiting:
-                self._waiting = deque(x for x in self._waiting if x[0] != rid)
-                waiting.discard(rid)
-                out.append(0)
-            else:  # as DecodeEngine.abort: a collector bug, never a silent 0
-                raise KeyError(f"request {rid} is not in flight")
-        self._start_added()
-        return out
+        self.by_bucket[self.steps_fn.run(running)] += 1
+        return [Finished(rid, range(tokens)) for rid, tokens in self._engine.step_once()]
 
 
 class TraceScorer:

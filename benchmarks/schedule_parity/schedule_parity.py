@@ -159,10 +159,12 @@ def _reading(result: dict) -> str:
     if carry:
         extra = [mean(x, "streaming", "rollouts_surplus") for x in carry]
         cr = [settings[x]["rollouts_ratio"]["mean"] for x in carry]
-        text += (" With `carry_over` the gap is structural: rounds carry every undecided prompt whole into the next "
-                 "step, while streaming aborts the carried prompts' requests still in flight "
-                 f"({min(extra):.0f}-{max(extra):.0f} rollouts per step): {min(cr):.2f}-{max(cr):.2f} of rounds' "
-                 "rollouts.")
+        text += (" With `carry_over` a held prompt's requests run on and what finishes is carried into the next step, "
+                 "as rounds carry an undecided prompt's whole round; only what is still in flight when the batch "
+                 f"fills, or needs to make room for a top-up, is aborted ({min(extra):.1f}-{max(extra):.1f} rollouts "
+                 f"per step): {min(cr):.3f}-{max(cr):.3f} of rounds' rollouts. (Until commit df045a7 streaming "
+                 "aborted a held prompt's requests at once in every case, and streamed at 1.11-1.14 of rounds' "
+                 "rollouts with `carry_over`.)")
     if "DS" in settings:
         text += (f" Dynamic sampling streams at {settings['DS']['rollouts_ratio']['mean']:.3f}: it refills as "
                  "groups complete instead of drawing a whole round of groups sized on the mean yield.")

@@ -224,6 +224,11 @@ class DecodeEngine:
         """Requests running or waiting."""
         return len(self._running) + len(self._waiting)
 
+    @property
+    def running(self) -> int:
+        """Requests decoding now (at most ``max_running``)."""
+        return len(self._running)
+
     def submit(self, rid: int, length: int) -> None:
         """Queue request ``rid`` that will decode ``length`` tokens (>= 1).
 
@@ -264,15 +269,36 @@ class DecodeEngine:
         top = self._top()
         if top is None:
             return []
-        at = top[0]
-        self.tally.sequence_steps += (at - self.tally.steps) * len(self._running)
-        self.tally.steps = at
+        self.tally.sequence_steps += (top[0] - self.tally.steps) * len(self._running)
+        self.tally.steps = top[0]
+        return self._finish()
+
+    def step_once(self) -> list[tuple[int, int]]:
+        """Decode one step: every running request gains a token (an engine that runs each step for real, e.g. a
+        GPU decode step, calls this once per step it runs).
+
+        Returns
+        -------
+        list of (int, int)
+            ``(request id, tokens)`` of every request finishing at this decode step, in id order; empty when none
+            does, or when nothing is running (then no step is counted).
+        """
+        if not self._running:
+            return []
+        self.tally.sequence_steps += len(self._running)
+        self.tally.steps += 1
+        return self._finish()
+
+    def _finish(self) -> list[tuple[int, int]]:
+        """Take out the requests that finish at the current decode step, record the event, admit waiting ones."""
+        at = self.tally.steps
         done = []
         while (top := self._top()) is not None and top[0] == at:
             heapq.heappop(self._finish_at)
             _, length = self._running.pop(top[1])
             done.append((top[1], length))
-        self.events.append((self.tally.steps, self.tally.sequence_steps, len(done)))
+        if done:
+            self.events.append((self.tally.steps, self.tally.sequence_steps, len(done)))
         self._admit()
         return sorted(done)
 

@@ -150,6 +150,13 @@ class SimulatedEngine:
     ----------
     success : dict of int to float
         Request id -> its simulated success label, for the scorer.
+
+    Raises
+    ------
+    ValueError
+        :meth:`add` of a request id already added (queued, running or finished): an id names one rollout.
+    KeyError
+        :meth:`abort` of a request that is not in flight (:meth:`DecodeEngine.abort`).
     """
 
     def __init__(self, rollout_fn, engine: DecodeEngine, max_tokens: int | None = None):
@@ -157,6 +164,7 @@ class SimulatedEngine:
         self._engine = engine
         self._max_tokens = max_tokens
         self._added: list[tuple[int, int]] = []  # (rid, prompt id) not yet given outcomes
+        self._ids: set[int] = set()  # every request id added
         self.success: dict[int, float] = {}
 
     @property
@@ -164,6 +172,9 @@ class SimulatedEngine:
         return len(self._added) + self._engine.in_flight
 
     def add(self, rid: int, prompt_ids: list[int]) -> None:
+        if rid in self._ids:  # a collector bug: a request id names one rollout
+            raise ValueError(f"request {rid} was already added")
+        self._ids.add(rid)
         self._added.append((rid, int(prompt_ids[0])))
 
     def _start_added(self) -> None:
