@@ -276,3 +276,21 @@ def test_a_held_prompt_that_mixes_is_carried_not_topped_up():
     assert result.carry_rollout_ids.tolist() == [1, 3] and alloc.carried_prompt_ids.tolist() == [1]
     st = result.stats
     assert (st.rollouts_generated, st.rollouts_surplus, st.rollouts_active_left) == (6, 0, 2)
+
+
+def test_a_spare_mixed_prompt_stays_spare_at_its_later_completions():
+    """k=5, n0=3, B=1, 6 in flight: prompt 0 (rids 0-2) mixes at engine step 2 and is topped up (rids 6, 7, 10 tokens
+    each, finishing at step 12); prompt 1 (rids 3-5) is held with its 3 requests running on. Rid 4 fails at step 4:
+    prompt 1 is mixed, and spare, since prompt 0's top-up completes the batch. Rid 5 finishes at step 6: prompt 1 is
+    still spare (no top-up, which would race prompt 0's and end with someone's requests aborted). The batch fills at
+    step 12 with nothing aborted; prompt 1 is carried with its 3 rollouts (13 tokens)."""
+    script = {0: [(1, 1), (0, 2), (1, 2), (1, 10), (1, 10)], 1: [(1, 3), (0, 4), (1, 6), (1, 1), (1, 1)]}
+    cfg = AllocationConfig(k=5, n0=3, collection="streaming", carry_over=True, refill_margin=0.0)
+    alloc = Allocator(cfg)
+    engine = Engine(lambda pid, nth: script[pid][nth])
+    result = step(alloc, PromptStream(50, seed=0, shuffle=False), engine, cap=6)
+    assert engine.count == {0: 5, 1: 3} and engine.aborted == []
+    np.testing.assert_array_equal(result.groups[0].rollout_ids, [0, 1, 2, 6, 7])
+    assert result.carry_rollout_ids.tolist() == [3, 4, 5] and alloc.carried_prompt_ids.tolist() == [1]
+    st = result.stats
+    assert (st.rollouts_generated, st.tokens_generated, st.tokens_trained, st.tokens_active_left) == (8, 38, 25, 13)

@@ -67,7 +67,6 @@ def test_trace_engine_is_the_latency_models_engine_one_decode_step_at_a_time(ove
     got = coll.finish().stats
     assert (engine.steps, engine.sequence_steps) == (model.tally.steps, model.tally.sequence_steps)
     assert (got.rollouts_generated, got.tokens_generated) == (ref.rollouts_generated, ref.tokens_generated)
-    assert sum(engine.by_bucket.values()) == engine.steps  # one GPU call per decode step
     assert sum(b * c for b, c in engine.by_bucket.items()) >= engine.sequence_steps  # a bucket holds its step
     assert engine.pending == 0
 

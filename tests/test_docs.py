@@ -238,9 +238,11 @@ def test_held_requests_study_figures_quoted_in_the_docs():
     assert (round(min(iv.mean for iv in left), 2), round(max(iv.mean for iv in left), 2)) == (0.64, 0.68)
     steady, _ = headline.engine(files=held, config=cap45, skip=1)["generation_seconds"]
     assert headline.fmt2(steady) == "0.59 [0.51, 0.66]"
+    text = (ROOT / "docs" / "collection-modes.md").read_text(encoding="utf-8")
+    assert "means 0.64-0.68 and upper ends 0.73-0.76" in text and "(steps 2-4 only): 0.59 [0.51, 0.66]" in text
+    assert "(upper ends 0.73-0.76)" in (ROOT / "README.md").read_text(encoding="utf-8")
     quoted = {"generation_seconds": "-0.012 [-0.050, +0.025]", "rollouts": "-0.089 [-0.116, -0.063]",
               "tokens": "+0.034 [+0.004, +0.063]"}
-    text = (ROOT / "docs" / "collection-modes.md").read_text(encoding="utf-8")
     for key, want in quoted.items():  # paired per seed: the same seed's ratio on the earlier collector
         new = [headline.engine(files=(f,), config=cap45)[key][0].mean for f in held]
         old = [headline.engine(files=(f,), config=cap45)[key][0].mean for f in headline.CAP45_SEEDS]

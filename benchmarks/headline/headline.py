@@ -226,9 +226,9 @@ def plot(path: Path = FIGURE) -> None:
     engine_keys = ("generation_seconds", "tokens", "rollouts")
     studies = [(ENGINE_SEEDS, "sara_default_streaming", "paper rule (seeds 0-4 first study, 5-8 second)", "C1"),
                (CAP45_SEEDS, "sara_best_cap45_default_streaming",
-                "beyond the paper, loss cap 0.45, held requests aborted at once (second study)", "C4"),
+                "loss cap 0.45, earlier collector (second study, earlier session)", "C4"),
                (HELD_SEEDS, "sara_best_cap45_default_streaming",
-                "beyond the paper, loss cap 0.45, held requests run on (current; third study)", "C3")]
+                "loss cap 0.45, current collector (third study)", "C3")]
     collection = []
     for files, config, label, colour in studies:
         cells = engine(files=files, config=config)
@@ -239,7 +239,7 @@ def plot(path: Path = FIGURE) -> None:
     _bars(left, training, ["rollouts", "completion tokens", "generation time"],
           "Real training, rounds collection, 8 steps\nmean and 95% interval over seeds; uniform keeps every group")
     left.set_ylabel("cost relative to dynamic sampling")
-    _bars(right, collection, ["generation time", "completion tokens", "requests (aborted ones too)"],
+    _bars(right, collection, ["generation time", "completion tokens", "requests\n(aborted ones too)"],
           f"SARA's default collection (streaming) vs DS in rounds, {'/'.join(map(str, sorted(steps)))} steps, "
           "no training\neach study paired by common random numbers; mean and 95% interval over seeds")
     fig.suptitle("SmolLM2-135M, vLLM-CPU engine (2 cores), B = 8, k = 8", fontsize=10)

@@ -253,7 +253,9 @@ class AllocationConfig:
         when B groups are committed are aborted and counted as surplus; no round barrier). Both schedules decide
         with the same rules (sara_trl.allocation.refill), so every option works in both; 'streaming' needs
         allocator 'sara' or 'dynamic_sampling' (uniform sampling decides nothing). With carry_over, the prompts
-        undecided when the batch fills keep their finished rollouts and their requests in flight are aborted.""",
+        undecided when the batch fills keep their finished rollouts; once the mixed prompts alone complete the
+        batch, the other prompts' requests run on (what finishes is carried) until a top-up needs the slot or the
+        batch fills, and are aborted then.""",
         choices=list(COLLECTIONS)))
     streaming_speculate: bool = field(default=False, metadata=_help(
         """collection='streaming' with allocator 'sara' only (beyond the paper): engine slots the rule leaves free

@@ -136,9 +136,9 @@ class StreamingCollector:
     aborted_rollouts, aborted_tokens : int
         Requests aborted (or finished after the batch was full) and their tokens: surplus.
     carry : dict or None
-        After :meth:`finish` with ``carry_over``: the prompts this step leaves undecided (their requests still in
-        flight at the fill were aborted, as surplus; their recorded rollouts are ``active_left`` and go to the next
-        step), in the form ``carry`` takes; None otherwise.
+        After :meth:`finish` with ``carry_over``: the prompts this step leaves undecided (their requests aborted in
+        flight, at the fill or to make room for a top-up, are surplus; their recorded rollouts are ``active_left``
+        and go to the next step), in the form ``carry`` takes; None otherwise.
 
     Raises
     ------
@@ -192,6 +192,7 @@ class StreamingCollector:
         self._req: dict[int, int] = {}  # request id in flight -> slot
         self._aborting: set[int] = set()  # asked to abort, tokens not yet reported
         self._cut: set[int] = set()  # slots with an aborted request
+        self._spare_mixed: set[int] = set()  # mixed slots not topped up: the others complete the batch (carried)
         self._out: dict[int, int] = {}  # slot -> requests in flight
         self._queue: deque[int] = deque()  # one entry per wanted request (slot) not yet submitted
         self._queued: dict[int, int] = {}  # slot -> entries in the queue
@@ -377,10 +378,15 @@ class StreamingCollector:
         elif dec[0] == ABANDON:
             self.expected_lost += float(p[0])
             self._close(slot, Fate.ABANDONED, actions)
-        elif mixed and (was_mixed or not self._covered(excluding=slot)):
-            # top up to the commit floor (certain to be effective, paper Prop. 2), unless the other mixed prompts
-            # already complete the batch: rounds top up at most the groups still needed; this one is held (carried)
-            self._enqueue(slot, cfg.commit_floor - n - self._out[slot] - self._queued.get(slot, 0))
+        elif mixed:
+            need = self.B - self.committed
+            if slot in self._spare_mixed or (not was_mixed and self._topped_up(excluding=slot) >= need):
+                # the mixed prompts being topped up already complete the batch (rounds top up at most the groups still
+                # needed): this one is not topped up in this step, now or at a later completion; with carry_over it
+                # is carried
+                self._spare_mixed.add(slot)
+            else:  # top up to the commit floor (certain to be effective, paper Prop. 2)
+                self._enqueue(slot, cfg.commit_floor - n - self._out[slot] - self._queued.get(slot, 0))
         elif self._out[slot] == 0 and self._queued.get(slot, 0) == 0 and not self._covered():
             # unmixed, all its requests are in, and the batch still needs prompts that are not yet mixed
             self._enqueue(slot, int(continuation(cfg, self._decide, led.pid[sl], led.n[sl], led.nsc[sl],
@@ -423,9 +429,10 @@ class StreamingCollector:
     def _make_room(self, held: set[int], actions: StreamActions) -> None:
         """``carry_over``: a held prompt's requests in flight run on (their outcomes are carried into the next step,
         as rounds carry an undecided prompt's whole round) until a queued top-up needs the slot: then the newest held
-        requests (the least decoded, most likely) are aborted, one per top-up that the cap would otherwise keep
-        waiting."""
-        short = len(self._queue) - (self.max_in_flight - len(self._req))
+        requests (the least decoded, most likely) are aborted, one per top-up that the cap (not the budget) would
+        otherwise keep waiting. With a reward lag a request the engine has finished but the driver has not yet
+        reported is still in flight here; aborting it makes its completion surplus (:meth:`complete`)."""
+        short = min(len(self._queue), self.budget - self.submitted) - (self.max_in_flight - len(self._req))
         if short <= 0:
             return
         for rid in sorted((r for r, slot in self._req.items() if slot in held), reverse=True)[:short]:
@@ -452,20 +459,26 @@ class StreamingCollector:
         self.submitted += 1
         actions.submit.append(Request(rid, int(self.ledger.pid[slot])))
 
-    def _covered(self, excluding: int | None = None) -> bool:
+    def _covered(self) -> bool:
         """SARA: the undecided mixed prompts alone complete the batch (each commits once topped up to the commit
         floor, paper Prop. 2; a mixed prompt is never abandoned), so unmixed prompts are held: not continued, their
         requests in flight aborted (surplus; with ``carry_over`` only when a top-up needs the slot, :meth:`_make_room`,
         or at the fill), and no fresh prompts drawn. A held prompt stays undecided: its recorded rollouts end the step
-        as ``active_left``. Once true, it stays true for the step. ``excluding``: judge without that prompt (is it
-        needed?)."""
+        as ``active_left``. Once true, it stays true for the step."""
         if not self._sara:
             return False
         led = self.ledger
         act = led.active()
-        if excluding is not None:
-            act = act[act != excluding]
         return int(is_mixed(led.s[act], led.nsc[act]).sum()) >= self.B - self.committed
+
+    def _topped_up(self, excluding: int) -> int:
+        """Undecided mixed prompts other than ``excluding`` that are being topped up (not spare, :meth:`_decide_sara`);
+        each commits at the floor (paper Prop. 2), so once they number ``B - committed`` no other prompt is needed."""
+        led = self.ledger
+        act = led.active()
+        act = act[act != excluding]
+        mixed = act[is_mixed(led.s[act], led.nsc[act])]
+        return sum(int(slot) not in self._spare_mixed for slot in mixed)
 
     def _expected_commits(self, need: int) -> tuple[float, float]:
         """:func:`~sara_trl.allocation.refill.expected_commits` of the undecided prompts, an unmixed one at the
@@ -521,6 +534,7 @@ class StreamingCollector:
             led = self.ledger
             act = led.active()
             held = act[~is_mixed(led.s[act], led.nsc[act])].tolist()
+            held += [slot for slot in act.tolist() if slot in self._spare_mixed]
             for slot in held:
                 self._drop(slot, actions, abort=not self.config.carry_over)
             if self.config.carry_over:
