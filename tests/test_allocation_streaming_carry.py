@@ -294,3 +294,49 @@ def test_a_spare_mixed_prompt_stays_spare_at_its_later_completions():
     assert result.carry_rollout_ids.tolist() == [3, 4, 5] and alloc.carried_prompt_ids.tolist() == [1]
     st = result.stats
     assert (st.rollouts_generated, st.tokens_generated, st.tokens_trained, st.tokens_active_left) == (8, 38, 25, 13)
+
+
+def test_carried_mixed_prompts_beyond_the_need_are_spare_as_in_rounds():
+    """A step starts with three carried, undecided, mixed prompts (k=4, commit floor 4) and needs B=2 groups. As a
+    round serves them (at most the groups still needed, most rollouts first, then slot order), prompt 11 (3 rollouts)
+    and prompt 10 (2) are topped up; prompt 12 (2) is spare: it gets no request, nothing is aborted, and it is
+    carried on with its 2 rollouts (this step's ids 5 and 6). The top-ups are queued in slot order (prompt 10's rids
+    0 and 1, prompt 11's rid 2) and all finish at engine step 2, so prompt 10 commits first."""
+    cfg = AllocationConfig(k=4, collection="streaming", carry_over=True, refill_margin=0.0)
+    alloc = Allocator(cfg)
+    carry = {"pid": [10, 11, 12], "n": [2, 3, 2], "nsc": [2, 3, 2], "s": [1, 1, 1], "p": [1.0, 1.0, 1.0],
+             "committed": [False, False, False], "truncated": [False, False, False],
+             "r_slot": [0, 0, 1, 1, 1, 2, 2], "r_success": [1, 0, 1, 0, 0, 0, 1], "r_tokens": [1] * 7}
+    alloc.load_state_dict({**alloc.state_dict(), "carry": carry})
+    engine = Engine(lambda pid, nth: (1, 2))
+    result = step(alloc, PromptStream(50, seed=0, shuffle=False), engine, B=2, cap=8)
+    assert engine.count == {11: 1, 10: 2} and engine.aborted == []
+    assert [g.prompt_id for g in result.groups] == [10, 11]
+    np.testing.assert_array_equal(result.groups[0].rollout_ids, [0, 1, 7, 8])
+    np.testing.assert_array_equal(result.groups[1].rollout_ids, [2, 3, 4, 9])
+    assert result.carry_rollout_ids.tolist() == [5, 6] and alloc.carried_prompt_ids.tolist() == [12]
+    st = result.stats
+    assert (st.rollouts_generated, st.rollouts_surplus, st.rollouts_active_left, st.prompts_drawn) == (3, 0, 2, 0)
+
+
+def test_a_truncated_prompt_stays_truncated_when_carried():
+    """The first step of test_undecided_prompt_carries_its_finished_rollouts_into_the_next_step aborts held prompt
+    1's request at the fill: its carried outcome is the completion that finished first, so the carry says so and
+    the next step's collector reports it truncated (the Bayes-optimal prior fit leaves it out there too)."""
+    script = {0: [(1, 1), (0, 2), (1, 2), (1, 3)], 1: [(1, 1), (1, 9), (0, 1), (0, 1), (1, 1)],
+              2: [(0, 1), (1, 1)]}
+    cfg = AllocationConfig(k=4, collection="streaming", carry_over=True, refill_margin=0.0)
+    alloc, stream = Allocator(cfg), PromptStream(50, seed=0, shuffle=False)
+    engine = Engine(lambda pid, nth: script[pid][nth])
+    step(alloc, stream, engine)
+    carry = alloc.state_dict()["carry"]
+    assert carry["truncated"] == [True]
+    collector = alloc.streaming(stream, 1, 4)
+    collector.start()
+    assert collector.truncated.tolist() == [True, False]  # the carried prompt, then a fresh one (prompt 2)
+    old = {k: v for k, v in carry.items() if k != "truncated"}  # a carry saved before the flag existed
+    again = Allocator(cfg)
+    again.load_state_dict({**again.state_dict(), "carry": old})
+    collector = again.streaming(PromptStream(50, seed=0, shuffle=False), 1, 4)
+    collector.start()
+    assert collector.truncated[0] == False  # noqa: E712 (numpy bool)

@@ -23,10 +23,12 @@ from sara_trl.allocation.types import (
 __all__ = ["CARRY_DTYPES", "Ledger"]
 
 CARRY_DTYPES = {"pid": np.int64, "n": np.int64, "nsc": np.int64, "s": np.int64, "p": np.float64,
-                "committed": np.bool_, "r_slot": np.int64, "r_success": np.float64, "r_tokens": np.int64}
-"""Fields of a carry (prompts handed from one step to the next, see :meth:`Ledger.finish`) and their dtypes."""
+                "committed": np.bool_, "truncated": np.bool_, "r_slot": np.int64, "r_success": np.float64,
+                "r_tokens": np.int64}
+"""Fields of a carry (prompts handed from one step to the next, see :meth:`Ledger.finish`) and their dtypes.
+``truncated`` may be absent (a carry saved before it existed): no prompt truncated."""
 
-_SLOT_ARRAYS = ("pid", "n", "nsc", "s", "status", "p", "round_decided", "n_before")
+_SLOT_ARRAYS = ("pid", "n", "nsc", "s", "status", "p", "round_decided", "n_before", "truncated")
 
 
 class Ledger:
@@ -50,6 +52,9 @@ class Ledger:
         Per slot, the round whose outcomes decided it (0: undecided in this step).
     n_before : ndarray of int64
         Per slot, rollouts before the latest round that served it.
+    truncated : ndarray of bool
+        Per slot, whether a request of the prompt was aborted, in this step or a step it was carried from
+        (streaming): its recorded outcomes are then the completions that finished first.
     kept_order : list of int
         Committed slots in commit order (the first B are trained).
     rounds, generated : int
@@ -70,6 +75,7 @@ class Ledger:
         self.p = np.ones(cap, np.float64)
         self.round_decided = np.zeros(cap, np.int64)
         self.n_before = np.zeros(cap, np.int64)
+        self.truncated = np.zeros(cap, np.bool_)
         self.kept_order: list[int] = []
         self.r_slot: list[np.ndarray] = []
         self.r_success: list[np.ndarray] = []
@@ -96,6 +102,8 @@ class Ledger:
         for name in ("n", "nsc", "s", "p"):
             getattr(self, name)[slots] = carry[name]
         self.n_before[slots] = self.n[slots]
+        if "truncated" in carry:
+            self.truncated[slots] = carry["truncated"]
         committed = np.asarray(carry["committed"], bool)
         self.status[slots[committed]] = Fate.COMMITTED
         self.kept_order.extend(slots[committed].tolist())
@@ -334,6 +342,7 @@ class Ledger:
         carry = {
             "pid": self.pid[cslots].copy(), "n": self.n[cslots].copy(), "nsc": self.nsc[cslots].copy(),
             "s": self.s[cslots].copy(), "p": self.p[cslots].copy(), "committed": fate[cslots] == Fate.SURPLUS,
+            "truncated": self.truncated[cslots].copy(),
             "r_slot": rank[rs[ids]], "r_success": succ[ids].copy(), "r_tokens": tok[ids].copy(),
         }
         result.carry_rollout_ids = ids

@@ -191,7 +191,6 @@ class StreamingCollector:
         self._next_rid = 0
         self._req: dict[int, int] = {}  # request id in flight -> slot
         self._aborting: set[int] = set()  # asked to abort, tokens not yet reported
-        self._cut: set[int] = set()  # slots with an aborted request
         self._spare_mixed: set[int] = set()  # mixed slots not topped up: the others complete the batch (carried)
         self._out: dict[int, int] = {}  # slot -> requests in flight
         self._queue: deque[int] = deque()  # one entry per wanted request (slot) not yet submitted
@@ -212,13 +211,11 @@ class StreamingCollector:
 
     @property
     def truncated(self) -> np.ndarray:
-        """``(prompts in the step,)`` bool: the prompt had a request aborted, so its recorded outcomes are the
-        completions that finished first, i.e. the shorter ones, which lean towards successes where failures run
-        longer. The prior fit of ``stopping_rule="bayes_optimal"`` leaves these prompts out
-        (:meth:`Allocator.streaming`)."""
-        mask = np.zeros(self.ledger.size, bool)
-        mask[list(self._cut)] = True
-        return mask
+        """``(prompts in the step,)`` bool: the prompt had a request aborted, in this step or (``carry_over``) in a
+        step it was carried from, so its recorded outcomes are the completions that finished first, i.e. the shorter
+        ones, which lean towards successes where failures run longer. The prior fit of
+        ``stopping_rule="bayes_optimal"`` leaves these prompts out (:meth:`Allocator.streaming`)."""
+        return self.ledger.truncated[: self.ledger.size].copy()
 
     @property
     def aborting(self) -> frozenset[int]:
@@ -267,7 +264,24 @@ class StreamingCollector:
             return
         for slot in slots:
             if led.status[slot] == Fate.ACTIVE and not self.done:
-                self._decide_sara(slot, bool(is_mixed(led.s[slot], led.nsc[slot])), actions)
+                self._decide_sara(slot, bool(is_mixed(led.s[slot], led.nsc[slot])), actions, queue=False)
+        if self.done:
+            return
+        # Top up at most as many mixed prompts as the groups still needed, chosen as a round serves them (most rollouts
+        # first, then in slot order); the mixed prompts beyond those are spare (not topped up in this step; carried
+        # on). The unmixed prompts are continued unless the mixed ones alone complete the batch (:meth:`_covered`).
+        # Requests are queued in slot order.
+        act = led.active()
+        is_mix = is_mixed(led.s[act], led.nsc[act])
+        mixed = act[is_mix][np.lexsort((act[is_mix], -led.n[act[is_mix]]))]
+        need = self.B - self.committed
+        self._spare_mixed.update(mixed[need:].tolist())
+        covered = self._covered()
+        for slot, mix in zip(act.tolist(), is_mix.tolist()):
+            if mix and slot not in self._spare_mixed:
+                self._enqueue(slot, self.config.commit_floor - int(led.n[slot]))
+            elif not mix and not covered:
+                self._continue(slot)
 
     def complete(self, rid: int, success: float, tokens: int, score: float | None = None) -> StreamActions:
         """A request finished: record it, decide its prompt at once, and say what to submit and abort.
@@ -364,7 +378,10 @@ class StreamingCollector:
         self.submitted -= 1
 
     # ------------------------------------------------------------------------------------------------ decisions
-    def _decide_sara(self, slot: int, was_mixed: bool, actions: StreamActions) -> None:
+    def _decide_sara(self, slot: int, was_mixed: bool, actions: StreamActions, queue: bool = True) -> None:
+        """Decide ``slot`` after its latest outcome (``was_mixed``: it was mixed before it): commit, abandon, or
+        keep it undecided and, with ``queue``, queue its top-up (a mixed prompt, unless spare) or its continuation
+        (an unmixed one). :meth:`_seed` decides the carried prompts with ``queue=False`` and queues them itself."""
         cfg, led = self.config, self.ledger
         sl = np.array([slot])
         dec, p = self._decide(led.pid[sl], led.n[sl], led.nsc[sl], led.s[sl])
@@ -378,6 +395,8 @@ class StreamingCollector:
         elif dec[0] == ABANDON:
             self.expected_lost += float(p[0])
             self._close(slot, Fate.ABANDONED, actions)
+        elif not queue:
+            return
         elif mixed:
             need = self.B - self.committed
             if slot in self._spare_mixed or (not was_mixed and self._topped_up(excluding=slot) >= need):
@@ -389,8 +408,13 @@ class StreamingCollector:
                 self._enqueue(slot, cfg.commit_floor - n - self._out[slot] - self._queued.get(slot, 0))
         elif self._out[slot] == 0 and self._queued.get(slot, 0) == 0 and not self._covered():
             # unmixed, all its requests are in, and the batch still needs prompts that are not yet mixed
-            self._enqueue(slot, int(continuation(cfg, self._decide, led.pid[sl], led.n[sl], led.nsc[sl],
-                                                 led.s[sl])[0]))
+            self._continue(slot)
+
+    def _continue(self, slot: int) -> None:
+        """Queue an unmixed prompt's continuation (:func:`~sara_trl.allocation.refill.continuation`)."""
+        led, sl = self.ledger, np.array([slot])
+        self._enqueue(slot, int(continuation(self.config, self._decide, led.pid[sl], led.n[sl], led.nsc[sl],
+                                             led.s[sl])[0]))
 
     def _decide_ds(self, slot: int, actions: StreamActions) -> None:
         led, k = self.ledger, self.config.k
@@ -440,7 +464,7 @@ class StreamingCollector:
 
     def _abort(self, rid: int, actions: StreamActions) -> None:
         slot = self._req.pop(rid)
-        self._cut.add(slot)
+        self.ledger.truncated[slot] = True
         self._out[slot] -= 1
         self._aborting.add(rid)
         actions.abort.append(rid)
