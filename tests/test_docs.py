@@ -220,34 +220,75 @@ def test_headline_cells_are_intervals_over_seeds():
     assert headline.fmt2(tenth5) == "0.81 [0.75, 0.87]"
 
 
-def test_held_requests_study_figures_quoted_in_the_docs():
-    """The current collector's run of the 0.45 cap (held prompts' requests run on with carry_over): the README row's
-    cells, the leave-one-seed-out range and the paired change from the earlier collector quoted in
-    docs/collection-modes.md, each recomputed from the committed seed files."""
+def _cap45_study(files, stem: str) -> dict:
+    """The figures a 9-seed engine study of the 0.45 cap quotes, recomputed from its seed files: the cells (time,
+    requests, tokens vs DS in rounds), the leave-one-seed-out ranges of the time ratio's mean and upper end, the steps
+    2-4 view, and each seed's ratios, paired with the same seed of ``others`` by ``paired``."""
     from benchmarks.common import mean_ci
     from benchmarks.headline import headline
 
     cap45 = "sara_best_cap45_default_streaming"
-    held = headline.HELD_SEEDS
-    assert [p.name for p in held] == [f"streaming_engine_held_seed{s}.json" for s in range(9)]
-    cells = headline.engine(files=held, config=cap45)
-    assert [headline.fmt2(cells[k][0]) for k in ("generation_seconds", "rollouts", "tokens")] == [
-        "0.66 [0.57, 0.74]", "0.67 [0.57, 0.77]", "0.64 [0.55, 0.74]"]
-    left = [headline.engine(files=held[:s] + held[s + 1:], config=cap45)["generation_seconds"][0] for s in range(9)]
-    assert (round(min(iv.hi for iv in left), 2), round(max(iv.hi for iv in left), 2)) == (0.73, 0.76)
-    assert (round(min(iv.mean for iv in left), 2), round(max(iv.mean for iv in left), 2)) == (0.64, 0.68)
-    steady, _ = headline.engine(files=held, config=cap45, skip=1)["generation_seconds"]
-    assert headline.fmt2(steady) == "0.59 [0.51, 0.66]"
+    assert [p.name for p in files] == [f"{stem}{s}.json" for s in range(9)]
+    keys = ("generation_seconds", "rollouts", "tokens")
+    left = [headline.engine(files=files[:s] + files[s + 1:], config=cap45)["generation_seconds"][0] for s in range(9)]
+    per_seed = {k: [headline.engine(files=(f,), config=cap45)[k][0].mean for f in files] for k in keys}
+
+    def paired(others) -> dict:
+        theirs = {k: [headline.engine(files=(f,), config=cap45)[k][0].mean for f in others] for k in keys}
+        ivs = {k: mean_ci([a - b for a, b in zip(per_seed[k], theirs[k])]) for k in keys}
+        return {k: f"{iv.mean:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]" for k, iv in ivs.items()}
+
+    return {"cells": [headline.fmt2(headline.engine(files=files, config=cap45)[k][0]) for k in keys],
+            "loso_hi": (round(min(iv.hi for iv in left), 2), round(max(iv.hi for iv in left), 2)),
+            "loso_mean": (round(min(iv.mean for iv in left), 2), round(max(iv.mean for iv in left), 2)),
+            "steady": headline.fmt2(headline.engine(files=files, config=cap45, skip=1)["generation_seconds"][0]),
+            "per_seed": {k: ", ".join(f"{v:.2f}" for v in vs) for k, vs in per_seed.items()}, "paired": paired}
+
+
+def test_held_requests_study_figures_quoted_in_the_docs():
+    """Commit 0233114's run of the 0.45 cap (held prompts' requests run on with carry_over): its cells, the
+    leave-one-seed-out range and the paired change from the earlier collector quoted in docs/collection-modes.md,
+    each recomputed from the committed seed files."""
+    from benchmarks.headline import headline
+
+    study = _cap45_study(headline.HELD_SEEDS, "streaming_engine_held_seed")
+    assert study["cells"] == ["0.66 [0.57, 0.74]", "0.67 [0.57, 0.77]", "0.64 [0.55, 0.74]"]
+    assert study["loso_hi"] == (0.73, 0.76) and study["loso_mean"] == (0.64, 0.68)
+    assert study["steady"] == "0.59 [0.51, 0.66]"
     text = (ROOT / "docs" / "collection-modes.md").read_text(encoding="utf-8")
     assert "means 0.64-0.68 and upper ends 0.73-0.76" in text and "(steps 2-4 only): 0.59 [0.51, 0.66]" in text
-    assert "(upper ends 0.73-0.76)" in (ROOT / "README.md").read_text(encoding="utf-8")
     quoted = {"generation_seconds": "-0.012 [-0.050, +0.025]", "rollouts": "-0.089 [-0.116, -0.063]",
               "tokens": "+0.034 [+0.004, +0.063]"}
-    for key, want in quoted.items():  # paired per seed: the same seed's ratio on the earlier collector
-        new = [headline.engine(files=(f,), config=cap45)[key][0].mean for f in held]
-        old = [headline.engine(files=(f,), config=cap45)[key][0].mean for f in headline.CAP45_SEEDS]
-        iv = mean_ci([a - b for a, b in zip(new, old)])
-        assert f"{iv.mean:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]" == want and want in text
+    assert study["paired"](headline.CAP45_SEEDS) == quoted  # paired per seed with the earlier collector
+    assert all(want in text for want in quoted.values())
+
+
+def test_current_collector_study_figures_quoted_in_the_docs():
+    """The current collector's run of the 0.45 cap (commit 9a0e092, seeds 0-8 on one CPU): the README row's cells, and
+    the per-seed ratios, the leave-one-seed-out range, the steps 2-4 view and the paired change from commit 0233114's
+    run quoted in docs/collection-modes.md, each recomputed from the committed seed files; the first runs of seeds 0
+    and 1, on another CPU, are kept apart and do not pool."""
+    from benchmarks.headline import headline
+    from benchmarks.streaming_engine import streaming_engine
+
+    seeds = headline.CURRENT_SEEDS
+    study = _cap45_study(seeds, "streaming_engine_carryfix_seed")
+    assert study["cells"] == ["0.66 [0.57, 0.74]", "0.66 [0.57, 0.76]", "0.64 [0.55, 0.73]"]
+    assert study["loso_hi"] == (0.73, 0.77) and study["loso_mean"] == (0.64, 0.67)
+    assert study["steady"] == "0.58 [0.51, 0.65]"
+    text = (ROOT / "docs" / "collection-modes.md").read_text(encoding="utf-8")
+    assert "means 0.64-0.67 and upper ends 0.73-0.77" in text and "(steps 2-4 only): 0.58 [0.51, 0.65]" in text
+    assert "(upper ends 0.73-0.77)" in (ROOT / "README.md").read_text(encoding="utf-8")
+    paired = study["paired"](headline.HELD_SEEDS)
+    assert paired == {"generation_seconds": "-0.000 [-0.021, +0.021]", "rollouts": "-0.004 [-0.010, +0.002]",
+                      "tokens": "-0.002 [-0.007, +0.003]"}
+    for key in paired:  # each row of the table: the per-seed ratios, then the paired change
+        assert f"| {study['per_seed'][key]} | {paired[key]} |" in text
+    xeon = [seeds[0].parent / f"streaming_engine_carryfix_xeon_seed{s}.json" for s in (0, 1)]
+    assert [round(headline.engine(files=(f,), config="sara_best_cap45_default_streaming")["generation_seconds"][0]
+                  .mean, 2) for f in xeon] == [0.80, 0.69]
+    with pytest.raises(SystemExit):  # another CPU: the benchmark refuses to pool the times
+        streaming_engine.main(["--pool", str(xeon[0]), str(seeds[2]), "--out", "/nonexistent/pooled.json"])
 
 
 def test_readme_keeps_the_two_commands_and_the_snippet():

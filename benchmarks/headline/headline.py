@@ -18,11 +18,13 @@ Every cell is a ratio to dynamic sampling (DS) on the same seed: mean and 95% St
   ``benchmarks/streaming_engine/streaming_engine_defaults_pooled.md``): per seed, the mean over its steps of
   generation seconds, requests submitted (aborted ones included) and tokens of SARA in streaming with streaming's
   defaults (its default collection, paper rule), divided by DS in rounds (DS's default) on the same seed;
-- the same engine's third study (``benchmarks/streaming_engine/streaming_engine_held_seed*.json``, report
-  ``benchmarks/streaming_engine/streaming_engine_held_pooled.md``): the best beyond-paper setting in streaming with its
-  loss cap raised to 0.45 (``auto_loss_cap=0.45``) and ``carry_over``, on the streaming collector whose held prompts'
-  requests run on (commit df045a7), paired the same way with DS in rounds; the figure also shows the same setting on the
-  earlier collector (the second study, ``streaming_engine_cap45_seed*.json``: held requests aborted at once);
+- the same engine's fourth study (``benchmarks/streaming_engine/streaming_engine_carryfix_seed*.json``, report
+  ``benchmarks/streaming_engine/streaming_engine_carryfix_pooled.md``): the best beyond-paper setting in streaming with
+  its loss cap raised to 0.45 (``auto_loss_cap=0.45``) and ``carry_over``, on the current streaming collector (commit
+  9a0e092: held prompts' requests run on, spare mixed prompts are not topped up, a carried prompt keeps its truncation
+  flag), paired the same way with DS in rounds; the figure also shows the same setting on the earlier collectors (the
+  second study, ``streaming_engine_cap45_seed*.json``: held requests aborted at once; the third,
+  ``streaming_engine_held_seed*.json``: held requests run on, commit 0233114);
 - the replay of the real-training task's outcomes at the paper's batch size
   (``benchmarks/real_replay/real_replay.json``, cell k=8, B=64): the ratio intervals over seeds that run saved.
   (The simulated pools, without time, are in docs/benchmarks.md.)
@@ -56,6 +58,7 @@ def _by_seed(pattern: str) -> tuple:
 
 CAP45_SEEDS = _by_seed("streaming_engine_cap45_seed*.json")
 HELD_SEEDS = _by_seed("streaming_engine_held_seed*.json")
+CURRENT_SEEDS = _by_seed("streaming_engine_carryfix_seed*.json")
 
 
 def _running(files, config: str) -> tuple:
@@ -67,8 +70,8 @@ def _running(files, config: str) -> tuple:
 ENGINE_SEEDS = _by_seed("streaming_engine_defaults_seed*.json") + _running(CAP45_SEEDS, "sara_default_streaming")
 ENGINE_REPORT = ("[streaming_engine_defaults_pooled.md]"
                  "(benchmarks/streaming_engine/streaming_engine_defaults_pooled.md)")
-HELD_REPORT = ("[streaming_engine_held_pooled.md]"
-               "(benchmarks/streaming_engine/streaming_engine_held_pooled.md)")
+CURRENT_REPORT = ("[streaming_engine_carryfix_pooled.md]"
+                  "(benchmarks/streaming_engine/streaming_engine_carryfix_pooled.md)")
 FIGURE = Path(__file__).resolve().parent / "plots" / "headline.png"
 KEYS = ("rollouts", "tokens", "generation_seconds")
 LOSO_SHOWN = 0.03  # a leave-one-seed-out mean this far from the full one is printed beside the figure
@@ -157,8 +160,8 @@ def table() -> str:
 
     eng = engine()
     steps = len(json.loads(ENGINE_SEEDS[0].read_text())["runs"][0]["steps"])
-    cap = engine(files=HELD_SEEDS, config="sara_best_cap45_default_streaming")
-    cap_steps = len(json.loads(HELD_SEEDS[0].read_text())["runs"][0]["steps"])
+    cap = engine(files=CURRENT_SEEDS, config="sara_best_cap45_default_streaming")
+    cap_steps = len(json.loads(CURRENT_SEEDS[0].read_text())["runs"][0]["steps"])
     replay = saved_ratios(BENCH / "real_replay" / "real_replay.json", ("cells", "k=8,B=64"), "SARA (paper)")
     rows = [
         ["**Real training**, SmolLM2-135M on the vLLM-CPU engine, rounds collection, 8 steps, B = 8, k = 8: SARA "
@@ -175,7 +178,7 @@ def table() -> str:
         ["**SARA's default collection beyond the paper**, the loss cap raised to 0.45 "
          "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.45, carry_over=True, auto_min_prompts=16`) vs DS in "
          f"rounds, the same engine, task and pairing, {cap_steps} steps per seed", cap["rollouts"][0].n,
-         cell(cap["rollouts"], " requests"), cell(cap["tokens"]), cell(cap["generation_seconds"]), HELD_REPORT],
+         cell(cap["rollouts"], " requests"), cell(cap["tokens"]), cell(cap["generation_seconds"]), CURRENT_REPORT],
         ["**Replay** of that task's real outcomes at the paper's batch size, B = 64, k = 8, paper SARA",
          replay["rollouts"].n, fmt2(replay["rollouts"]), fmt2(replay["tokens"]), "not modelled",
          "[REAL_REPLAY.md](benchmarks/real_replay/REAL_REPLAY.md)"],
@@ -228,13 +231,16 @@ def plot(path: Path = FIGURE) -> None:
                (CAP45_SEEDS, "sara_best_cap45_default_streaming",
                 "loss cap 0.45, earlier collector (second study, earlier session)", "C4"),
                (HELD_SEEDS, "sara_best_cap45_default_streaming",
-                "loss cap 0.45, current collector (third study)", "C3")]
+                "loss cap 0.45, held requests run on (third study, commit 0233114)", "C5"),
+               (CURRENT_SEEDS, "sara_best_cap45_default_streaming",
+                "loss cap 0.45, current collector (fourth study, commit 9a0e092)", "C3")]
     collection = []
     for files, config, label, colour in studies:
         cells = engine(files=files, config=config)
         collection.append((f"{label}, {cells['generation_seconds'][0].n} seeds", colour,
                            [cells[key][0] for key in engine_keys]))
-    steps = {len(json.loads(Path(f).read_text())["runs"][0]["steps"]) for f in ENGINE_SEEDS + CAP45_SEEDS + HELD_SEEDS}
+    steps = {len(json.loads(Path(f).read_text())["runs"][0]["steps"]) for f in ENGINE_SEEDS + CAP45_SEEDS + HELD_SEEDS
+             + CURRENT_SEEDS}
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.9), sharey=True)
     _bars(left, training, ["rollouts", "completion tokens", "generation time"],
           "Real training, rounds collection, 8 steps\nmean and 95% interval over seeds; uniform keeps every group")

@@ -14,7 +14,7 @@ prompt streams for all. Rollouts (aborted requests included) and tokens per step
 group would have mixed at size k (:func:`benchmarks.simulated.suite.summarize`); "p_eff at abandonment" is SARA's own
 estimate of it (the summed p_eff over the abandoned prompts; it counts the burn-in steps, where the boundary is not
 fitted yet and the paper's rule abandons at tau_low = 0.45, so it can exceed the cap). No time is modelled here: the
-engine studies measure it (``benchmarks/streaming_engine/streaming_engine_held_pooled.md``, the current collector;
+engine studies measure it (``benchmarks/streaming_engine/streaming_engine_carryfix_pooled.md``, the current collector;
 ``streaming_engine_cap45_pooled.md``, the collector before df045a7).
 
 Writes ``LOSS_CAP.md`` and ``loss_cap.json`` (default: this folder).
