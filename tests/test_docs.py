@@ -263,7 +263,7 @@ def test_held_requests_study_figures_quoted_in_the_docs():
     assert all(want in text for want in quoted.values())
 
 
-def test_current_collector_study_figures_quoted_in_the_docs():
+def test_current_collector_study_figures_quoted_in_the_docs(capsys):
     """The current collector's run of the 0.45 cap (commit 9a0e092, seeds 0-8 on one CPU): the README row's cells, and
     the per-seed ratios, the leave-one-seed-out range, the steps 2-4 view and the paired change from commit 0233114's
     run quoted in docs/collection-modes.md, each recomputed from the committed seed files; the first runs of seeds 0
@@ -289,6 +289,7 @@ def test_current_collector_study_figures_quoted_in_the_docs():
                   .mean, 2) for f in xeon] == [0.80, 0.69]
     with pytest.raises(SystemExit):  # another CPU: the benchmark refuses to pool the times
         streaming_engine.main(["--pool", str(xeon[0]), str(seeds[2]), "--out", "/nonexistent/pooled.json"])
+    assert "on another CPU (AMD EPYC) than the first file (Intel(R) Xeon(R) Processor)" in capsys.readouterr().err
 
 
 def test_readme_keeps_the_two_commands_and_the_snippet():
