@@ -112,15 +112,17 @@ def test_configuration_reference_is_current():
 
 def _logged_metric_names() -> set[str]:
     """Every ``sara/<name>`` the trainers log: literal names in the trainer package, the per-step counters
-    (``STEP_METRICS``), the tool/environment split (``TOOL_METRICS``), the round-barrier values and the beyond-paper
+    (``STEP_METRICS``), the tool/environment split (``TOOL_METRICS``), the sampling log-prob difference by origin
+    (``SAMPLING_ORIGIN_METRICS``), the round-barrier values and the beyond-paper
     diagnostics the allocator reports."""
     trainer = ROOT / "src" / "sara_trl" / "trainer"
     names = set()
     for path in trainer.glob("*.py"):
         names |= set(re.findall(r"[\"']sara/([a-z0-9_]+)[\"']", path.read_text(encoding="utf-8")))
+    from sara_trl.trainer.metric_repair import SAMPLING_ORIGIN_METRICS
     from sara_trl.trainer.metrics import STEP_METRICS, TOOL_METRICS  # derived from the StepStats fields, the units
 
-    names |= set(STEP_METRICS) | set(TOOL_METRICS)
+    names |= set(STEP_METRICS) | set(TOOL_METRICS) | set(SAMPLING_ORIGIN_METRICS)
     metrics = (trainer / "metrics.py").read_text(encoding="utf-8")
     barrier = metrics[metrics.index("def round_barrier_metrics"):]
     names |= set(re.findall(r"[\"'](round_[a-z_]+)[\"']\s*:", barrier))

@@ -17,7 +17,14 @@ from datasets import Dataset
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
 from sara_trl.trainer.hooks import HOOKS, SaraTrainerBase, check_trainer_class
-from sara_trl.trainer.metric_repair import ROW_METRIC_PADDING, correct_loss_metrics, global_masked_mean
+from sara_trl.trainer.metric_repair import (
+    ROW_METRIC_PADDING,
+    correct_loss_metrics,
+    global_masked_mean,
+    log_sampling_difference_by_origin,
+)
+from sara_trl.trainer.replay import RowLayout
+from sara_trl.trainer.rollout import RolloutCache
 from sara_trl.trainer.replay import PADDING_KEY
 
 NAN = float("nan")
@@ -78,6 +85,43 @@ def test_global_masked_mean():
     mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
     assert global_masked_mean(SumAccelerator(), values, mask) == 2.0  # the masked inf does not leak
     assert math.isnan(global_masked_mean(SumAccelerator(), values, torch.zeros_like(mask)))
+
+
+def _origin_trainer(carry_over=True):
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    return SimpleNamespace(args=SimpleNamespace(carry_over=carry_over), use_vllm=True,
+                           vllm_importance_sampling_correction=True, accelerator=SumAccelerator(),
+                           _metrics={"train": defaultdict(list)})
+
+
+def test_sampling_difference_split_by_origin():
+    # 4 rows (k = 2): a group of rollouts 0 (carried in) and 2 (fresh), then rollout 3 (fresh) and a padding row.
+    # Rollouts 0-1 are the carried-in ones (the cache's first `carried` ids); 1 is not trained.
+    cache = RolloutCache(completion_ids=[[1]] * 4, carried=2)
+    layout = RowLayout(plan_prompts=np.array([7, 7, 8, 8]), plan_rollouts=np.array([0, 2, 3, -1]),
+                       is_padding=np.array([False, False, False, True]), local=slice(0, 4), rows=[], replay=None)
+    old = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    sampling = torch.tensor([[-0.5, 0.25, 9.0], [1e-5, -3e-5, 9.0], [2e-5, NAN, 9.0], [NAN, NAN, NAN]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 0], [1, 1, 1]])  # the third tokens are padding; NaN is skipped
+    output = {"old_per_token_logps": old, "sampling_per_token_logps": sampling, "completion_mask": mask}
+    trainer = _origin_trainer()
+    log_sampling_difference_by_origin(trainer, output, layout, cache)
+    logged = trainer._metrics["train"]
+    assert logged["sara/sampling_logp_difference_carried_in/mean"] == [pytest.approx(0.375)]
+    assert logged["sara/sampling_logp_difference_carried_in/max"] == [pytest.approx(0.5)]
+    assert logged["sara/sampling_logp_difference_fresh/mean"] == [pytest.approx(2e-5)]  # (1e-5 + 3e-5 + 2e-5) / 3
+    assert logged["sara/sampling_logp_difference_fresh/max"] == [pytest.approx(3e-5)]
+    # no carried-in rollout trained: only the fresh values; without carry_over nothing at all
+    trainer = _origin_trainer()
+    layout.plan_rollouts = np.array([2, 3, 2, -1])
+    log_sampling_difference_by_origin(trainer, output, layout, cache)
+    assert set(trainer._metrics["train"]) == {"sara/sampling_logp_difference_fresh/mean",
+                                              "sara/sampling_logp_difference_fresh/max"}
+    trainer = _origin_trainer(carry_over=False)
+    log_sampling_difference_by_origin(trainer, output, layout, cache)
+    assert not trainer._metrics["train"]
 
 
 def test_trainer_classes_provide_every_hook():

@@ -210,10 +210,14 @@ def check_streaming(result: dict, steps: int, rank_share: int = 1, logprobs: boo
             assert entry[f"sara/{unit}_generated"] + entry[f"sara/{unit}_carried_in"] == sum(
                 entry[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))
         assert entry["sara/unfilled"] == 0 and entry["sara/effective_fraction"] == 1.0
-        # exact weight sync: the engine's sampling log-probs are the trainer's, except for rollouts carried in from
-        # the previous step (carry_over), sampled by the previous policy: one step off-policy by design
+        # exact weight sync: the engine's sampling log-probs are the trainer's for every rollout generated this step;
+        # rollouts carried in from the previous step (carry_over) were sampled by the previous policy, and the
+        # trainer logs their difference apart (sara/sampling_logp_difference_carried_in)
         if "sampling/sampling_logp_difference/mean" in entry and entry["sara/rollouts_carried_in"] == 0:
             assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
+            assert "sara/sampling_logp_difference_carried_in/mean" not in entry
+        if "sara/sampling_logp_difference_fresh/mean" in entry:  # carry_over: the fresh rollouts alone, every step
+            assert entry["sara/sampling_logp_difference_fresh/mean"] < 1e-4
     if rank_share == 1:  # one process: its engine's requests are the step's rollouts and tokens
         generated = sum(entry["sara/rollouts_generated"] for entry in logs)
         # aborted requests: those aborted in the engine, plus those asked for and given up within one engine step
@@ -291,6 +295,11 @@ def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
     # the merged accounting is both processes' requests: finished, or aborted (in the engine or before being sent)
     requests = sum(len(r["events"]["finished"]) + len(r["events"]["collector_aborted"]) for r in ranks)
     assert sum(entry["sara/rollouts_generated"] for entry in ranks[0]["steps"]) == requests
+    # step 2 trains rollouts carried in from step 1, sampled by the step-1 policy: their log-prob difference is the
+    # policy lag of one optimizer step, far above the engine's mismatch, which the fresh rollouts alone still show
+    lag, fresh = "sara/sampling_logp_difference_carried_in/mean", "sara/sampling_logp_difference_fresh/mean"
+    assert lag not in first and first[fresh] < 1e-4
+    assert second[lag] > 100 * second[fresh] and second[fresh] < 1e-4
     assert ranks[0]["total_rollouts"] == ranks[1]["total_rollouts"] == requests
 
 
@@ -351,6 +360,11 @@ def test_two_processes_streaming_with_carry_over_each_carry_their_own_and_resume
     assert sum(len(one["carry"]) for one, _ in local) > 0, "no prompt was carried: the run checks nothing"
     requests = sum(len(r["events"]["finished"]) + len(r["events"]["collector_aborted"]) for r in ranks)
     assert sum(entry["sara/rollouts_generated"] for entry in ranks[0]["steps"]) == requests
+    # step 2 trains rollouts carried in from step 1, sampled by the step-1 policy: their log-prob difference is the
+    # policy lag of one optimizer step, far above the engine's mismatch, which the fresh rollouts alone still show
+    lag, fresh = "sara/sampling_logp_difference_carried_in/mean", "sara/sampling_logp_difference_fresh/mean"
+    assert lag not in first and first[fresh] < 1e-4
+    assert second[lag] > 100 * second[fresh] and second[fresh] < 1e-4
 
     checkpoint = straight_dir / "run" / "checkpoint-1"
     assert (checkpoint / "sara_state.json").is_file() and not (checkpoint / "sara_carry.pt").exists()
@@ -367,6 +381,8 @@ def test_two_processes_streaming_with_carry_over_each_carry_their_own_and_resume
         assert two["rollouts_carried_in"] == one["carry_rollouts"]
     assert (after["sara/carried_in"], after["sara/rollouts_carried_in"], after["sara/tokens_carried_in"]) == (
         second["sara/carried_in"], second["sara/rollouts_carried_in"], second["sara/tokens_carried_in"])
+    # the restored carry holds the step-1 sampling log-probs, and the restored policy is step 1's: the same lag
+    assert after[lag] == pytest.approx(second[lag], rel=1e-6)
     for unit in ("rollouts", "tokens"):
         assert after[f"sara/{unit}_generated"] + after[f"sara/{unit}_carried_in"] == sum(
             after[f"sara/{unit}_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))

@@ -32,8 +32,8 @@ from sara_trl.trainer.replay import PADDING_COMPLETION_TOKENS, PADDING_KEY
 
 __all__ = ["CLIP_RATIO_METRICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "correct_loss_metrics",
            "correct_padding_metrics", "correct_tool_metrics", "global_masked_mean", "loss_with_real_row_metrics",
-           "mask_padding_rows", "model_tokens", "numeric_logs", "repair_grpo_sampling_metrics", "repair_rloo_kl",
-           "replace_last", "zero_padding_rows"]
+           "SAMPLING_ORIGIN_METRICS", "log_sampling_difference_by_origin", "mask_padding_rows", "model_tokens", "numeric_logs",
+           "repair_grpo_sampling_metrics", "repair_rloo_kl", "replace_last", "zero_padding_rows"]
 
 
 def numeric_logs(metrics: dict[str, list], logs: dict, prefix: str = "") -> None:
@@ -395,6 +395,67 @@ def repair_grpo_sampling_metrics(trainer: Any, output: dict, is_padding_local: t
     replace_last(metrics, "sampling/importance_sampling_ratio/min", nanmin(gathered[:, 0]).item())
     replace_last(metrics, "sampling/importance_sampling_ratio/mean", gathered[:, 1].nanmean().item())
     replace_last(metrics, "sampling/importance_sampling_ratio/max", nanmax(gathered[:, 2]).item())
+
+
+# ``sara/<name>`` logged by :func:`log_sampling_difference_by_origin`: per origin of the trained rollouts, the mean and
+# max over tokens.
+SAMPLING_ORIGIN_METRICS = tuple(f"sampling_logp_difference_{origin}/{stat}"
+                                for origin in ("fresh", "carried_in") for stat in ("mean", "max"))
+
+
+def log_sampling_difference_by_origin(trainer: Any, output: dict, layout: Any, cache: Any) -> None:
+    """GRPO on vLLM with ``carry_over``: TRL's sampling log-prob difference split by where each trained rollout was
+    generated (call it on every process: it gathers).
+
+    TRL's ``sampling/sampling_logp_difference/*`` mixes two things under ``carry_over``: the engine's numerical
+    mismatch with the trained model (the fresh rollouts, generated this step by the current policy), and the policy
+    lag of the rollouts carried in from the previous step (sampled by the previous policy, one optimizer step
+    behind; TRL's importance-sampling correction weights them like any other mismatch). Logged, over every process's
+    real tokens (padding rows and tool tokens left out), as the token mean and max of ``|old log-prob - sampling
+    log-prob|`` (nats per token):
+
+    - ``sara/sampling_logp_difference_fresh/mean``, ``.../max``: the rollouts generated this step;
+    - ``sara/sampling_logp_difference_carried_in/mean``, ``.../max``: the carried-in ones, only in a step that trains
+      some (else absent).
+
+    Parameters
+    ----------
+    trainer : SaraGRPOTrainer
+        With ``use_vllm``, ``vllm_importance_sampling_correction`` and ``carry_over`` (else nothing is logged).
+    output : dict
+        TRL's batch dict for this process's rows (``old_per_token_logps``, ``sampling_per_token_logps``: ``(N, T)``).
+    layout : sara_trl.trainer.replay.RowLayout
+        The replayed rows (``plan_rollouts`` and this process's ``local`` share).
+    cache : sara_trl.trainer.rollout.RolloutCache
+        The step's rollouts (:meth:`~sara_trl.trainer.rollout.RolloutCache.generated_ids` tells fresh from carried).
+    """
+    if not (getattr(trainer.args, "carry_over", False) and getattr(trainer, "use_vllm", False)
+            and getattr(trainer, "vllm_importance_sampling_correction", False)):
+        return
+    old, sampling = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")
+    if old is None or sampling is None:
+        return
+    local_rollouts = layout.plan_rollouts[layout.local]
+    carried = ~np.isin(local_rollouts, cache.generated_ids()) & (local_rollouts >= 0)
+    fresh = ~carried & (local_rollouts >= 0)
+    mask = output["completion_mask"].bool()
+    if "tool_mask" in output:
+        mask = mask & output["tool_mask"].bool()
+    delta = (old - sampling).abs()
+    valid = mask & ~torch.isnan(delta)
+    stats = []
+    for rows in (fresh, carried):
+        picked = valid & torch.as_tensor(rows, device=delta.device).unsqueeze(1)
+        values = delta[picked]
+        stats += [values.sum(), torch.tensor(float(values.numel()), device=delta.device),
+                  values.max() if values.numel() else torch.tensor(float("-inf"), device=delta.device)]
+    gathered = trainer.accelerator.gather(torch.stack(stats).float().unsqueeze(0)).view(-1, 6)
+    metrics = trainer._metrics["train"]
+    for column, (mean_name, max_name) in zip((0, 3), (SAMPLING_ORIGIN_METRICS[:2], SAMPLING_ORIGIN_METRICS[2:])):
+        total, count = gathered[:, column].sum().item(), gathered[:, column + 1].sum().item()
+        if count > 0:
+            metrics[f"sara/{mean_name}"].append(total / count)
+            metrics[f"sara/{max_name}"].append(gathered[:, column + 2].max().item())
 
 
 def repair_rloo_kl(trainer: Any, output: dict, replay_logps: list) -> None:

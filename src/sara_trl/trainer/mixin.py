@@ -72,7 +72,12 @@ from sara_trl.trainer.checkpoint import SARA_STATE_NAME, load_sara_state, optimi
 from sara_trl.trainer.collect import collect_step, request_engine
 from sara_trl.trainer.engine import engine_context
 from sara_trl.trainer.iterable import step_counter_dataset
-from sara_trl.trainer.metric_repair import loss_with_real_row_metrics, mask_padding_rows, numeric_logs
+from sara_trl.trainer.metric_repair import (
+    log_sampling_difference_by_origin,
+    loss_with_real_row_metrics,
+    mask_padding_rows,
+    numeric_logs,
+)
 from sara_trl.trainer.metrics import log_collected_step
 from sara_trl.trainer.prepare import prepare_arguments, setup
 from sara_trl.trainer.replay import (
@@ -185,6 +190,7 @@ class SaraTrainerMixin:
             self.sara_stream.release(keep=self.sara_allocator.carried_prompt_ids)
         if layout.is_padding.any():  # 4. mask padding rows, repair what TRL logged over them (every process)
             mask_padding_rows(self, output, layout, step.cache, step.result.stats)
+        log_sampling_difference_by_origin(self, output, layout, step.cache)  # carry_over on vLLM: policy lag apart
         log_collected_step(self, step)
         return output
 
