@@ -15,7 +15,7 @@ import numpy as np
 from scipy import stats as sps
 
 __all__ = ["Interval", "mean_ci", "fmt_ci", "md_table", "environment", "environment_lines", "current_command",
-           "current_path", "TextBlocks"]
+           "current_path", "git_commit", "TextBlocks"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,19 @@ def md_table(header: list[str], rows: list[list]) -> str:
     out = ["| " + " | ".join(header) + " |", "| " + " | ".join([":---"] + ["---:"] * (len(header) - 1)) + " |"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (``+dirty`` with uncommitted changes), or None without git (the lent GPU's copy)."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def _cpu_model() -> str:

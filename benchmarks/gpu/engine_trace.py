@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import git_commit
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
 from sara_trl.allocation.event_loop import Finished, drive_streaming_engine
 from sara_trl.allocation.latency import DecodeEngine
@@ -260,18 +261,6 @@ class TraceScorer:
         pass
 
 
-def _commit() -> str | None:
-    """The checkout's commit (``+dirty`` with uncommitted changes), or None without git (the lent GPU's copy)."""
-    import subprocess
-
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=HERE, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
 # ---------------------------------------------------------------------------------------------- one run
 def run_config(label: str, seed: int, steps: GraphSteps, n_steps: int, scale: float = LENGTH_SCALE) -> list[dict]:
     """``n_steps`` consecutive steps of one configuration on one seed; per step its counts and seconds."""
@@ -322,7 +311,7 @@ def measure(out_dir: Path, tiny: bool, seeds: list[int], n_steps: int, deadline:
                            "device": torch.cuda.get_device_name(0) if cuda else "cpu",
                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                            "cpu_count": os.cpu_count(), "load_average_before": list(os.getloadavg()),
-                           "commit": _commit()},
+                           "commit": git_commit()},
            "runs": {}, "errors": []}
     path = out_dir / f"engine_trace{'_tiny' if tiny else ''}{'' if scale == LENGTH_SCALE else f'_scale{scale:g}'}.json"
 

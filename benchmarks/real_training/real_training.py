@@ -39,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import git_commit
 from benchmarks.real_task import REAL_TASK, make_real_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -270,6 +271,7 @@ def main(argv=None) -> int:
         # timing ratios are only meaningful between runs on the same kind of machine
         env = environment(args)
         rec["machine"] = {key: env[key] for key in ("cpu", "cores", "torch", "vllm")}
+        rec["commit"] = git_commit()  # the collector a run used (runs before 2026-12-05 did not record it)
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1))
         tmp.replace(out)  # a run's file appears only complete
