@@ -23,9 +23,8 @@ from sara_trl.trainer.metric_repair import (
     global_masked_mean,
     log_sampling_difference_by_origin,
 )
-from sara_trl.trainer.replay import RowLayout
+from sara_trl.trainer.replay import PADDING_KEY, RowLayout
 from sara_trl.trainer.rollout import RolloutCache
-from sara_trl.trainer.replay import PADDING_KEY
 
 NAN = float("nan")
 

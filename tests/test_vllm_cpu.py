@@ -295,11 +295,6 @@ def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
     # the merged accounting is both processes' requests: finished, or aborted (in the engine or before being sent)
     requests = sum(len(r["events"]["finished"]) + len(r["events"]["collector_aborted"]) for r in ranks)
     assert sum(entry["sara/rollouts_generated"] for entry in ranks[0]["steps"]) == requests
-    # step 2 trains rollouts carried in from step 1, sampled by the step-1 policy: their log-prob difference is the
-    # policy lag of one optimizer step, far above the engine's mismatch, which the fresh rollouts alone still show
-    lag, fresh = "sara/sampling_logp_difference_carried_in/mean", "sara/sampling_logp_difference_fresh/mean"
-    assert lag not in first and first[fresh] < 1e-4
-    assert second[lag] > 100 * second[fresh] and second[fresh] < 1e-4
     assert ranks[0]["total_rollouts"] == ranks[1]["total_rollouts"] == requests
 
 
@@ -361,7 +356,7 @@ def test_two_processes_streaming_with_carry_over_each_carry_their_own_and_resume
     requests = sum(len(r["events"]["finished"]) + len(r["events"]["collector_aborted"]) for r in ranks)
     assert sum(entry["sara/rollouts_generated"] for entry in ranks[0]["steps"]) == requests
     # step 2 trains rollouts carried in from step 1, sampled by the step-1 policy: their log-prob difference is the
-    # policy lag of one optimizer step, far above the engine's mismatch, which the fresh rollouts alone still show
+    # policy lag of one generation batch, far above the engine's mismatch, which the fresh rollouts alone still show
     lag, fresh = "sara/sampling_logp_difference_carried_in/mean", "sara/sampling_logp_difference_fresh/mean"
     assert lag not in first and first[fresh] < 1e-4
     assert second[lag] > 100 * second[fresh] and second[fresh] < 1e-4

@@ -360,6 +360,13 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/re
         "Seeds finished: " + ", ".join(f"{a} {seeds[a]}" for a in runs) + ".",
         "",
     ]
+    recorded = {a: {seed: rec["commit"][:7] + ("+dirty" if rec["commit"].endswith("+dirty") else "")
+                    for seed, rec in rs.items() if rec.get("commit")} for a, rs in runs.items()}
+    if any(recorded.values()):
+        which = "; ".join(f"{a} " + ", ".join(f"seed {seed} at {c}" for seed, c in sorted(cs.items()))
+                          for a, cs in recorded.items() if cs)
+        lines += [f"Code each run used (runs record their commit since 2026-12-05): {which}. The other runs ran "
+                  "before that; their run files give the time each finished.", ""]
     machine = {a: {seed: machine_of(rec, meta) for seed, rec in rs.items()} for a, rs in runs.items()}
     kinds = list(dict.fromkeys(m for ms in machine.values() for m in ms.values()))
     if len(kinds) > 1:

@@ -30,10 +30,10 @@ from trl.trainer.utils import nanmax, nanmin
 
 from sara_trl.trainer.replay import PADDING_COMPLETION_TOKENS, PADDING_KEY
 
-__all__ = ["CLIP_RATIO_METRICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "correct_loss_metrics",
-           "correct_padding_metrics", "correct_tool_metrics", "global_masked_mean", "loss_with_real_row_metrics",
-           "SAMPLING_ORIGIN_METRICS", "log_sampling_difference_by_origin", "mask_padding_rows", "model_tokens", "numeric_logs",
-           "repair_grpo_sampling_metrics", "repair_rloo_kl", "replace_last", "zero_padding_rows"]
+__all__ = ["CLIP_RATIO_METRICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "SAMPLING_ORIGIN_METRICS",
+           "correct_loss_metrics", "correct_padding_metrics", "correct_tool_metrics", "global_masked_mean",
+           "log_sampling_difference_by_origin", "loss_with_real_row_metrics", "mask_padding_rows", "model_tokens",
+           "numeric_logs", "repair_grpo_sampling_metrics", "repair_rloo_kl", "replace_last", "zero_padding_rows"]
 
 
 def numeric_logs(metrics: dict[str, list], logs: dict, prefix: str = "") -> None:
@@ -409,8 +409,8 @@ def log_sampling_difference_by_origin(trainer: Any, output: dict, layout: Any, c
 
     TRL's ``sampling/sampling_logp_difference/*`` mixes two things under ``carry_over``: the engine's numerical
     mismatch with the trained model (the fresh rollouts, generated this step by the current policy), and the policy
-    lag of the rollouts carried in from the previous step (sampled by the previous policy, one optimizer step
-    behind; TRL's importance-sampling correction weights them like any other mismatch). Logged, over every process's
+    lag of the rollouts carried in from the previous step (sampled by the policy of the previous generation batch;
+    TRL's importance-sampling correction weights them like any other mismatch). Logged, over every process's
     real tokens (padding rows and tool tokens left out), as the token mean and max of ``|old log-prob - sampling
     log-prob|`` (nats per token):
 
