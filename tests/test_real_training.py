@@ -17,6 +17,7 @@ from benchmarks.real_training.real_training_report import (
     cost_to_reach,
     curve,
     load_runs,
+    machine_of,
     mean_curve,
     render,
     runs_command,
@@ -202,3 +203,29 @@ def test_leave_one_seed_out_judges_a_verdict_change_only_from_four_seeds():
     four = {"SARA-x": {"rollouts": {0: 0.70, 1: 0.72, 2: 0.71, 3: 0.95}}}
     (row,) = leave_one_seed_out(four, ["SARA-x"], keys=("rollouts",))
     assert row[5] == "missed (<= 0.80); met with seed 3 left out"
+
+
+def test_session_check_reproduces_ds_and_gives_the_quoted_ratios():
+    """docs/collection-modes.md, "Trained, 5 seeds": DS's seed 0 run again on 2026-12-05 repeats the committed
+    2026-12-01 run's rollouts, tokens and held-out pass@1 exactly; the quoted time ratios are recomputed from the run
+    files (the session's speed-up, and the 0.45 cap's seed 0 against the same-session DS run)."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "real_training"
+    then = json.loads((folder / "runs" / "DS_seed0.json").read_text())
+    now = json.loads((folder / "session_check" / "DS_seed0.json").read_text())
+    cap45 = json.loads((folder / "runs" / "SARA-auto45_seed0.json").read_text())
+    assert then["finished"][:10] == "2026-12-01" and now["finished"][:10] == cap45["finished"][:10] == "2026-12-05"
+    meta, _ = load_runs(folder / "runs")  # the 2026-12-01 run predates the per-run stamp: the folder's machine
+    assert machine_of(now, meta) == machine_of(then, meta) == machine_of(cap45, meta) == "AMD EPYC"
+    assert [(s["rollouts"], s["tokens"]) for s in now["steps"]] == [(s["rollouts"], s["tokens"]) for s in then["steps"]]
+    assert [e["pass_at_1"] for e in now["evals"]] == [e["pass_at_1"] for e in then["evals"]]
+
+    def total(rec, key):
+        return sum(s[key] for s in rec["steps"])
+
+    assert round(total(now, "generation_seconds") / total(then, "generation_seconds"), 3) == 0.583
+    assert round(total(now, "training_seconds") / total(then, "training_seconds"), 3) == 0.824
+    assert round(total(cap45, "generation_seconds") / total(now, "generation_seconds"), 3) == 0.639
+    step = [total(r, "generation_seconds") + total(r, "training_seconds") for r in (cap45, now, then)]
+    assert (round(step[0] / step[1], 3), round(step[0] / step[2], 3)) == (0.889, 0.661)
+    assert round(total(cap45, "tokens") / total(now, "tokens"), 3) == 0.689
+    assert round(total(cap45, "generation_seconds") / total(then, "generation_seconds"), 3) == 0.372

@@ -58,6 +58,11 @@ def machine_of(rec: dict, meta: dict) -> str:
     return (rec.get("machine") or {}).get("cpu") or meta["environment"]["cpu"]
 
 
+def finished_day(rec: dict) -> str:
+    """The UTC day a run finished (``YYYY-MM-DD``), or ``"?"`` for a run file without the stamp."""
+    return str(rec.get("finished", "?"))[:10]
+
+
 def totals(rec: dict) -> dict:
     """A run's sums over its steps: rollouts, tokens, rounds, generation and training seconds; final pass@1."""
     steps = rec["steps"]
@@ -408,14 +413,20 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/re
               f"![held-out pass@1 against rollouts, tokens and wall-clock]({plot_rel})", ""]
     rows = [[a, seed, f"{t['final_pass_at_1']:.3f} ({ref[seed]['final_pass_at_1']:.3f})",
              *(f"{t[key] / ref[seed][key]:.3f}" if key not in TIMING or same_machine(a, seed) else "n/a"
-               for key in ("rollouts", "tokens", *TIMING)), f"{t['rounds'] / t['steps']:.1f}", machine[a][seed]]
+               for key in ("rollouts", "tokens", *TIMING)), f"{t['rounds'] / t['steps']:.1f}", machine[a][seed],
+             f"{finished_day(runs[a][seed])} ({finished_day(runs[REFERENCE][seed])})"]
             for a in runs if a != REFERENCE for seed, t in tot[a].items() if seed in ref]
     if rows:
+        apart = sorted({a for a in runs if a != REFERENCE for seed in tot[a] if seed in ref
+                        and finished_day(runs[a][seed]) != finished_day(runs[REFERENCE][seed])})
         lines += ["## Per seed, against DS on the same seed", "",
                   md_table(["allocator", "seed", "final pass@1 (DS)", "rollouts x DS", "tokens x DS",
-                            "generation s x DS", "step s x DS", "rounds/step", "machine"], rows),
+                            "generation s x DS", "step s x DS", "rounds/step", "machine", "finished (DS)"], rows),
                   "", "Timing ratios read n/a where the run and DS's run of its seed were timed on different kinds "
-                  "of machine.", ""]
+                  "of machine."
+                  + (f" Runs of {', '.join(apart)} finished on another day than DS's run of the same seed: their "
+                     "timing ratios compare sessions (a machine of the same kind need not be as fast, nor the code "
+                     "the same) as well as allocators." if apart else ""), ""]
     curves = {a: mean_curve(rs) for a, rs in runs.items()}
     if REFERENCE in curves:
         target = float(curves[REFERENCE]["mean"][-1])
@@ -461,8 +472,10 @@ def render(meta: dict, runs: dict, plot_rel: str, runs_rel: str = "benchmarks/re
                     flips = r.n >= 4 and verdict(left[worst], cap) != verdict(r, cap)  # 2 seeds judge nothing
                     loso = (f"; {left[worst].mean:.3f} without seed {worst}"
                             + (f", {verdict(left[worst], cap)}" if flips else ""))
+                sessions = ("; DS timed on another day" if key in TIMING and any(
+                    finished_day(runs[a][seed]) != finished_day(runs[REFERENCE][seed]) for seed in common) else "")
                 verdicts.append(f"{key.replace('_', ' ')} x DS {fmt_ci(r)} (target <= {cap:.2f}: "
-                                f"{verdict(r, cap)}{loso})")
+                                f"{verdict(r, cap)}{loso}{sessions})")
             ds_final = mean_ci([ref[seed]["final_pass_at_1"] for seed in common])
             mine = mean_ci([tot[a][seed]["final_pass_at_1"] for seed in common])
             inside = ds_final.lo <= mine.mean <= ds_final.hi if ds_final.n > 1 else None
