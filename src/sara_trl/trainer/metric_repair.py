@@ -436,8 +436,8 @@ def log_sampling_difference_by_origin(trainer: Any, output: dict, layout: Any, c
     if old is None or sampling is None:
         return
     local_rollouts = layout.plan_rollouts[layout.local]
-    carried = ~np.isin(local_rollouts, cache.generated_ids()) & (local_rollouts >= 0)
-    fresh = ~carried & (local_rollouts >= 0)
+    fresh = np.isin(local_rollouts, cache.generated_ids())  # padding rows (-1) are neither
+    carried = ~fresh & (local_rollouts >= 0)
     mask = output["completion_mask"].bool()
     if "tool_mask" in output:
         mask = mask & output["tool_mask"].bool()
