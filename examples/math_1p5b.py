@@ -16,7 +16,7 @@ here (`collection="auto"` with the colocated engine), with streaming's defaults:
 goes out at once, up to its next abandon point (`continue_to_decision`), and fresh prompts are drawn with a margin
 of 2 standard deviations of the expected commits (`refill_margin`). Projected, not measured (H200 kernel-latency
 fits, 8 ms assumed engine overhead per step, 512 sequences, against DS in rounds with blocking scoring): 0.73 [0.71,
-0.75] of DS's step time, against 0.86 [0.84, 0.89] with the paper's continuation and margin
+0.75] of DS's step time, against 0.86 [0.84, 0.89] with the paper's continuation and the rounds' margin
 (`--continue_to_decision False --refill_margin 0.5`; docs/collection-modes.md, "Replayed and projected").
 
 Batch layout: one optimizer step = B*k = 512 completions = per_device_train_batch_size (8) x gradient_accumulation_steps

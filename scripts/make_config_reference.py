@@ -26,14 +26,16 @@ OUT = ROOT / "docs" / "configuration.md"
 #: (section title, anchor text under it, field names in the order shown)
 SECTIONS = (
     ("The paper's options", "Paper §3, Alg. 1; defaults from App. D. With these at their defaults (and every option "
-     "of the next sections at its default) the allocator is the paper's SARA, decision for decision.",
+     "of the next sections at its default, with `collection=\"rounds\"`) the allocator is the paper's SARA, decision "
+     "for decision; the default `collection=\"auto\"` streams SARA on colocated vLLM.",
      ("allocator", "n0", "tau_low", "commit_min", "prior_alpha", "prior_beta", "budget_cap", "max_rounds",
       "round_increment", "continue_to_decision", "max_rollouts_per_round", "yield_decay", "refill_margin")),
     ("Success labels and the prompt stream", "How a rollout's rewards become the binary success SARA decides from "
      "([rewards.md](rewards.md)), how dynamic sampling keeps a group, and the seed of the fresh-prompt stream.",
      ("success_threshold", "success_reward_func", "ds_filter", "stream_seed")),
-    ("Collection: rounds, streaming, carry-over", "Beyond the paper, off by default: how a step's rollouts reach "
-     "the allocator ([collection-modes.md](collection-modes.md)).",
+    ("Collection: rounds, streaming, carry-over", "How a step's rollouts reach the allocator "
+     "([collection-modes.md](collection-modes.md)). The default `\"auto\"` picks the collection measured faster: "
+     "streaming (beyond the paper) for SARA on colocated vLLM at tensor parallel size 1, the paper's rounds elsewhere.",
      ("collection", "streaming_max_in_flight", "streaming_reward_lag", "overlap_round_scoring", "streaming_speculate",
       "carry_over")),
     ("Beyond the paper: stopping rule, history, selection", "Off by default "

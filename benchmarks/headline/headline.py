@@ -8,10 +8,14 @@ Every cell is a ratio to dynamic sampling (DS) on the same seed: mean and 95% St
 (:func:`benchmarks.common.mean_ci`), never over steps. Sources:
 
 - real training (``benchmarks/real_training/runs/``, report ``benchmarks/real_training/REAL_TRAINING.md``): per-seed
-  totals of rollouts, completion tokens and generation seconds, through
+  totals of rollouts, completion tokens, generation seconds and step seconds (generation + training), through
   :func:`benchmarks.real_training.real_training_report.seed_ratios` (timing ratios only for seeds whose DS run was
   timed on the same kind of machine). Where leaving one seed out moves a mean by 0.03 or more, the cell says so
   (leave-one-seed-out);
+- real training with DS repeated on the same day (``benchmarks/real_training/session_check/``, report
+  ``benchmarks/real_training/SESSION_CHECK.md``): SARA-auto45 (the 0.45 loss cap in the default collection) and a DS
+  run of each of its seeds, both run on one day on one machine, so that their time ratios compare allocators and not
+  sessions; the same totals and ratios;
 - the vLLM-CPU engine (``benchmarks/streaming_engine/streaming_engine_defaults_seed*.json``, seeds 0-4, and the
   second study's files that also ran the paper rule, seeds 5-8; one invocation per seed, configurations paired by
   common random numbers; pooled report
@@ -48,6 +52,9 @@ from benchmarks.real_training.real_training_report import load_runs, seed_ratios
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 REAL_RUNS = BENCH / "real_training" / "runs"
+#: DS rerun on the day (and machine) SARA-auto45 ran, seed by seed: clean timing ratios (report SESSION_CHECK.md)
+SAME_DAY_RUNS = BENCH / "real_training" / "session_check"
+SAME_DAY_REPORT = "[SESSION_CHECK.md](benchmarks/real_training/SESSION_CHECK.md)"
 
 
 def _by_seed(pattern: str) -> tuple:
@@ -74,6 +81,7 @@ CURRENT_REPORT = ("[streaming_engine_carryfix_pooled.md]"
                   "(benchmarks/streaming_engine/streaming_engine_carryfix_pooled.md)")
 FIGURE = Path(__file__).resolve().parent / "plots" / "headline.png"
 KEYS = ("rollouts", "tokens", "generation_seconds")
+TRAINING_KEYS = (*KEYS, "step_seconds")  # real training also times whole optimizer steps (generation + training)
 LOSO_SHOWN = 0.03  # a leave-one-seed-out mean this far from the full one is printed beside the figure
 
 
@@ -91,7 +99,8 @@ def _saved(cell: list) -> Interval:
 
 
 def real_training(runs_dir: Path = REAL_RUNS) -> dict:
-    """``{allocator: {key: (Interval, leave-one-seed-out note)}}`` of the real training runs."""
+    """``{allocator: {key: (Interval, leave-one-seed-out note)}}`` of the real training runs in ``runs_dir``, for
+    every key of :data:`TRAINING_KEYS`."""
     meta, runs = load_runs(runs_dir)
     ratios = seed_ratios(meta, runs)
     out = {}
@@ -99,7 +108,7 @@ def real_training(runs_dir: Path = REAL_RUNS) -> dict:
         if a == "DS":
             continue
         out[a] = {}
-        for key in KEYS:
+        for key in TRAINING_KEYS:
             out[a][key] = with_loso(ratios[a][key])
     return out
 
@@ -146,13 +155,14 @@ def saved_ratios(path: Path, cell: tuple, allocator: str) -> dict:
 def table() -> str:
     """The Markdown table README.md shows, one row per headline result."""
     rt = real_training()
+    same_day = real_training(SAME_DAY_RUNS)
 
-    def rt_cell(a, key):
-        iv, note = rt[a][key]
+    def rt_cell(a, key, runs=rt):
+        iv, note = runs[a][key]
         return fmt2(iv) + (f" ({note})" if note else "")
 
-    def n_of(a):
-        return max(iv.n for iv, _ in rt[a].values())
+    def n_of(a, runs=rt):
+        return max(iv.n for iv, _ in runs[a].values())
 
     def cell(pair, suffix=""):
         iv, note = pair
@@ -167,24 +177,33 @@ def table() -> str:
         ["**Real training**, SmolLM2-135M on the vLLM-CPU engine, rounds collection, 8 steps, B = 8, k = 8: SARA "
          "beyond the paper "
          "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.1, carry_over=True`)", n_of("SARA-auto"),
-         *(rt_cell("SARA-auto", key) for key in KEYS), "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
-        ["same runs, paper SARA (the paper's rule and rounds)", n_of("SARA"), *(rt_cell("SARA", key) for key in KEYS),
+         *(rt_cell("SARA-auto", key) for key in TRAINING_KEYS),
          "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
+        ["same runs, paper SARA (the paper's rule and rounds)", n_of("SARA"),
+         *(rt_cell("SARA", key) for key in TRAINING_KEYS),
+         "[REAL_TRAINING.md](benchmarks/real_training/REAL_TRAINING.md)"],
+        ["**Real training, SARA's default collection** (streaming) beyond the paper, the loss cap raised to 0.45 "
+         "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.45, carry_over=True, auto_min_prompts=16`), the same "
+         "task and steps, each seed's DS run repeated on the same day and machine",
+         n_of("SARA-auto45", same_day), *(rt_cell("SARA-auto45", key, same_day) for key in TRAINING_KEYS),
+         SAME_DAY_REPORT],
         ["**SARA's default collection** (`collection=\"auto\"`: streaming with overlapped reward scoring and "
          f"streaming's defaults, paper rule) vs DS in rounds on the same engine and task, {steps} steps per seed, "
          "no training, configurations "
          "paired by common random numbers", eng["rollouts"][0].n, cell(eng["rollouts"], " requests"),
-         cell(eng["tokens"]), cell(eng["generation_seconds"]), ENGINE_REPORT],
+         cell(eng["tokens"]), cell(eng["generation_seconds"]), "no training", ENGINE_REPORT],
         ["**SARA's default collection beyond the paper**, the loss cap raised to 0.45 "
          "(`stopping_rule=\"bayes_optimal\", auto_loss_cap=0.45, carry_over=True, auto_min_prompts=16`) vs DS in "
          f"rounds, the same engine, task and pairing, {cap_steps} steps per seed", cap["rollouts"][0].n,
-         cell(cap["rollouts"], " requests"), cell(cap["tokens"]), cell(cap["generation_seconds"]), CURRENT_REPORT],
+         cell(cap["rollouts"], " requests"), cell(cap["tokens"]), cell(cap["generation_seconds"]), "no training",
+         CURRENT_REPORT],
         ["**Replay** of that task's real outcomes at the paper's batch size, B = 64, k = 8, paper SARA",
-         replay["rollouts"].n, fmt2(replay["rollouts"]), fmt2(replay["tokens"]), "not modelled",
+         replay["rollouts"].n, fmt2(replay["rollouts"]), fmt2(replay["tokens"]), "not modelled", "not modelled",
          "[REAL_REPLAY.md](benchmarks/real_replay/REAL_REPLAY.md)"],
     ]
-    head = ["setting", "seeds", "rollouts vs DS", "tokens vs DS", "generation time vs DS", "result file"]
-    out = ["| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    head = ["setting", "seeds", "rollouts vs DS", "tokens vs DS", "generation time vs DS",
+            "step time vs DS (generation + training)", "result file"]
+    out = ["| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
 

@@ -54,8 +54,11 @@ OUT_DIR = ROOT / "benchmarks" / "real_training" / "runs"
 ALLOCATORS = {
     "uniform": {"allocator": "uniform"},
     "DS": {"allocator": "dynamic_sampling"},
-    "SARA": {"allocator": "sara"},
-    "SARA-auto": {"allocator": "sara", "stopping_rule": "bayes_optimal", "auto_loss_cap": 0.10, "carry_over": True},
+    # "SARA" and "SARA-auto" ran in rounds (the trainers' default collection until 2026-12-02): named, so that the
+    # command still reproduces them under the default collection="auto", which streams SARA on colocated vLLM.
+    "SARA": {"allocator": "sara", "collection": "rounds"},
+    "SARA-auto": {"allocator": "sara", "stopping_rule": "bayes_optimal", "auto_loss_cap": 0.10, "carry_over": True,
+                  "collection": "rounds"},
     # The best beyond-paper setting of SARA's default collection on the engine (streaming on the colocated vLLM engine:
     # collection "auto"), benchmarks/streaming_engine/streaming_engine_cap45_pooled.md; chosen there on time, with no
     # training run, so these runs ask what it does to held-out pass@1.
