@@ -287,3 +287,6 @@ def test_same_day_pairs_time_the_045_cap_against_ds_of_the_same_day_and_machine(
         assert same["SARA-auto45"][seed] == committed["SARA-auto45"][seed]
     ratios = seed_ratios(meta, same)["SARA-auto45"]
     assert {key: fmt_ci(mean_ci(list(ratios[key].values()))) for key in SAME_DAY_RATIOS} == SAME_DAY_RATIOS
+    # the step saving rests on all four seeds: without any one, the interval's upper end is above 1 (1.04-1.16)
+    without = [mean_ci([v for s, v in ratios["step_seconds"].items() if s != left]).hi for left in range(4)]
+    assert min(without) > 1.0 and (round(min(without), 2), round(max(without), 2)) == (1.04, 1.16)
