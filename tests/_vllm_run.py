@@ -200,3 +200,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from _distributed import end_distributed
+
+        end_distributed()

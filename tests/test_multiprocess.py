@@ -610,3 +610,15 @@ def test_two_processes_stream_environment_error_fails_both(tiny_model_dir, tmp_p
     rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(tmp_path), "--runs", "sara_env_stream",
                          "--fail-env-rank", "1", "--fail-env-after", "5"], timeout_s=240)
     assert_process_1_failed_both(rc, output, tmp_path, ENV_FAIL_MESSAGE, "SARA streaming collection")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists a process's threads through /proc (Linux)")
+def test_two_processes_end_with_every_gloo_thread_joined(two_process_runs, two_process_custom_runs,
+                                                         two_process_stream_runs):
+    """Each launch's processes end with no gloo thread left once ``end_distributed`` (tests/_mp_train.py) has
+    destroyed the process group. Without its ``gc.collect()`` the trainers' reference cycles keep the group alive, its
+    threads (``gloo_tcp_loop``, 2 ``pt_gloo_runloop``) outlive ``destroy_process_group()`` and are torn down only at
+    interpreter exit, where they once aborted a CI run with SIGABRT."""
+    for runs in (two_process_runs, two_process_custom_runs, two_process_stream_runs):
+        assert [rank["gloo_threads_after_teardown"] for rank in runs] == [[], []]
