@@ -616,9 +616,10 @@ def test_two_processes_stream_environment_error_fails_both(tiny_model_dir, tmp_p
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists a process's threads through /proc (Linux)")
 def test_two_processes_end_with_every_gloo_thread_joined(two_process_runs, two_process_custom_runs,
                                                          two_process_stream_runs):
-    """Each launch's processes end with no gloo thread left once ``end_distributed`` (tests/_mp_train.py) has
-    destroyed the process group. Without its ``gc.collect()`` the trainers' reference cycles keep the group alive, its
-    threads (``gloo_tcp_loop``, 2 ``pt_gloo_runloop``) outlive ``destroy_process_group()`` and are torn down only at
-    interpreter exit, where they once aborted a CI run with SIGABRT."""
+    """The processes of each shared launch end with no gloo thread left once tests/_mp_train.py has destroyed the
+    process group (``end_distributed``, tests/_distributed.py). Without its ``gc.collect()`` the trainers' reference
+    cycles keep the group alive, its threads (``gloo_tcp_loop``, 2 ``pt_gloo_runloop``) outlive
+    ``destroy_process_group()`` and are torn down only at interpreter exit, where they once aborted a CI run with
+    SIGABRT."""
     for runs in (two_process_runs, two_process_custom_runs, two_process_stream_runs):
         assert [rank["gloo_threads_after_teardown"] for rank in runs] == [[], []]
