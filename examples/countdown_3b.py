@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from sara_trl import SaraConfig, SaraGRPOTrainer, cli
 from sara_trl.data import DataUnavailableError, load_countdown
 from sara_trl.rewards import countdown_reward
+from sara_trl.trainer.distributed import end_distributed
 
 PROG = "examples/countdown_3b.py"
 
@@ -130,3 +131,4 @@ def main(argv: list[str] | None = None) -> SaraGRPOTrainer:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+    end_distributed()  # frees the process group before exit (docs/multiprocess.md, "Ending the script")

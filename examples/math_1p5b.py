@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from sara_trl import SaraConfig, SaraGRPOTrainer, cli
 from sara_trl.data import DataUnavailableError, load_dataset_by_name
 from sara_trl.rewards import math_reward
+from sara_trl.trainer.distributed import end_distributed
 
 PROG = "examples/math_1p5b.py"
 
@@ -145,3 +146,4 @@ def main(argv: list[str] | None = None) -> SaraGRPOTrainer:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+    end_distributed()  # frees the process group before exit (docs/multiprocess.md, "Ending the script")

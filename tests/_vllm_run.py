@@ -200,7 +200,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from _distributed import end_distributed
+    from sara_trl.trainer.distributed import end_distributed
 
-        end_distributed()
+    end_distributed()  # one process or two: the script ends as examples/math_1p5b.py does

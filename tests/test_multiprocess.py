@@ -310,6 +310,41 @@ def test_single_process_errors_propagate_unchanged(fake_world):
     assert status == "error" and type(err) is KeyError and fake.ops == [[]]
 
 
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists a process's threads through /proc (Linux)")
+def test_end_distributed_frees_a_gloo_group_that_a_reference_cycle_holds(tmp_path):
+    """``end_distributed`` joins the gloo group's threads even while a reference cycle (as the trainer, its accelerator
+    and the DDP wrapper form) holds the group: ``destroy_process_group()`` alone would leave both ``pt_gloo_runloop``
+    threads running until the cycle is collected. With no group initialized it only collects."""
+    import gc
+    import time
+
+    import torch.distributed as dist
+
+    from sara_trl.trainer.distributed import end_distributed
+    from tests._distributed import gloo_threads
+
+    assert not dist.is_initialized()
+    end_distributed()  # nothing to destroy
+    gc.disable()  # no automatic collection between the del and end_distributed
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+        holder = {"group": dist.distributed_c10d._get_default_group()}
+        holder["self"] = holder
+        del holder
+        started = ["gloo_tcp_loop", "pt_gloo_runloop", "pt_gloo_runloop"]
+        for _ in range(50):  # a new thread names itself shortly after it starts
+            if gloo_threads() == started:
+                break
+            time.sleep(0.1)
+        assert gloo_threads() == started
+        end_distributed()
+        assert not dist.is_initialized() and gloo_threads() == []
+    finally:
+        gc.enable()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
 # ----------------------------------------------------------------------------------------------- launched runs
 def launch(script_args: list[str], timeout_s: float) -> tuple[int, str]:
     """``accelerate launch --config_file multi_cpu.yaml tests/_mp_train.py ...``; kills the whole process group and
@@ -617,8 +652,8 @@ def test_two_processes_stream_environment_error_fails_both(tiny_model_dir, tmp_p
 def test_two_processes_end_with_every_gloo_thread_joined(two_process_runs, two_process_custom_runs,
                                                          two_process_stream_runs):
     """The processes of each shared launch end with no gloo thread left once tests/_mp_train.py has destroyed the
-    process group (``end_distributed``, tests/_distributed.py). Without its ``gc.collect()`` the trainers' reference
-    cycles keep the group alive, its threads (``gloo_tcp_loop``, 2 ``pt_gloo_runloop``) outlive
+    process group with ``sara_trl.trainer.distributed.end_distributed``. Without its ``gc.collect()`` the trainers'
+    reference cycles keep the group alive, its threads (``gloo_tcp_loop``, 2 ``pt_gloo_runloop``) outlive
     ``destroy_process_group()`` and are torn down only at interpreter exit, where they once aborted a CI run with
     SIGABRT."""
     for runs in (two_process_runs, two_process_custom_runs, two_process_stream_runs):

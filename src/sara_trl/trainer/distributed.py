@@ -11,10 +11,14 @@ identical everywhere. This module holds the two pieces of that protocol that mus
   failing process first joins the reward gather the others are waiting in, then all processes exchange their error
   state at the same point and raise together: the original exception on the failing process, a ``RuntimeError``
   naming the failing process and its message on the others.
+
+And one for the end of a launched script: :func:`end_distributed` destroys the process group while the interpreter is
+still fully alive.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 from typing import Any
 
@@ -22,7 +26,7 @@ import numpy as np
 import torch
 from accelerate.utils import gather_object
 
-__all__ = ["match_reward_gather", "raise_if_any_failed", "split_round"]
+__all__ = ["end_distributed", "match_reward_gather", "raise_if_any_failed", "split_round"]
 
 
 def split_round(requests: np.ndarray, world: int, rank: int) -> tuple[np.ndarray, int]:
@@ -119,3 +123,21 @@ def raise_if_any_failed(accelerator: Any, error: BaseException | None, what: str
         rank, message = failures[0]
         others = f" (and on processes {[r for r, _ in failures[1:]]})" if len(failures) > 1 else ""
         raise RuntimeError(f"{what} failed on process {rank}{others}: {message}")
+
+
+def end_distributed() -> None:
+    """End a launched script: collect reference cycles, then destroy the default process group if one is initialized.
+
+    Call it once the trainers are no longer used (``del trainer`` first where a name still holds one). The trainer,
+    its accelerator and the DDP wrapper hold the process group in reference cycles, so ``destroy_process_group()``
+    alone does not free a gloo group: its threads (``gloo_tcp_loop``, ``pt_gloo_runloop``) keep running until the
+    interpreter exits, and torn down there they can abort the process with "terminate called without an active
+    exception" (SIGABRT; the mechanism: pytorch/pytorch#179291; docs/multiprocess.md, "Ending the script").
+    ``gc.collect()`` first frees the group, and destroying it joins those threads at once. In a single process
+    without a group, or where another component (vLLM's clean-up) has already destroyed it, it only collects.
+
+    Raises nothing of its own; an error from ``destroy_process_group()`` propagates.
+    """
+    gc.collect()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
