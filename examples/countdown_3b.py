@@ -2,8 +2,10 @@
 r"""GRPO + SARA on Countdown with Qwen2.5-3B: the paper's planning setting (App. E), on one GPU.
 
     accelerate launch examples/countdown_3b.py                                     # SARA, paper settings
-    accelerate launch examples/countdown_3b.py --allocator dynamic_sampling       # DS (DAPO) baseline
-    accelerate launch examples/countdown_3b.py --allocator uniform                # plain GRPO baseline
+    accelerate launch examples/countdown_3b.py --allocator dynamic_sampling \
+        --output_dir outputs/qwen2.5-3b-countdown-ds                               # DS (DAPO) baseline
+    accelerate launch examples/countdown_3b.py --allocator uniform \
+        --output_dir outputs/qwen2.5-3b-countdown-uniform                          # plain GRPO baseline
     accelerate launch examples/countdown_3b.py --push_to_hub --hub_model_id you/qwen2.5-3b-sara-countdown
 
 Task (TinyZero's Countdown, `Jiayi-Pan/Countdown-Tasks-3to4`): given 3-4 numbers and a target, write an expression

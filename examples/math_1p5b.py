@@ -2,8 +2,10 @@
 r"""GRPO + SARA on MATH with DeepSeek-R1-Distill-Qwen-1.5B: the paper's main setting (App. E), on one GPU.
 
     accelerate launch examples/math_1p5b.py                                        # SARA, paper settings
-    accelerate launch examples/math_1p5b.py --allocator dynamic_sampling          # DS (DAPO) baseline
-    accelerate launch examples/math_1p5b.py --allocator uniform                   # plain GRPO baseline
+    accelerate launch examples/math_1p5b.py --allocator dynamic_sampling \
+        --output_dir outputs/r1-distill-qwen-1.5b-math-ds                          # DS (DAPO) baseline
+    accelerate launch examples/math_1p5b.py --allocator uniform \
+        --output_dir outputs/r1-distill-qwen-1.5b-math-uniform                     # plain GRPO baseline
     accelerate launch examples/math_1p5b.py --push_to_hub --hub_model_id you/r1-1.5b-sara-math
     accelerate launch examples/math_1p5b.py --continue_to_decision False --refill_margin 0.5  # paper continuation
 

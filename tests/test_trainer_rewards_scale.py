@@ -292,6 +292,57 @@ def test_a_reward_model_is_accepted_with_a_threshold_or_a_verifier(tiny_model_di
                         processing_class=tokenizer, reward_processing_classes=[None, tokenizer])
 
 
+
+def test_reward_model_sharding_is_found_for_zero3_and_fsdp_over_several_processes(monkeypatch):
+    """TRL shards a reward model (a model id or a PreTrainedModel) under ZeRO-3 and FSDP only, and only over several
+    processes; Python reward functions are never sharded."""
+    from types import SimpleNamespace
+
+    from sara_trl.trainer.prepare import reward_model_sharding
+
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+
+    def args(world=2, stage=None, fsdp=None):
+        return SimpleNamespace(world_size=world, fsdp_plugin_args=fsdp,
+                               deepspeed_plugin=None if stage is None else SimpleNamespace(zero_stage=stage))
+
+    model = "my-org/reward-model"
+    assert reward_model_sharding([binary_reward, model], args(stage=3)) == "DeepSpeed ZeRO-3"
+    assert reward_model_sharding(model, args(fsdp={"fsdp_version": 2})) == "FSDP"
+    for funcs, config in (([binary_reward, model], args(stage=2)), ([binary_reward, model], args(world=1, stage=3)),
+                          (binary_reward, args(stage=3)), (None, args(stage=3)), ([model], args())):
+        assert reward_model_sharding(funcs, config) is None
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch` sets with an FSDP config
+    assert reward_model_sharding([model], args()) == "FSDP"
+    assert reward_model_sharding([model], args(stage=2)) is None  # DeepSpeed's stage decides where it is set
+
+
+def test_a_sharded_reward_model_keeps_collection_in_rounds(tiny_model_dir, tokenizer, cpu_trainer_kwargs,
+                                                           monkeypatch):
+    """With a reward model sharded over 2 processes (ZeRO-3 here), collection='auto' collects in rounds and says why,
+    and an explicit collection='streaming' is refused before anything loads (the model id names nothing here)."""
+    from types import SimpleNamespace
+
+    from sara_trl.trainer.prepare import prepare_arguments
+
+    kwargs = cpu_trainer_kwargs(use_vllm=True, vllm_mode="colocate", success_threshold=0.0)
+    auto, explicit = SaraConfig(**kwargs), SaraConfig(**kwargs, collection="streaming")
+    monkeypatch.setattr(SaraConfig, "world_size", property(lambda self: 2))
+    for config in (auto, explicit):
+        config.deepspeed_plugin = SimpleNamespace(zero_stage=3)
+    funcs = [binary_reward, "my-org/no-such-reward-model"]
+    assert auto.collection == "streaming" and auto.collection_auto
+    prepared = prepare_arguments(SaraGRPOTrainer, tiny_model_dir, auto, SaraConfig, text_data(), tokenizer, {},
+                                 reward_funcs=funcs)
+    assert prepared.collection == "rounds"
+    assert prepared.collection_auto_reason == ("a reward model sharded over the processes (DeepSpeed ZeRO-3 or FSDP) "
+                                               "scores in lock-step rounds only")
+    with pytest.raises(ValueError, match=r"^SaraGRPOTrainer does not support a reward model sharded over the processes "
+                                         r"\(DeepSpeed ZeRO-3 or FSDP\) with collection='streaming'.*each forward pass "
+                                         r"of such a model needs every process at once.*Use collection='rounds'"):
+        SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=funcs, args=explicit, train_dataset=text_data(),
+                        processing_class=tokenizer)
+
 def test_all_unscorable_step_names_the_reward_functions(tiny_model_dir, tokenizer, cpu_trainer_kwargs, monkeypatch):
     messages = []
     monkeypatch.setattr(sara_collect.logger, "warning", lambda message, *a, **k: messages.append(str(message)))

@@ -10,8 +10,10 @@ and the prompt stream (``PromptStream``; ``ShardStream`` per process for streami
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from accelerate.utils import str_to_bool
 from datasets import Dataset, IterableDataset
 from transformers import ProcessorMixin
 from transformers.utils import logging
@@ -25,7 +27,8 @@ from sara_trl.trainer.rollout import make_success_rule
 from sara_trl.trainer.streaming import shard_groups
 from sara_trl.trainer.vllm_cpu import repack_after_sync
 
-__all__ = ["check_iterable", "check_reward_models", "prepare_arguments", "require_rounds", "setup"]
+__all__ = ["check_iterable", "check_reward_models", "prepare_arguments", "require_rounds", "reward_model_sharding",
+           "setup"]
 
 logger = logging.get_logger(__name__)
 
@@ -70,7 +73,8 @@ def prepare_arguments(
     ValueError
         An unsupported feature was passed (a feature the TRL base lacks, such as ``tools`` or
         ``environment_factory`` in RLOO; tools or environment_factory together with rollout_func; rollout_func
-        with collection='streaming'; multimodal input), a reward model would be read as 0/1 success labels
+        with collection='streaming'; a reward model sharded by DeepSpeed ZeRO-3 or FSDP with collection='streaming',
+        see :func:`reward_model_sharding`; multimodal input), a reward model would be read as 0/1 success labels
         (:func:`check_reward_models`), or the dataset cannot feed SARA's prompt stream.
     TypeError
         ``args`` is not a ``config_class``, or the class lacks a member of
@@ -98,6 +102,8 @@ def prepare_arguments(
             "the same fields."
         )
     check_reward_models(cls, reward_funcs, args)
+    if reward_model_sharding(reward_funcs, args) is not None:
+        require_rounds(cls, args, "reward_funcs")
     for name, value in (rounds_only or {}).items():
         if value:
             require_rounds(cls, args, name)
@@ -213,11 +219,45 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
     )
 
 
+
+def reward_model_sharding(reward_funcs: Any, args: Any) -> str | None:
+    """How TRL will shard a reward model over the processes: ``"DeepSpeed ZeRO-3"``, ``"FSDP"``, or None.
+
+    TRL 1.16 prepares each reward model (a model id, or a ``PreTrainedModel`` in ``reward_funcs``) with DeepSpeed at
+    the training config's stage when that is 3 (other stages run it unsharded) and wraps it with FSDP under FSDP; a
+    sharded model's forward pass is a collective of every process. One process shards nothing.
+
+    Parameters
+    ----------
+    reward_funcs : reward function, model, model id, or a list of them, or None
+        As passed to the trainer.
+    args : SaraConfig or SaraRLOOConfig
+        Read: ``world_size``, ``deepspeed_plugin`` (its ``zero_stage``), ``fsdp_plugin_args``; the environment's
+        ``ACCELERATE_USE_FSDP`` (set by ``accelerate launch`` with an FSDP config).
+    """
+    from transformers import PreTrainedModel
+
+    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [] if reward_funcs is None else [reward_funcs]
+    if not any(isinstance(f, (str, PreTrainedModel)) for f in funcs) or getattr(args, "world_size", 1) <= 1:
+        return None
+    plugin = getattr(args, "deepspeed_plugin", None)
+    if plugin is not None:
+        return "DeepSpeed ZeRO-3" if plugin.zero_stage == 3 else None
+    if getattr(args, "fsdp_plugin_args", None) or str_to_bool(os.environ.get("ACCELERATE_USE_FSDP", "false")):
+        return "FSDP"
+    return None
+
 # Why a rounds-only feature cannot stream: (what it does that streaming cannot drive, the reason for "auto").
 _ROUNDS_ONLY_REASONS = {
     "rollout_func": ("`rollout_func` generates whole batches itself, so SARA cannot stop one of its rollouts early",
                      "`rollout_func` generates whole batches, which only rounds collection can use"),
+    "reward_funcs": ("each forward pass of such a model needs every process at once, and streaming scores each "
+                     "process's completions at that process's own pace (the processes would wait on each other)",
+                     "a reward model sharded over the processes (DeepSpeed ZeRO-3 or FSDP) scores in lock-step "
+                     "rounds only"),
 }
+# How an error names a rounds-only feature, where not as `name`.
+_ROUNDS_ONLY_LABELS = {"reward_funcs": "a reward model sharded over the processes (DeepSpeed ZeRO-3 or FSDP)"}
 # Features streaming runs (one request chain per rollout, sara_trl.trainer.trajectory) but "auto" keeps in rounds:
 # the reason for "auto".
 _AUTO_ROUNDS_REASONS = {
@@ -230,20 +270,22 @@ _AUTO_ROUNDS_REASONS = {
 
 
 def require_rounds(cls: type, args: Any, name: str) -> None:
-    """``name`` (``rollout_func``, ``tools``, ``environment_factory``) is collected in rounds unless streaming is
-    asked for: ``collection="auto"`` becomes ``"rounds"`` (recorded in ``args.collection_auto_reason`` for the
-    set-up message); an explicit ``collection="streaming"`` is kept for ``tools`` and ``environment_factory`` (each
-    rollout a chain of requests, :mod:`sara_trl.trainer.trajectory`) and raises for ``rollout_func``.
+    """``name`` (``rollout_func``, ``tools``, ``environment_factory``, or ``reward_funcs`` holding a reward model
+    that :func:`reward_model_sharding` finds sharded) is collected in rounds unless streaming is asked for:
+    ``collection="auto"`` becomes ``"rounds"`` (recorded in ``args.collection_auto_reason`` for the set-up message);
+    an explicit ``collection="streaming"`` is kept for ``tools`` and ``environment_factory`` (each rollout a chain of
+    requests, :mod:`sara_trl.trainer.trajectory`) and raises for ``rollout_func`` and ``reward_funcs``.
 
     Raises
     ------
     ValueError
-        ``collection="streaming"`` was set explicitly with ``rollout_func``; or ``streaming_max_in_flight`` was set
-        while ``"auto"`` resolves to rounds.
+        ``collection="streaming"`` was set explicitly with ``rollout_func`` or a sharded reward model; or
+        ``streaming_max_in_flight`` was set while ``"auto"`` resolves to rounds.
     """
     if args.collection != "streaming":
         return
     explicit = not getattr(args, "collection_auto", False)
+    label = _ROUNDS_ONLY_LABELS.get(name, f"`{name}`")
     if name in _AUTO_ROUNDS_REASONS:
         if explicit:
             return
@@ -254,13 +296,13 @@ def require_rounds(cls: type, args: Any, name: str) -> None:
             f"`{name}` generates whole batches, which only rounds collection can use"))
         if explicit:
             raise ValueError(
-                f"{cls.__name__} does not support `{name}` with collection='streaming': streaming adds, steps and "
+                f"{cls.__name__} does not support {label} with collection='streaming': streaming adds, steps and "
                 f"aborts single requests (one per completion) on the colocated vLLM engine, while {why}. Use "
                 "collection='rounds' (or leave collection='auto')."
             )
     if args.streaming_max_in_flight is not None:
         raise ValueError(f"streaming_max_in_flight ({args.streaming_max_in_flight}) is used only with "
-                         f"collection='streaming', which `{name}` does not run under collection='auto'; leave it "
+                         f"collection='streaming', which {label} does not run under collection='auto'; leave it "
                          "unset, or set collection='streaming'.")
     args.collection = "rounds"
     args.collection_auto_reason = auto_reason
