@@ -128,6 +128,34 @@ def test_two_steps(kind, allocator, tiny_model_dir, tokenizer, cpu_trainer_kwarg
     assert ("shao2024deepseekmath" if kind == "grpo" else "ahmadian2024back") in text
 
 
+
+def test_lora_trains_only_the_adapter(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
+    """``peft_config`` goes to TRL unchanged: SARA collects from the adapted policy, the loss (with a KL term, whose
+    reference TRL takes with the adapter disabled) moves only the LoRA weights, and the accounting holds."""
+    from peft import LoraConfig
+
+    args = SaraConfig(**cpu_trainer_kwargs(budget_cap=12.0, beta=0.04, learning_rate=1e-2))
+    trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=mode_reward, args=args, train_dataset=mode_dataset(),
+                              processing_class=tokenizer,
+                              peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainable = {name for name, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in name for name in trainable)
+
+    trainer.train()
+
+    changed = {name for name, p in trainer.model.named_parameters() if not torch.equal(before[name], p)}
+    assert changed and changed <= trainable  # the base weights never move
+    logs = sara_logs(trainer)
+    assert len(logs) == 2 and trainer.sara_allocator.steps == 2
+    for entry in logs:
+        assert entry["sara/rollouts_generated"] == sum(
+            entry[f"sara/rollouts_{fate}"] for fate in ("trained", "abandoned", "surplus", "active_left"))
+        assert entry["sara/rollouts_trained"] == args.generation_batch_size and entry["sara/unfilled"] == 0
+    kl = [entry["kl"] for entry in trainer.state.log_history if "kl" in entry]
+    # LoRA's B starts at zero: step 1's policy is the reference; after one update the adapter makes them differ
+    assert len(kl) == 2 and kl[0] == pytest.approx(0.0, abs=1e-7) and kl[1] > 1e-6, kl
+
 def test_carry_over_trains_carried_rollouts_with_their_own_completions(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
     """carry_over: prompts undecided at a step's end continue in the next step with their cached completions. Every
     trained row's reward must be the reward of its own completion (coin prompts: parity of the first token), every
