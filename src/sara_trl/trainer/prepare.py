@@ -219,7 +219,6 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
     )
 
 
-
 def reward_model_sharding(reward_funcs: Any, args: Any) -> str | None:
     """How TRL will shard a reward model over the processes: ``"DeepSpeed ZeRO-3"``, ``"FSDP"``, or None.
 
@@ -246,6 +245,7 @@ def reward_model_sharding(reward_funcs: Any, args: Any) -> str | None:
     if getattr(args, "fsdp_plugin_args", None) or str_to_bool(os.environ.get("ACCELERATE_USE_FSDP", "false")):
         return "FSDP"
     return None
+
 
 # Why a rounds-only feature cannot stream: (what it does that streaming cannot drive, the reason for "auto").
 _ROUNDS_ONLY_REASONS = {
