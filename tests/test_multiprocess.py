@@ -310,7 +310,6 @@ def test_single_process_errors_propagate_unchanged(fake_world):
     assert status == "error" and type(err) is KeyError and fake.ops == [[]]
 
 
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists a process's threads through /proc (Linux)")
 def test_end_distributed_frees_a_gloo_group_that_a_reference_cycle_holds(tmp_path):
     """``end_distributed`` joins the gloo group's threads even while a reference cycle (as the trainer, its accelerator
@@ -322,7 +321,7 @@ def test_end_distributed_frees_a_gloo_group_that_a_reference_cycle_holds(tmp_pat
     import torch.distributed as dist
 
     from sara_trl.trainer.distributed import end_distributed
-    from tests._distributed import gloo_threads
+    from _distributed import gloo_threads
 
     assert not dist.is_initialized()
     end_distributed()  # nothing to destroy

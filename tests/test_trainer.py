@@ -128,10 +128,9 @@ def test_two_steps(kind, allocator, tiny_model_dir, tokenizer, cpu_trainer_kwarg
     assert ("shao2024deepseekmath" if kind == "grpo" else "ahmadian2024back") in text
 
 
-
 def test_lora_trains_only_the_adapter(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
-    """``peft_config`` goes to TRL unchanged: SARA collects from the adapted policy, the loss (with a KL term, whose
-    reference TRL takes with the adapter disabled) moves only the LoRA weights, and the accounting holds."""
+    """``peft_config`` goes to TRL unchanged: the loss (with a KL term, whose reference TRL takes with the adapter
+    disabled) moves only the LoRA weights, and the accounting holds."""
     from peft import LoraConfig
 
     args = SaraConfig(**cpu_trainer_kwargs(budget_cap=12.0, beta=0.04, learning_rate=1e-2))
@@ -155,6 +154,7 @@ def test_lora_trains_only_the_adapter(tiny_model_dir, tokenizer, cpu_trainer_kwa
     kl = [entry["kl"] for entry in trainer.state.log_history if "kl" in entry]
     # LoRA's B starts at zero: step 1's policy is the reference; after one update the adapter makes them differ
     assert len(kl) == 2 and kl[0] == pytest.approx(0.0, abs=1e-7) and kl[1] > 1e-6, kl
+
 
 def test_carry_over_trains_carried_rollouts_with_their_own_completions(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
     """carry_over: prompts undecided at a step's end continue in the next step with their cached completions. Every

@@ -292,35 +292,28 @@ def test_a_reward_model_is_accepted_with_a_threshold_or_a_verifier(tiny_model_di
                         processing_class=tokenizer, reward_processing_classes=[None, tokenizer])
 
 
-
-def test_reward_model_sharding_is_found_for_zero3_and_fsdp_over_several_processes(monkeypatch):
-    """TRL shards a reward model (a model id or a PreTrainedModel) under ZeRO-3 and FSDP only, and only over several
-    processes; Python reward functions are never sharded."""
+def test_only_zero3_over_several_processes_shards_a_reward_model():
+    """TRL shards a reward model (a model id or a PreTrainedModel) under DeepSpeed ZeRO-3 only, and only over several
+    processes: other stages and FSDP run it whole on every process; Python reward functions are never sharded."""
     from types import SimpleNamespace
 
-    from sara_trl.trainer.prepare import reward_model_sharding
-
-    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    from sara_trl.trainer.prepare import shards_reward_model
 
     def args(world=2, stage=None, fsdp=None):
         return SimpleNamespace(world_size=world, fsdp_plugin_args=fsdp,
                                deepspeed_plugin=None if stage is None else SimpleNamespace(zero_stage=stage))
 
     model = "my-org/reward-model"
-    assert reward_model_sharding([binary_reward, model], args(stage=3)) == "DeepSpeed ZeRO-3"
-    assert reward_model_sharding(model, args(fsdp={"fsdp_version": 2})) == "FSDP"
+    assert shards_reward_model([binary_reward, model], args(stage=3)) and shards_reward_model(model, args(stage=3))
     for funcs, config in (([binary_reward, model], args(stage=2)), ([binary_reward, model], args(world=1, stage=3)),
-                          (binary_reward, args(stage=3)), (None, args(stage=3)), ([model], args())):
-        assert reward_model_sharding(funcs, config) is None
-    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch` sets with an FSDP config
-    assert reward_model_sharding([model], args()) == "FSDP"
-    assert reward_model_sharding([model], args(stage=2)) is None  # DeepSpeed's stage decides where it is set
+                          (binary_reward, args(stage=3)), (None, args(stage=3)), ([model], args()),
+                          ([model], args(fsdp={"fsdp_version": 2}))):
+        assert not shards_reward_model(funcs, config)
 
 
-def test_a_sharded_reward_model_keeps_collection_in_rounds(tiny_model_dir, tokenizer, cpu_trainer_kwargs,
-                                                           monkeypatch):
-    """With a reward model sharded over 2 processes (ZeRO-3 here), collection='auto' collects in rounds and says why,
-    and an explicit collection='streaming' is refused before anything loads (the model id names nothing here)."""
+def test_a_zero3_reward_model_keeps_collection_in_rounds(tiny_model_dir, tokenizer, cpu_trainer_kwargs, monkeypatch):
+    """With a reward model under ZeRO-3 on 2 processes, collection='auto' collects in rounds and says why, and an
+    explicit collection='streaming' is refused before anything loads (the model id names nothing here)."""
     from types import SimpleNamespace
 
     from sara_trl.trainer.prepare import prepare_arguments
@@ -335,13 +328,15 @@ def test_a_sharded_reward_model_keeps_collection_in_rounds(tiny_model_dir, token
     prepared = prepare_arguments(SaraGRPOTrainer, tiny_model_dir, auto, SaraConfig, text_data(), tokenizer, {},
                                  reward_funcs=funcs)
     assert prepared.collection == "rounds"
-    assert prepared.collection_auto_reason == ("a reward model sharded over the processes (DeepSpeed ZeRO-3 or FSDP) "
-                                               "scores in lock-step rounds only")
-    with pytest.raises(ValueError, match=r"^SaraGRPOTrainer does not support a reward model sharded over the processes "
-                                         r"\(DeepSpeed ZeRO-3 or FSDP\) with collection='streaming'.*each forward pass "
-                                         r"of such a model needs every process at once.*Use collection='rounds'"):
+    assert prepared.collection_auto_reason == ("a reward model under DeepSpeed ZeRO-3 on several processes scores in "
+                                               "lock-step rounds only")
+    with pytest.raises(ValueError, match=r"^SaraGRPOTrainer does not support a reward model under DeepSpeed ZeRO-3 on "
+                                         r"several processes with collection='streaming': each scoring pass of a "
+                                         r"ZeRO-3 reward model gathers its parameters from every process.*Use "
+                                         r"collection='rounds'"):
         SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=funcs, args=explicit, train_dataset=text_data(),
                         processing_class=tokenizer)
+
 
 def test_all_unscorable_step_names_the_reward_functions(tiny_model_dir, tokenizer, cpu_trainer_kwargs, monkeypatch):
     messages = []

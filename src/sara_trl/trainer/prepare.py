@@ -10,10 +10,8 @@ and the prompt stream (``PromptStream``; ``ShardStream`` per process for streami
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from accelerate.utils import str_to_bool
 from datasets import Dataset, IterableDataset
 from transformers import ProcessorMixin
 from transformers.utils import logging
@@ -27,8 +25,8 @@ from sara_trl.trainer.rollout import make_success_rule
 from sara_trl.trainer.streaming import shard_groups
 from sara_trl.trainer.vllm_cpu import repack_after_sync
 
-__all__ = ["check_iterable", "check_reward_models", "prepare_arguments", "require_rounds", "reward_model_sharding",
-           "setup"]
+__all__ = ["check_iterable", "check_reward_models", "prepare_arguments", "require_rounds", "setup",
+           "shards_reward_model"]
 
 logger = logging.get_logger(__name__)
 
@@ -73,9 +71,9 @@ def prepare_arguments(
     ValueError
         An unsupported feature was passed (a feature the TRL base lacks, such as ``tools`` or
         ``environment_factory`` in RLOO; tools or environment_factory together with rollout_func; rollout_func
-        with collection='streaming'; a reward model sharded by DeepSpeed ZeRO-3 or FSDP with collection='streaming',
-        see :func:`reward_model_sharding`; multimodal input), a reward model would be read as 0/1 success labels
-        (:func:`check_reward_models`), or the dataset cannot feed SARA's prompt stream.
+        with collection='streaming'; a reward model under DeepSpeed ZeRO-3 on several processes with
+        collection='streaming', see :func:`shards_reward_model`; multimodal input), a reward model would be read as
+        0/1 success labels (:func:`check_reward_models`), or the dataset cannot feed SARA's prompt stream.
     TypeError
         ``args`` is not a ``config_class``, or the class lacks a member of
         :class:`~sara_trl.trainer.hooks.SaraTrainerBase` (or, with ``tools`` or ``environment_factory``, TRL's
@@ -102,7 +100,7 @@ def prepare_arguments(
             "the same fields."
         )
     check_reward_models(cls, reward_funcs, args)
-    if reward_model_sharding(reward_funcs, args) is not None:
+    if shards_reward_model(reward_funcs, args):
         require_rounds(cls, args, "reward_funcs")
     for name, value in (rounds_only or {}).items():
         if value:
@@ -219,45 +217,42 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
     )
 
 
-def reward_model_sharding(reward_funcs: Any, args: Any) -> str | None:
-    """How TRL will shard a reward model over the processes: ``"DeepSpeed ZeRO-3"``, ``"FSDP"``, or None.
+def shards_reward_model(reward_funcs: Any, args: Any) -> bool:
+    """Whether TRL will run a reward model sharded over several processes: under DeepSpeed ZeRO-3.
 
-    TRL 1.16 prepares each reward model (a model id, or a ``PreTrainedModel`` in ``reward_funcs``) with DeepSpeed at
-    the training config's stage when that is 3 (other stages run it unsharded) and wraps it with FSDP under FSDP; a
-    sharded model's forward pass is a collective of every process. One process shards nothing.
+    TRL 1.16 (GRPO and RLOO) prepares each reward model (a model id, or a ``PreTrainedModel`` in ``reward_funcs``)
+    with DeepSpeed at the training config's stage when that is 3, and other stages unsharded; without DeepSpeed it
+    only moves it to the device (``accelerator.prepare_model(..., evaluation_mode=True)``: no FSDP or DDP wrapper,
+    under FSDP too). Each forward pass of a ZeRO-3 model gathers its parameters from every process: a collective.
 
     Parameters
     ----------
     reward_funcs : reward function, model, model id, or a list of them, or None
         As passed to the trainer.
     args : SaraConfig or SaraRLOOConfig
-        Read: ``world_size``, ``deepspeed_plugin`` (its ``zero_stage``), ``fsdp_plugin_args``; the environment's
-        ``ACCELERATE_USE_FSDP`` (set by ``accelerate launch`` with an FSDP config).
+        Read: ``world_size`` and ``deepspeed_plugin`` (its ``zero_stage``).
     """
     from transformers import PreTrainedModel
 
     funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [] if reward_funcs is None else [reward_funcs]
-    if not any(isinstance(f, (str, PreTrainedModel)) for f in funcs) or getattr(args, "world_size", 1) <= 1:
-        return None
     plugin = getattr(args, "deepspeed_plugin", None)
-    if plugin is not None:
-        return "DeepSpeed ZeRO-3" if plugin.zero_stage == 3 else None
-    if getattr(args, "fsdp_plugin_args", None) or str_to_bool(os.environ.get("ACCELERATE_USE_FSDP", "false")):
-        return "FSDP"
-    return None
+    return (any(isinstance(f, (str, PreTrainedModel)) for f in funcs) and getattr(args, "world_size", 1) > 1
+            and plugin is not None and plugin.zero_stage == 3)
 
 
 # Why a rounds-only feature cannot stream: (what it does that streaming cannot drive, the reason for "auto").
 _ROUNDS_ONLY_REASONS = {
-    "rollout_func": ("`rollout_func` generates whole batches itself, so SARA cannot stop one of its rollouts early",
+    "rollout_func": ("streaming adds, steps and aborts single requests (one per completion) on the colocated vLLM "
+                     "engine, while `rollout_func` generates whole batches itself, so SARA cannot stop one of its "
+                     "rollouts early",
                      "`rollout_func` generates whole batches, which only rounds collection can use"),
-    "reward_funcs": ("each forward pass of such a model needs every process at once, and streaming scores each "
-                     "process's completions at that process's own pace (the processes would wait on each other)",
-                     "a reward model sharded over the processes (DeepSpeed ZeRO-3 or FSDP) scores in lock-step "
-                     "rounds only"),
+    "reward_funcs": ("each scoring pass of a ZeRO-3 reward model gathers its parameters from every process, so all "
+                     "processes must score in the same passes, while streaming scores each process's completions in "
+                     "passes of its own (the processes would hang in the gather)",
+                     "a reward model under DeepSpeed ZeRO-3 on several processes scores in lock-step rounds only"),
 }
 # How an error names a rounds-only feature, where not as `name`.
-_ROUNDS_ONLY_LABELS = {"reward_funcs": "a reward model sharded over the processes (DeepSpeed ZeRO-3 or FSDP)"}
+_ROUNDS_ONLY_LABELS = {"reward_funcs": "a reward model under DeepSpeed ZeRO-3 on several processes"}
 # Features streaming runs (one request chain per rollout, sara_trl.trainer.trajectory) but "auto" keeps in rounds:
 # the reason for "auto".
 _AUTO_ROUNDS_REASONS = {
@@ -271,7 +266,7 @@ _AUTO_ROUNDS_REASONS = {
 
 def require_rounds(cls: type, args: Any, name: str) -> None:
     """``name`` (``rollout_func``, ``tools``, ``environment_factory``, or ``reward_funcs`` holding a reward model
-    that :func:`reward_model_sharding` finds sharded) is collected in rounds unless streaming is asked for:
+    that :func:`shards_reward_model` finds sharded) is collected in rounds unless streaming is asked for:
     ``collection="auto"`` becomes ``"rounds"`` (recorded in ``args.collection_auto_reason`` for the set-up message);
     an explicit ``collection="streaming"`` is kept for ``tools`` and ``environment_factory`` (each rollout a chain of
     requests, :mod:`sara_trl.trainer.trajectory`) and raises for ``rollout_func`` and ``reward_funcs``.
@@ -279,7 +274,7 @@ def require_rounds(cls: type, args: Any, name: str) -> None:
     Raises
     ------
     ValueError
-        ``collection="streaming"`` was set explicitly with ``rollout_func`` or a sharded reward model; or
+        ``collection="streaming"`` was set explicitly with ``rollout_func`` or a ZeRO-3 reward model; or
         ``streaming_max_in_flight`` was set while ``"auto"`` resolves to rounds.
     """
     if args.collection != "streaming":
@@ -292,14 +287,12 @@ def require_rounds(cls: type, args: Any, name: str) -> None:
         auto_reason = _AUTO_ROUNDS_REASONS[name]
     else:
         why, auto_reason = _ROUNDS_ONLY_REASONS.get(name, (
-            f"`{name}` generates whole batches itself, so SARA cannot stop one of its rollouts early",
+            "streaming adds, steps and aborts single requests (one per completion) on the colocated vLLM engine, "
+            f"while `{name}` generates whole batches itself, so SARA cannot stop one of its rollouts early",
             f"`{name}` generates whole batches, which only rounds collection can use"))
         if explicit:
-            raise ValueError(
-                f"{cls.__name__} does not support {label} with collection='streaming': streaming adds, steps and "
-                f"aborts single requests (one per completion) on the colocated vLLM engine, while {why}. Use "
-                "collection='rounds' (or leave collection='auto')."
-            )
+            raise ValueError(f"{cls.__name__} does not support {label} with collection='streaming': {why}. Use "
+                             "collection='rounds' (or leave collection='auto').")
     if args.streaming_max_in_flight is not None:
         raise ValueError(f"streaming_max_in_flight ({args.streaming_max_in_flight}) is used only with "
                          f"collection='streaming', which {label} does not run under collection='auto'; leave it "
