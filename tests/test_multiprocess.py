@@ -319,9 +319,9 @@ def test_end_distributed_frees_a_gloo_group_that_a_reference_cycle_holds(tmp_pat
     import time
 
     import torch.distributed as dist
+    from _distributed import gloo_threads
 
     from sara_trl.trainer.distributed import end_distributed
-    from _distributed import gloo_threads
 
     assert not dist.is_initialized()
     end_distributed()  # nothing to destroy
