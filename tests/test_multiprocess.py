@@ -313,8 +313,8 @@ def test_single_process_errors_propagate_unchanged(fake_world):
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists a process's threads through /proc (Linux)")
 def test_end_distributed_frees_a_gloo_group_that_a_reference_cycle_holds(tmp_path):
     """``end_distributed`` joins the gloo group's threads even while a reference cycle (as the trainer, its accelerator
-    and the DDP wrapper form) holds the group: ``destroy_process_group()`` alone would leave both ``pt_gloo_runloop``
-    threads running until the cycle is collected. With no group initialized it only collects."""
+    and the DDP wrapper form) holds the group: ``destroy_process_group()`` alone would leave all three running until
+    the cycle is collected. With no group initialized it only collects."""
     import gc
     import time
 
@@ -343,6 +343,7 @@ def test_end_distributed_frees_a_gloo_group_that_a_reference_cycle_holds(tmp_pat
         gc.enable()
         if dist.is_initialized():
             dist.destroy_process_group()
+
 
 # ----------------------------------------------------------------------------------------------- launched runs
 def launch(script_args: list[str], timeout_s: float) -> tuple[int, str]:

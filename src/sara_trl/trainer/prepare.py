@@ -147,6 +147,13 @@ def prepare_arguments(
     return args
 
 
+def _reward_func_list(reward_funcs: Any) -> list:
+    """``reward_funcs`` as passed to the trainer (one, a list or tuple, or None) -> a list."""
+    if reward_funcs is None:
+        return []
+    return list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+
+
 def _reward_model_name(func: Any) -> str | None:
     """The name TRL gives a reward model in ``reward_func_names`` (its model id's last part), None for a callable."""
     import torch
@@ -187,7 +194,7 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
         A reward model is, or weighs in, the success score, the threshold is the default, and the allocator decides
         from the labels.
     """
-    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [] if reward_funcs is None else [reward_funcs]
+    funcs = _reward_func_list(reward_funcs)
     weights = list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(funcs)
     binding = getattr(args, "allocator", "sara") != "uniform" and getattr(args, "ds_filter", "success") == "success"
     if args.success_threshold_explicit or not binding or len(weights) != len(funcs):  # a mismatch: TRL's error follows
@@ -234,7 +241,7 @@ def shards_reward_model(reward_funcs: Any, args: Any) -> bool:
     """
     from transformers import PreTrainedModel
 
-    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [] if reward_funcs is None else [reward_funcs]
+    funcs = _reward_func_list(reward_funcs)
     plugin = getattr(args, "deepspeed_plugin", None)
     return (any(isinstance(f, (str, PreTrainedModel)) for f in funcs) and getattr(args, "world_size", 1) > 1
             and plugin is not None and plugin.zero_stage == 3)
@@ -286,10 +293,7 @@ def require_rounds(cls: type, args: Any, name: str) -> None:
             return
         auto_reason = _AUTO_ROUNDS_REASONS[name]
     else:
-        why, auto_reason = _ROUNDS_ONLY_REASONS.get(name, (
-            "streaming adds, steps and aborts single requests (one per completion) on the colocated vLLM engine, "
-            f"while `{name}` generates whole batches itself, so SARA cannot stop one of its rollouts early",
-            f"`{name}` generates whole batches, which only rounds collection can use"))
+        why, auto_reason = _ROUNDS_ONLY_REASONS[name]
         if explicit:
             raise ValueError(f"{cls.__name__} does not support {label} with collection='streaming': {why}. Use "
                              "collection='rounds' (or leave collection='auto').")
