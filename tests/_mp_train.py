@@ -317,7 +317,7 @@ def spy(trainer, tokenizer, record: dict) -> None:
     original_tokenize = trainer._tokenize_prompts
 
     def tokenize(prompts):
-        if trainer.model.training and getattr(trainer, "_sara_replay", None) is None and rounds:
+        if trainer.model.training and trainer.sara.replay is None and rounds:
             rounds[-1]["local"] = [question_index(p[-1]["content"]) for p in prompts]
         return original_tokenize(prompts)
 

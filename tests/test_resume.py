@@ -88,6 +88,7 @@ def test_streaming_on_two_processes_saves_and_restores_each_process_carry(tmp_pa
     from sara_trl.allocation import AllocationConfig, Allocator, ShardStream
     from sara_trl.trainer import checkpoint as ckpt
     from sara_trl.trainer.rollout import RolloutCache
+    from sara_trl.trainer.state import SaraRun
 
     cfg = AllocationConfig(k=4, collection="streaming", carry_over=True)
     carried = [[5, 6], [7]]  # process r carries these completions (one rollout each of its carried prompts)
@@ -109,12 +110,13 @@ def test_streaming_on_two_processes_saves_and_restores_each_process_carry(tmp_pa
                                  tokens=[np.ones(len(carried[rank]), np.int64)], round_index=[0] * len(carried[rank]),
                                  carried=len(carried[rank]))
         args = SimpleNamespace(should_save=rank == 0, collection="streaming", to_allocation_config=lambda: cfg)
-        return SimpleNamespace(sara_allocator=alloc, sara_stream=ShardStream(20, rank, 2, seed=0), _sara_carry=cache,
+        return SimpleNamespace(sara=SaraRun(allocator=alloc, stream=ShardStream(20, rank, 2, seed=0), success_rule=None,
+                                           carry=cache),
                                args=args, accelerator=SimpleNamespace(num_processes=2, process_index=rank),
                                state=SimpleNamespace(global_step=3), _get_output_dir=lambda trial: str(tmp_path))
 
     saving = [trainer(rank, True) for rank in range(2)]
-    states = [{"allocator": t.sara_allocator.state_dict(), "stream": t.sara_stream.state_dict()} for t in saving]
+    states = [{"allocator": t.sara.allocator.state_dict(), "stream": t.sara.stream.state_dict()} for t in saving]
     monkeypatch.setattr(ckpt, "rank_states", lambda t: states)
     for t in reversed(saving):  # the non-saving process writes its own carry file too
         ckpt.save_sara_state(t, None)
@@ -124,10 +126,10 @@ def test_streaming_on_two_processes_saves_and_restores_each_process_carry(tmp_pa
     for rank in range(2):
         fresh = trainer(rank, False)
         ckpt.load_sara_state(fresh, str(folder))
-        own = saving[rank].sara_allocator.carried_prompt_ids.tolist()
-        assert fresh.sara_allocator.carried_prompt_ids.tolist() == own == [2 * i + rank for i in range(len(own))]
-        assert fresh._sara_carry.completion_ids == [[t] for t in carried[rank]]
-        assert fresh._sara_carry.carried == fresh.sara_allocator.carried_rollouts == len(carried[rank])
+        own = saving[rank].sara.allocator.carried_prompt_ids.tolist()
+        assert fresh.sara.allocator.carried_prompt_ids.tolist() == own == [2 * i + rank for i in range(len(own))]
+        assert fresh.sara.carry.completion_ids == [[t] for t in carried[rank]]
+        assert fresh.sara.carry.carried == fresh.sara.allocator.carried_rollouts == len(carried[rank])
     (folder / "sara_carry_rank1.pt").unlink()
     with pytest.raises(FileNotFoundError, match=r"carries 1 undecided prompts .*sara_carry_rank1.pt"):
         ckpt.load_sara_state(trainer(1, False), str(folder))

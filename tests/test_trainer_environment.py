@@ -327,7 +327,7 @@ def test_environment_reward_alone(tiny_model_dir, tokenizer, cpu_trainer_kwargs)
                                   train_dataset=env_dataset(), processing_class=tool_tokenizer(tokenizer),
                                   environment_factory=GuessEnv)
         assert trainer.reward_func_names == ["GuessEnv"]
-        assert "GuessEnv" in trainer._sara_success_rule.source
+        assert "GuessEnv" in trainer.sara.success_rule.source
 
 
 class QuizEnv:

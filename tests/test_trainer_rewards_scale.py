@@ -250,7 +250,7 @@ def test_binary_rewards_are_unaffected(kind, tiny_model_dir, tokenizer, cpu_trai
         warnings.simplefilter("always")
         trainer.train()
     assert not [w for w in caught if "0/1 success labels" in str(w.message) or "success_threshold" in str(w.message)]
-    assert trainer._sara_success_rule.checking is False  # checked on step 1, and passed
+    assert trainer.sara.success_rule.checking is False  # checked on step 1, and passed
     assert trainer.state.global_step == 1
 
 
@@ -352,7 +352,7 @@ def test_all_unscorable_step_names_the_reward_functions(tiny_model_dir, tokenize
     assert (f"none of the {generated} completions could be scored: every reward function (['none_reward']) "
             "returned None for every one of them") in ours[0]
     assert "nan" not in ours[0] and "too hard" not in ours[0]
-    assert trainer._sara_success_rule.checking  # nothing scored yet: the next step is checked
+    assert trainer.sara.success_rule.checking  # nothing scored yet: the next step is checked
 
 
 def test_masked_groups_are_not_effective(tiny_model_dir, tokenizer, cpu_trainer_kwargs):

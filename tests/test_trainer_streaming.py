@@ -449,7 +449,7 @@ def test_colocate_sampling_params_match_trl():
     pytest.importorskip("vllm")
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from sara_trl.trainer.streaming import colocate_sampling_params
+    from sara_trl.trainer.trl.v1_16 import colocate_sampling_params
 
     captured = []
 

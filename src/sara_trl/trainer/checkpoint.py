@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from sara_trl.allocation import IterablePromptStream, ShardStream
 from sara_trl.trainer.rollout import RolloutCache
+from sara_trl.trainer.trl import port
 
 __all__ = ["SARA_CARRY_NAME", "SARA_ROWS_NAME", "SARA_STATE_NAME", "carry_file_name", "load_sara_state", "rank_states",
            "save_sara_state", "sara_state_dict"]
@@ -40,7 +40,7 @@ def carry_file_name(rank: int | None) -> str:
 
 def _sharded(trainer: Any) -> bool:
     """Whether each process runs its own allocator on its own prompt shard (streaming on several processes)."""
-    stream = trainer.sara_stream
+    stream = trainer.sara.stream
     return isinstance(stream, ShardStream) or (isinstance(stream, IterablePromptStream) and stream.world > 1)
 
 
@@ -66,8 +66,8 @@ def sara_state_dict(trainer: Any, ranks: list[dict] | None = None) -> dict:
     """
     state = {
         "version": 1,
-        "allocator": trainer.sara_allocator.state_dict(),
-        "stream": trainer.sara_stream.state_dict(),
+        "allocator": trainer.sara.allocator.state_dict(),
+        "stream": trainer.sara.stream.state_dict(),
         "allocation_config": trainer.args.to_allocation_config().__dict__,
     }
     if ranks is not None:
@@ -82,8 +82,8 @@ def rank_states(trainer: Any) -> list[dict] | None:
         return None
     from accelerate.utils import gather_object
 
-    return gather_object([{"allocator": trainer.sara_allocator.state_dict(),
-                           "stream": trainer.sara_stream.state_dict()}])
+    return gather_object([{"allocator": trainer.sara.allocator.state_dict(),
+                           "stream": trainer.sara.stream.state_dict()}])
 
 
 def save_sara_state(trainer: Any, trial: Any) -> None:
@@ -92,11 +92,11 @@ def save_sara_state(trainer: Any, trial: Any) -> None:
     checkpoint includes it). With streaming on several processes every process writes its own carry
     (``sara_carry_rank<R>.pt``, :func:`carry_file_name`); otherwise the saving process writes the one carry."""
     ranks = rank_states(trainer)  # every process takes part
-    folder = os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+    folder = port.checkpoint_folder(trainer, trial)
     sharded = _sharded(trainer)
-    if sharded and trainer._sara_carry is not None:  # this process's own carried completions
+    if sharded and trainer.sara.carry is not None:  # this process's own carried completions
         os.makedirs(folder, exist_ok=True)
-        torch.save(trainer._sara_carry.state(),
+        torch.save(trainer.sara.carry.state(),
                    os.path.join(folder, carry_file_name(trainer.accelerator.process_index)))
     if not trainer.args.should_save:
         return
@@ -107,8 +107,8 @@ def save_sara_state(trainer: Any, trial: Any) -> None:
         json.dump(state, handle, indent=2)
     if rows is not None:
         torch.save(rows, os.path.join(folder, SARA_ROWS_NAME))
-    if trainer._sara_carry is not None and not sharded:  # the carried prompts' completions, for the next step
-        torch.save(trainer._sara_carry.state(), os.path.join(folder, carry_file_name(None)))
+    if trainer.sara.carry is not None and not sharded:  # the carried prompts' completions, for the next step
+        torch.save(trainer.sara.carry.state(), os.path.join(folder, carry_file_name(None)))
 
 
 @contextmanager
@@ -185,15 +185,15 @@ def load_sara_state(trainer: Any, checkpoint: str | None) -> None:
     elif "ranks" in state:
         raise ValueError(f"{path} was saved by streaming collection on {len(state['ranks'])} processes; resume it "
                          f"with collection='streaming' on {len(state['ranks'])} processes.")
-    trainer.sara_allocator.load_state_dict(state["allocator"])
-    trainer.sara_stream.load_state_dict(state["stream"])
-    trainer._sara_carry = None
-    if trainer.sara_allocator.carried_rollouts:
+    trainer.sara.allocator.load_state_dict(state["allocator"])
+    trainer.sara.stream.load_state_dict(state["stream"])
+    trainer.sara.carry = None
+    if trainer.sara.allocator.carried_rollouts:
         carry_path = os.path.join(checkpoint, carry_file_name(rank if sharded else None))
         if not os.path.isfile(carry_path):
             raise FileNotFoundError(
-                f"{path} carries {trainer.sara_allocator.carried_prompts} undecided prompts into the next step "
+                f"{path} carries {trainer.sara.allocator.carried_prompts} undecided prompts into the next step "
                 f"(carry_over) but {carry_path} with their completions is missing; restore the whole checkpoint "
                 "folder."
             )
-        trainer._sara_carry = RolloutCache.from_state(torch.load(carry_path, weights_only=False))
+        trainer.sara.carry = RolloutCache.from_state(torch.load(carry_path, weights_only=False))

@@ -19,7 +19,6 @@ from transformers.utils import logging
 from trl.extras.profiling import profiling_context
 
 from sara_trl.allocation import StepResult
-from sara_trl.trainer.engine import sync_weights_once, vllm_awake
 from sara_trl.trainer.metrics import collection_warning
 from sara_trl.trainer.progress import ALLOCATOR_LABELS, RoundProgress
 from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn, score_source, success_rule, trainer_scores
@@ -27,7 +26,6 @@ from sara_trl.trainer.streaming import (
     StreamRun,
     TrainerScorer,
     VLLMStreamingEngine,
-    colocate_sampling_params,
     default_max_in_flight,
     drive_streaming_engine,
     gather_streaming_step,
@@ -35,6 +33,7 @@ from sara_trl.trainer.streaming import (
     slowest_stream_run,
 )
 from sara_trl.trainer.trajectory import TrajectoryEngine, streams_trajectories
+from sara_trl.trainer.trl import port
 
 __all__ = ["CollectedStep", "collect_engine_rounds", "collect_step", "collect_streaming"]
 
@@ -71,7 +70,7 @@ class CollectedStep:
 def collect_step(trainer: Any) -> CollectedStep:
     """Collect one training step's B groups (rounds or streaming), and hand the undecided ones to the next step.
 
-    Sets ``trainer.sara_last_step`` and, with ``carry_over``, ``trainer._sara_carry`` (the rollouts this process
+    Sets ``trainer.sara.last_step`` and, with ``carry_over``, ``trainer.sara.carry`` (the rollouts this process
     carries: with streaming on several processes each process its own, :meth:`StepResult.carried_by`); checks on
     the first step with scores that they are success labels; logs a warning for a step that ended short of B groups
     or scored nothing.
@@ -85,36 +84,35 @@ def collect_step(trainer: Any) -> CollectedStep:
     -------
     CollectedStep
     """
-    args = trainer.args
+    args, run = trainer.args, trainer.sara
     num_groups = args.num_groups
-    cache = trainer._sara_carry if trainer._sara_carry is not None else RolloutCache()
-    trainer._sara_carry = None
-    if cache.num_rollouts != trainer.sara_allocator.carried_rollouts:  # pragma: no cover - kept in step by design
+    cache = run.carry if run.carry is not None else RolloutCache()
+    run.carry = None
+    if cache.num_rollouts != run.allocator.carried_rollouts:  # pragma: no cover - kept in step by design
         raise RuntimeError(f"SARA carry-over out of sync: {cache.num_rollouts} cached rollouts for "
-                           f"{trainer.sara_allocator.carried_rollouts} carried by the allocator")
+                           f"{run.allocator.carried_rollouts} carried by the allocator")
     show = trainer.accelerator.is_main_process and not args.disable_tqdm
     start = time.perf_counter()
     stream_run = None
     if args.collection == "streaming":
-        with vllm_awake(trainer):
+        with port.vllm_awake(trainer):
             result, cache, stream_run = collect_streaming(trainer, num_groups, cache)
     elif getattr(args, "overlap_round_scoring", False):
-        with vllm_awake(trainer):
+        with port.vllm_awake(trainer):
             result, stream_run = collect_engine_rounds(trainer, num_groups, cache)
     else:
         label = ALLOCATOR_LABELS.get(args.allocator, args.allocator)
-        with RoundProgress(trainer.state.global_step + 1, show, label) as progress, vllm_awake(trainer):
-            result = trainer.sara_allocator.collect(make_rollout_fn(trainer, cache, progress), trainer.sara_stream,
-                                                    num_groups)
+        with RoundProgress(trainer.state.global_step + 1, show, label) as progress, port.vllm_awake(trainer):
+            result = run.allocator.collect(make_rollout_fn(trainer, cache, progress), run.stream, num_groups)
     seconds = time.perf_counter() - start
-    trainer.sara_last_step = result
+    run.last_step = result
     carried = result.carried_by(trainer.accelerator.process_index)
     if len(carried):
-        trainer._sara_carry = cache.carry(carried)
+        run.carry = cache.carry(carried)
     generated = cache.generated_ids()
     new_labels = cache.success_labels()[generated]
     if len(new_labels):  # the first step with scores: are they success labels? (same on every process)
-        trainer._sara_success_rule.end_step(trainer_scores(trainer, cache.reward_matrix()[generated]))
+        run.success_rule.end_step(trainer_scores(trainer, cache.reward_matrix()[generated]))
     unscorable_by = (score_source(trainer) if args.success_reward_func is not None
                      else f"every reward function ({trainer.reward_func_names})")
     message = collection_warning(trainer.state.global_step + 1, args.allocator, result.stats, new_labels, num_groups,
@@ -155,11 +153,11 @@ def collect_streaming(
     k = trainer.num_generations
     groups = shard_groups(num_groups, world)
     gen = trainer.vllm_generation
-    sync_weights_once(trainer)
+    port.sync_weights_once(trainer)
     max_in_flight = args.streaming_max_in_flight or default_max_in_flight(
         groups, k, getattr(gen, "max_num_seqs", None)
     )
-    collector = trainer.sara_allocator.streaming(trainer.sara_stream, groups, max_in_flight)
+    collector = trainer.sara.allocator.streaming(trainer.sara.stream, groups, max_in_flight)
     result, error, run = None, None, StreamRun()
     try:
         run = _drive_on_engine(trainer, collector, cache, "vLLM.stream")
@@ -174,8 +172,8 @@ def collect_streaming(
     # the ids this process's result indexes: the rollouts it carried in, then those it recorded (= its cache)
     result, payloads = gather_streaming_step(trainer.accelerator, result, cache.num_rollouts, (cache, run), error)
     # The cumulative totals count every process's rollouts (this process's allocator saw only its own).
-    trainer.sara_allocator.total_rollouts += result.stats.rollouts_generated - local.rollouts_generated
-    trainer.sara_allocator.total_tokens += result.stats.tokens_generated - local.tokens_generated
+    trainer.sara.allocator.total_rollouts += result.stats.rollouts_generated - local.rollouts_generated
+    trainer.sara.allocator.total_tokens += result.stats.tokens_generated - local.tokens_generated
     return result, RolloutCache.concat([c for c, _ in payloads]), slowest_stream_run([r for _, r in payloads])
 
 
@@ -192,8 +190,8 @@ def collect_engine_rounds(trainer: Any, num_groups: int, cache: RolloutCache) ->
     run : StreamRun
         Engine steps, reward passes and the seconds spent scoring and waiting for scores.
     """
-    sync_weights_once(trainer)
-    collector = trainer.sara_allocator.rounds(trainer.sara_stream, num_groups,
+    port.sync_weights_once(trainer)
+    collector = trainer.sara.allocator.rounds(trainer.sara.stream, num_groups,
                                               threshold=success_rule(trainer).threshold)
     run = _drive_on_engine(trainer, collector, cache, "vLLM.rounds", round_of=collector.round_of)
     return collector.finish(), run
@@ -207,7 +205,7 @@ def _drive_on_engine(trainer: Any, collector: Any, cache: RolloutCache, profile:
 
     def prompt_tokens(prompt_id: int) -> list[int]:
         if prompt_id not in tokens:
-            ids, _, _ = trainer._tokenize_prompts([trainer._sara_row(prompt_id)["prompt"]])
+            ids, _, _ = port.tokenize_prompts(trainer, [trainer._sara_row(prompt_id)["prompt"]])
             tokens[prompt_id] = list(ids[0])
         return tokens[prompt_id]
 
@@ -232,5 +230,5 @@ def request_engine(trainer: Any, tag: str) -> VLLMStreamingEngine:
     """The request-level engine of a step on this process: TRL's colocated vLLM engine with TRL's sampling
     parameters (:class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`), request ids prefixed with ``tag``."""
     gen = trainer.vllm_generation
-    return VLLMStreamingEngine(gen.llm, colocate_sampling_params(gen), keep_logprobs=trainer._sara_returns_logprobs,
-                               tag=tag)
+    return VLLMStreamingEngine(gen.llm, port.colocate_sampling_params(gen),
+                               keep_logprobs=trainer._sara_returns_logprobs, tag=tag)

@@ -2,13 +2,13 @@
 
 A round does for its rows what TRL 1.16's ``GRPOTrainer._generate_and_score_completions`` does for a batch before it
 generates (:func:`reset_environments`): it draws one instance per rollout from TRL's pool
-(``trainer._environment_pool``, grown by the factory when a round needs more instances than exist), records each row's
-environment name (``trainer._batch_environments``, which TRL's tokenization and tool loop read for the per-prompt tool
-schema), calls ``environment.reset(**row)`` and appends the observation it returns to the prompt's last message. The
-drawn instances are ``trainer.environments``, which TRL's ``_calculate_rewards`` hands the reward functions (the
-environment's own ``get_reward`` among them) as ``environments``. Their public methods, bound to each rollout's
-instance, are that rollout's tools (:func:`rollout_tools`). Instances are reused from round to round (reset again), as
-TRL reuses them from batch to batch: the rewards of a round are computed before the next round resets them.
+(the port's ``environment_pool``, grown by the factory when a round needs more instances than exist), records each
+row's environment name (the port's ``set_batch_environments``, which TRL's tokenization and tool loop read for the
+per-prompt tool schema), calls ``environment.reset(**row)`` and appends the observation it returns to the prompt's last
+message. The drawn instances are ``trainer.environments``, which TRL's ``_calculate_rewards`` hands the reward
+functions (the environment's own ``get_reward`` among them) as ``environments``. Their public methods, bound to each
+rollout's instance, are that rollout's tools (:func:`rollout_tools`). Instances are reused from round to round (reset
+again), as TRL reuses them from batch to batch: the rewards of a round are computed before the next round resets them.
 
 The replay must not reset the real instances again (a reset may be costly, or may advance the environment's own
 random state): while TRL's unchanged pipeline replays the committed rows, its pool holds stand-ins
@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sara_trl.trainer.trl import port
+
 __all__ = ["ReplayedEnvironment", "append_observation", "check_environment_names", "draw_environments",
            "environment_methods", "environment_name", "replayed_environments", "reset_environments", "rollout_tools",
            "uses_environments"]
@@ -38,7 +40,7 @@ def uses_environments(trainer: Any) -> bool:
 def environment_name(trainer: Any, row: dict) -> Any:
     """The name of a row's environment: its ``environment`` field with a dict ``environment_factory``, else None
     (TRL's single unnamed environment)."""
-    return row.get("environment") if trainer._multi_environment else None
+    return row.get("environment") if port.multi_environment(trainer) else None
 
 
 def check_environment_names(trainer: Any, names: list) -> None:
@@ -79,10 +81,10 @@ def draw_environments(trainer: Any, rows: list[dict]) -> list:
     """
     names = [environment_name(trainer, row) for row in rows]
     check_environment_names(trainer, names)
-    trainer._batch_environments = names
+    port.set_batch_environments(trainer, names)
     drawn, cursor = [], {}
     for name in names:
-        pool = trainer._environment_pool[name]
+        pool = port.environment_pool(trainer, name)
         index = cursor.get(name, 0)
         if index == len(pool):
             pool.append(trainer.environment_factories[name]())
@@ -103,7 +105,7 @@ def environment_methods(environment: Any) -> list[Callable]:
 def rollout_tools(trainer: Any, n: int) -> list[list[Callable]]:
     """``(n,)`` the tools of each rollout of a round: the standalone ``tools``, then, with environments, the methods
     of the rollout's drawn instance (``trainer.environments``, :func:`draw_environments`)."""
-    standalone = list(trainer._standalone_tools)
+    standalone = port.standalone_tools(trainer)
     if not uses_environments(trainer):
         return [standalone] * n
     return [standalone + environment_methods(environment) for environment in trainer.environments]
@@ -143,7 +145,7 @@ def reset_environments(trainer: Any, rows: list[dict], prompts: list) -> tuple[l
     environments = draw_environments(trainer, rows)
     observations = []
     for environment, row in zip(environments, rows):
-        kwargs = {k: v for k, v in row.items() if k != "environment"} if trainer._multi_environment else row
+        kwargs = {k: v for k, v in row.items() if k != "environment"} if port.multi_environment(trainer) else row
         observations.append(environment.reset(**kwargs))
     return [append_observation(p, o) for p, o in zip(prompts, observations)], observations
 
@@ -155,14 +157,16 @@ class ReplayedEnvironment:
 
     def __init__(self, observation: Any):
         self._observation = observation
+        self.resets = 0  # how often TRL reset it (the replay guard wants exactly once)
 
     def reset(self, **kwargs: Any) -> Any:
         """The cached observation (``kwargs``, the row, are ignored)."""
+        self.resets += 1
         return copy.deepcopy(self._observation)
 
 
 @contextmanager
-def replayed_environments(trainer: Any, names: list, observations: list) -> Iterator[None]:
+def replayed_environments(trainer: Any, names: list, observations: list) -> Iterator[list[ReplayedEnvironment]]:
     """While the block runs (TRL's replay of the committed rows), TRL's pool holds one :class:`ReplayedEnvironment`
     per row, in row order under each environment name, so TRL's draw hands row i the stand-in with
     ``observations[i]``; the real pool and ``trainer.environments`` are restored afterwards.
@@ -173,13 +177,14 @@ def replayed_environments(trainer: Any, names: list, observations: list) -> Iter
         ``(N,)`` the environment name of each row handed to TRL's pipeline (:func:`environment_name`).
     observations : list
         ``(N,)`` each row's cached observation (None: nothing is appended).
+
+    Yields
+    ------
+    list of ReplayedEnvironment
+        The ``(N,)`` stand-ins (each counts its resets, for the replay guard).
     """
-    pool, environments = trainer._environment_pool, trainer.environments
     stand_ins: dict[Any, list] = {name: [] for name in trainer.environment_factories}
     for name, observation in zip(names, observations):
         stand_ins.setdefault(name, []).append(ReplayedEnvironment(observation))
-    trainer._environment_pool = stand_ins
-    try:
-        yield
-    finally:
-        trainer._environment_pool, trainer.environments = pool, environments
+    with port.replaced_environment_pool(trainer, stand_ins):
+        yield [env for name in stand_ins for env in stand_ins[name]]

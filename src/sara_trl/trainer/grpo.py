@@ -6,14 +6,13 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
-from trl.chat_template_utils import parse_response
-from trl.data_utils import is_conversational
 
 from sara_trl.trainer.config import SaraConfig
 from sara_trl.trainer.metric_repair import CLIP_RATIO_METRICS, repair_grpo_sampling_metrics
 from sara_trl.trainer.mixin import SaraTrainerMixin
 from sara_trl.trainer.model_card import SaraModelCardMixin, sara_paper
 from sara_trl.trainer.progress import use_numeric_logs
+from sara_trl.trainer.trl import port
 
 __all__ = ["SaraGRPOTrainer"]
 
@@ -90,7 +89,7 @@ quantization_config, peft_config
 
     _tag_names = ["trl", "grpo", "sara"]
     _name = "SARA-GRPO"
-    _paper = sara_paper(GRPOTrainer._paper)
+    _paper = sara_paper(port.trl_paper(GRPOTrainer))
     _sara_returns_logprobs = True
     _sara_accepts_env_mask = True  # TRL's GRPO loss masks a rollout_func's env_mask (as its tool_mask)
 
@@ -145,10 +144,9 @@ quantization_config, peft_config
             )
         # A round calls the user's rollout_func (sara_trl.trainer.rollout.call_rollout_func); TRL's own calls of
         # `self.rollout_func` (the replay, evaluation) go through the stand-in, answered from the cache in the replay.
-        self._sara_rollout_func = rollout_func
+        self._sara_setup(rollout_func)
         if rollout_func is not None:
             self.rollout_func = self._sara_replayed_rollout_func
-        self._sara_setup()
         use_numeric_logs(self)  # the console prints logged numbers as numbers, not strings
 
     # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)
@@ -162,28 +160,12 @@ quantization_config, peft_config
         logprobs : list of list of float or None
             vLLM's sampled-token log-probs (one per completion token), None for transformers generation.
         """
-        return self._generate_single_turn(prompt_ids, images, multimodal_fields, 1)
+        return port.grpo_generate_round(self, prompt_ids, images, multimodal_fields)
 
     def _sara_decode(self, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list:
-        """Decode completions exactly as ``GRPOTrainer._generate`` does (what reward functions receive): with
-        ``environment_factory``, each with the tools its prompt was rendered with (its row's environment's, as set by
-        :func:`~sara_trl.trainer.environment.draw_environments` for the round)."""
-        if is_conversational({"prompt": prompts[0]}):
-            if (
-                getattr(self._tokenizer, "response_template", None) is not None
-                or getattr(self._tokenizer, "response_schema", None) is not None
-            ):
-                if self.environment_factories is not None:
-                    tools = [self._env_tools[name] for name in self._batch_environments]
-                else:
-                    tools = [self.tools] * len(completion_ids)
-                return [
-                    [parse_response(self._tokenizer, ids, prefix=prompt_ids[i], tools=tools[i])]
-                    for i, ids in enumerate(completion_ids)
-                ]
-            contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-            return [[{"role": "assistant", "content": content}] for content in contents]
-        return self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        """Decode completions exactly as ``GRPOTrainer._generate`` does (what reward functions receive; the port's
+        ``grpo_decode``): with ``environment_factory``, each with the tools its prompt was rendered with."""
+        return port.grpo_decode(self, prompts, prompt_ids, completion_ids)
 
     def _sara_row_metrics(self) -> tuple[str, ...]:
         """GRPO's metrics averaged over rows: the clip ratios under ``importance_sampling_level="sequence"`` (one

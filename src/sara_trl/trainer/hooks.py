@@ -2,10 +2,11 @@
 
 :class:`RoundTrainer` is what :func:`sara_trl.trainer.rollout.make_rollout_fn` uses to run one generation round;
 :class:`SaraTrainerBase` adds what :class:`sara_trl.trainer.mixin.SaraTrainerMixin` uses to replay the committed rows
-through TRL and to keep TRL's metrics free of padding rows. Each member is marked either *TRL* (inherited from the
-TRL trainer base, named as in TRL 1.16) or *hook* (written in the SARA trainer file, e.g. :mod:`sara_trl.trainer.grpo`).
-:func:`check_trainer_class` checks a class against both at construction, so a TRL version that renamed an internal
-fails with a message naming it instead of an ``AttributeError`` in the middle of a step.
+through TRL and to keep TRL's metrics free of padding rows. Each member is marked *TRL* (a public member of the TRL
+trainer base), *mixin* or *hook* (written in the SARA trainer file, e.g. :mod:`sara_trl.trainer.grpo`). TRL's private
+members are not listed here: only the port (:mod:`sara_trl.trainer.trl`) names them, and
+:func:`check_trainer_class` checks the port's list (``TRL_MEMBERS``) and the hooks at construction, so a TRL version
+that renamed an internal fails with a message naming it instead of an ``AttributeError`` in the middle of a step.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-__all__ = ["HOOKS", "TRL_MEMBERS", "RoundTrainer", "SaraTrainerBase", "check_trainer_class"]
+from sara_trl.trainer.trl import port
+
+__all__ = ["HOOKS", "RoundTrainer", "SaraTrainerBase", "check_trainer_class"]
 
 
 class RoundTrainer(Protocol):
@@ -32,24 +35,20 @@ class RoundTrainer(Protocol):
         *TRL.* Their names, ``(F,)``.
     reward_weights : torch.Tensor
         *TRL.* ``(F,)`` weights of the weighted reward sum.
-    _pending_extra_logs : dict of str to list
-        *TRL.* Buffer that reward functions fill through ``log_extra``; swapped out for the reward pass of a round.
-    _sara_success_rule : sara_trl.allocation.labels.SuccessRule
-        *Mixin.* Turns scores into success labels and checks their scale on the first step (set in ``_sara_setup``;
-        a stand-in trainer without it labels at ``args.success_threshold`` without the check).
-    _sara_rollout_func : callable or None
-        *Hook* (optional, set in ``__init__``). The user's ``rollout_func``: when set, a round calls it instead of
-        ``_tokenize_prompts`` and ``_sara_generate_round`` (:func:`sara_trl.trainer.rollout.call_rollout_func`).
+    sara : sara_trl.trainer.state.SaraRun
+        *Mixin.* SARA's run state (set in ``_sara_setup``): its ``success_rule`` turns scores into success labels and
+        checks their scale on the first step (a stand-in trainer without ``sara`` labels at ``args.success_threshold``
+        without the check); its ``rollout_func``, when set, is called by a round instead of TRL's tokenization and
+        ``_sara_generate_round`` (:func:`sara_trl.trainer.rollout.call_rollout_func`).
     _sara_accepts_env_mask : bool
         *Hook* (optional class attribute, default False). Whether the base's loss masks a ``rollout_func``'s
         ``env_mask`` (GRPO: as its ``tool_mask``); without it an ``env_mask`` raises.
-    tools, _standalone_tools
-        *TRL* (optional; GRPO 1.16). Every tool, and those bound to no environment: with a tool, a round runs TRL's
-        ``_tool_call_loop`` (:func:`sara_trl.trainer.rollout.run_tool_loop`).
-    environment_factories, _multi_environment, _environment_pool, _env_tools, environments, _batch_environments
-        *TRL* (optional; GRPO 1.16 with ``environment_factory``). The factories by name, whether they are a dict, the
-        pool of instances by name, the tools by name, the drawn instances and each row's name: a round draws and
-        resets through them (:mod:`sara_trl.trainer.environment`).
+    tools
+        *TRL* (optional; GRPO). Every tool: with a tool, a round runs TRL's tool loop through the port
+        (:func:`sara_trl.trainer.rollout.run_tool_loop`).
+    environment_factories, environments
+        *TRL* (optional; GRPO with ``environment_factory``). The factories by name and the drawn instances: a round
+        draws and resets through them and TRL's pool (:mod:`sara_trl.trainer.environment`).
     """
 
     accelerator: Any
@@ -57,30 +56,10 @@ class RoundTrainer(Protocol):
     reward_funcs: list
     reward_func_names: list[str]
     reward_weights: torch.Tensor
-    _pending_extra_logs: dict[str, list]
-    _sara_success_rule: Any
+    sara: Any
 
     def _sara_row(self, prompt_id: int) -> dict:
         """*Mixin.* Dataset row ``prompt_id`` as a dict (it has a ``"prompt"`` key and the reward columns)."""
-        ...
-
-    def _tokenize_prompts(self, prompts: list) -> tuple[list[list[int]], Any, dict]:
-        """*TRL.* Apply the chat template and tokenize.
-
-        Parameters
-        ----------
-        prompts : list
-            ``(R,)`` prompts, text or conversational.
-
-        Returns
-        -------
-        prompt_ids : list of list of int
-            ``(R,)`` token ids, one list per prompt.
-        images : None
-            Always None here (multimodal input is rejected at construction).
-        multimodal_fields : dict
-            Empty here; passed through to generation.
-        """
         ...
 
     def _sara_generate_round(
@@ -125,37 +104,31 @@ class RoundTrainer(Protocol):
         """
         ...
 
-    def _calculate_rewards(
-        self, inputs: list, prompts: list, completions: list, completion_ids_list: list
-    ) -> torch.Tensor:
-        """*TRL.* One reward pass; returns the ``(R * num_processes, F)`` rows gathered over processes.
-
-        NaN where a function returned None. Called once per round by the rollout function (and answered from the
-        cache during the replay, see :meth:`SaraTrainerBase._calculate_rewards`).
-        """
-        ...
 
 
 class SaraTrainerBase(RoundTrainer, Protocol):
     """Everything a SARA trainer class needs from its TRL base and from its own file.
 
-    :class:`~sara_trl.trainer.mixin.SaraTrainerMixin` drives TRL through these members only: it overrides
-    ``_generate_and_score_completions`` (collect, then replay), ``_generate_single_turn`` and ``_calculate_rewards``
-    (answer the replay from the cache), ``_get_per_token_logps_and_entropies`` (record the replay's log-probs),
-    ``_compute_loss`` (padding-free metrics) and the checkpoint methods, and calls ``super()`` for each.
+    :class:`~sara_trl.trainer.mixin.SaraTrainerMixin` drives TRL through these members and the port
+    (:mod:`sara_trl.trainer.trl`), whose ``TrlHooks`` override TRL's generation batch (collect, then replay), its
+    generation and reward hooks (answer the replay from the cache), its forward pass (record the replay's log-probs),
+    its loss (padding-free metrics) and its checkpoint methods.
 
-    Checklist for a third TRL trainer base ``XTrainer`` (one new file, ``sara_trl/trainer/x.py``; nothing else changes):
+    Checklist for a third TRL trainer base ``XTrainer`` (one new file, ``sara_trl/trainer/x.py``, plus what the port
+    must say about ``XTrainer``):
 
     1. ``@dataclass class SaraXConfig(<allocation arguments of sara_trl.trainer.config>, XConfig)``, as
        :class:`~sara_trl.trainer.config.SaraRLOOConfig` is built from ``RLOOConfig``.
     2. ``class SaraXTrainer(SaraTrainerMixin, XTrainer)`` (mixin first) with ``_name``, ``_tag_names`` and
-       ``_paper = sara_paper(XTrainer._paper)``.
+       ``_paper = sara_paper(port.trl_paper(XTrainer))``.
     3. ``__init__``: ``args = self._sara_prepare(model, args, SaraXConfig, train_dataset, processing_class,
-       unsupported, reward_funcs=reward_funcs)`` before ``super().__init__``, and ``self._sara_setup()`` after it.
+       unsupported, reward_funcs=reward_funcs)`` before ``super().__init__``, and ``self._sara_setup(rollout_func)``
+       after it.
     4. The hooks: ``_sara_returns_logprobs``, ``_sara_generate_round``, ``_sara_decode``, ``_sara_row_metrics`` and
        ``_sara_fix_replay_metrics``, documented below.
-    5. Check that ``XTrainer`` has every *TRL* member listed here with the same meaning (:func:`check_trainer_class`
-       checks that they exist), that it builds groups as ``view(-1, num_generations)`` over contiguous rows, and that
+    5. Check that ``XTrainer`` has every member of the port's ``TRL_MEMBERS`` with the same meaning
+       (:func:`check_trainer_class` checks that they exist) and calls the replay's hooks (the replay guard checks
+       that at every step), that it builds groups as ``view(-1, num_generations)`` over contiguous rows, and that
        a NaN reward row leaves the group statistics and gets a zero advantage.
     6. A test like ``tests/test_trainer_padding.py`` for the new class (hand-computed advantages, loss and metrics).
 
@@ -166,43 +139,16 @@ class SaraTrainerBase(RoundTrainer, Protocol):
         rather than ``ids`` alone (RLOO); the replay answers in the same form.
     num_generations : int
         *TRL.* Group size k.
-    _tokenizer : transformers.PreTrainedTokenizerBase
-        *TRL.* Gives ``eos_token_id`` and ``pad_token_id``.
     eos_token_ids : list of int
         *TRL.* Tokens that end a completion (a completion not ending in one of them or pad is truncated).
-    _metrics : dict
-        *TRL.* ``{"train": {name: [values]}, "eval": ...}``, averaged over the logging window.
     state : transformers.TrainerState
         *TRL.* ``global_step`` and ``num_input_tokens_seen``.
     """
 
     _sara_returns_logprobs: ClassVar[bool]
     num_generations: int
-    _tokenizer: Any
     eos_token_ids: list[int]
-    _metrics: dict[str, dict[str, list]]
     state: Any
-
-    def _generate_and_score_completions(self, inputs: list) -> dict:
-        """*TRL.* Generate, score and pad one generation batch; returns TRL's batch dict (``completion_mask``,
-        ``advantages``, ...). Replayed unchanged on the B*k rows SARA lays out."""
-        ...
-
-    def _generate_single_turn(self, prompt_ids: list[list[int]], *args: Any, **kwargs: Any) -> Any:
-        """*TRL.* The base's generation call; ``(ids, logprobs)`` or ``ids`` (see ``_sara_returns_logprobs``)."""
-        ...
-
-    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> tuple:
-        """*TRL.* Forward pass; returns ``(per_token_logps (N, T), entropies or None, aux_loss or None)``."""
-        ...
-
-    def _compute_loss(self, model: Any, inputs: dict) -> torch.Tensor:
-        """*TRL.* Loss of one micro-batch; appends ``kl``, ``entropy``, ``clip_ratio/*``, ... to ``_metrics``."""
-        ...
-
-    def _log_completion_extra(self, column: str, values: list) -> None:
-        """*TRL.* Add a column to the completions table (one value per local row of the batch being scored)."""
-        ...
 
     def _sara_row_metrics(self) -> tuple[str, ...]:
         """*Hook.* Names of the TRL metrics that ``_compute_loss`` averages over rows (sequences) without the
@@ -226,9 +172,9 @@ class SaraTrainerBase(RoundTrainer, Protocol):
         implementations live with the other metric corrections, in :mod:`sara_trl.trainer.metric_repair`).
 
         Called on every process after padding rows were masked out of ``output`` (its ``completion_mask`` is zero
-        on them), only for a batch that holds padding rows. Replaces the last value of each such metric in
-        ``self._metrics["train"]`` by the value over real tokens (NaN when there is none). TRL 1.16: RLOO's ``kl``
-        (computed before any mask, in ``_generate_and_score_completions``); GRPO's ``sampling/*`` vLLM
+        on them), only for a batch that holds padding rows. Replaces the last value of each such metric in TRL's
+        train metrics (the port's ``metrics(trainer)``) by the value over real tokens (NaN when there is none):
+        RLOO's ``kl`` (computed before any mask, in ``_generate_and_score_completions``); GRPO's ``sampling/*`` vLLM
         importance-sampling metrics.
 
         Parameters
@@ -244,10 +190,6 @@ class SaraTrainerBase(RoundTrainer, Protocol):
         ...
 
 
-# Members checked on the class by check_trainer_class (instance attributes set in TRL's __init__ are not).
-TRL_MEMBERS = ("_tokenize_prompts", "_calculate_rewards", "_generate_and_score_completions", "_generate_single_turn",
-               "_get_per_token_logps_and_entropies", "_compute_loss", "_log_completion_extra", "_save_checkpoint",
-               "_load_optimizer_and_scheduler")
 HOOKS = ("_sara_returns_logprobs", "_sara_generate_round", "_sara_decode", "_sara_row_metrics",
          "_sara_fix_replay_metrics")
 
@@ -266,12 +208,13 @@ def check_trainer_class(cls: type) -> None:
         A *TRL* member is missing (an incompatible TRL version) or a *hook* was not written in the SARA trainer's
         file; the message names each missing member.
     """
-    missing_trl = [name for name in TRL_MEMBERS if not callable(getattr(cls, name, None))]
+    missing_trl = [name for name in port.TRL_MEMBERS if not callable(getattr(cls, name, None))]
     missing_hooks = [name for name in HOOKS if getattr(cls, name, None) is None]
     if missing_trl:
         raise TypeError(
-            f"{cls.__name__}: its TRL base lacks {missing_trl}, which SARA drives (written for TRL 1.16). Install a "
-            "TRL version with these methods, or adapt the SARA trainer file to the new names."
+            f"{cls.__name__}: its TRL base lacks {missing_trl}, which SARA drives (the port for TRL "
+            f"{port.TRL_LINE}, installed {port.TRL_VERSION}). Install a supported TRL, or adapt the port module "
+            "(docs/trl-port.md)."
         )
     if missing_hooks:
         raise TypeError(

@@ -29,6 +29,7 @@ import torch
 from trl.trainer.utils import nanmax, nanmin
 
 from sara_trl.trainer.replay import PADDING_COMPLETION_TOKENS, PADDING_KEY
+from sara_trl.trainer.trl import port
 
 __all__ = ["CLIP_RATIO_METRICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "SAMPLING_ORIGIN_METRICS",
            "correct_loss_metrics", "correct_padding_metrics", "correct_tool_metrics", "global_masked_mean",
@@ -45,7 +46,7 @@ def numeric_logs(metrics: dict[str, list], logs: dict, prefix: str = "") -> None
     Parameters
     ----------
     metrics : dict
-        ``trainer._metrics[mode]``.
+        ``port.metrics(trainer, mode)``.
     logs : dict
         The dict about to be logged.
     prefix : str
@@ -84,7 +85,7 @@ def correct_padding_metrics(
     Parameters
     ----------
     metrics : dict
-        ``trainer._metrics["train"]``.
+        ``port.metrics(trainer)``.
     lengths : numpy.ndarray
         ``(B*k,)`` completion lengths of the global batch in tokens, in row order.
     truncated : numpy.ndarray
@@ -123,7 +124,7 @@ def correct_tool_metrics(metrics: dict[str, list], cache: Any, plan_rollouts: np
     Parameters
     ----------
     metrics : dict
-        ``trainer._metrics["train"]``.
+        ``port.metrics(trainer)``.
     cache : sara_trl.trainer.rollout.RolloutCache
         The step's rollouts (each with the record of TRL's tool loop).
     plan_rollouts : numpy.ndarray
@@ -205,7 +206,7 @@ def correct_loss_metrics(
     Parameters
     ----------
     metrics : dict
-        ``trainer._metrics["train"]``.
+        ``port.metrics(trainer)``.
     appended : set of str
         Names TRL appended a value to during this micro-batch's ``_compute_loss``.
     real_tokens : int
@@ -285,7 +286,7 @@ def mask_padding_rows(trainer: Any, output: dict, layout: Any, cache: Any, stats
         The step's accounting (``unfilled``).
     """
     accelerator, device = trainer.accelerator, trainer.accelerator.device
-    metrics = trainer._metrics["train"]
+    metrics = port.metrics(trainer)
     is_padding, plan_rollouts, replay = layout.is_padding, layout.plan_rollouts, layout.replay
     pad_local = torch.as_tensor(is_padding[layout.local], device=device)
     zero_padding_rows(output, pad_local)
@@ -300,7 +301,7 @@ def mask_padding_rows(trainer: Any, output: dict, layout: Any, cache: Any, stats
     pad_tokens = accelerator.gather(torch.tensor([pad_tokens], device=device)).sum().item()
     trainer.state.num_input_tokens_seen -= pad_tokens
     metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
-    eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    eos_and_pad = {*trainer.eos_token_ids, port.tokenizer(trainer).pad_token_id}
     lengths = np.asarray([model_tokens(cache, r) if r >= 0 else PADDING_COMPLETION_TOKENS for r in plan_rollouts])
     truncated = np.asarray(
         [r >= 0 and (not cache.completion_ids[r] or cache.completion_ids[r][-1] not in eos_and_pad)
@@ -346,7 +347,7 @@ def loss_with_real_row_metrics(trainer: Any, compute_loss: Callable[[dict], torc
         TRL's loss, unchanged.
     """
     mode = "train" if trainer.model.training else "eval"
-    metrics = trainer._metrics[mode]
+    metrics = port.metrics(trainer, mode)
     before = {name: len(values) for name, values in metrics.items()}
     loss = compute_loss(inputs)
     appended = {name for name, values in metrics.items() if len(values) > before.get(name, 0)}
@@ -375,7 +376,7 @@ def repair_grpo_sampling_metrics(trainer: Any, output: dict, is_padding_local: t
     mask = output["completion_mask"].bool()
     if "tool_mask" in output:
         mask = mask & output["tool_mask"].bool()
-    metrics = trainer._metrics["train"]
+    metrics = port.metrics(trainer)
     nan = torch.tensor(float("nan"), device=mask.device)
     old, sampling = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")
     if old is not None and sampling is not None:
@@ -450,7 +451,7 @@ def log_sampling_difference_by_origin(trainer: Any, output: dict, layout: Any, c
         stats += [values.sum(), torch.tensor(float(values.numel()), device=delta.device),
                   values.max() if values.numel() else torch.tensor(float("-inf"), device=delta.device)]
     gathered = trainer.accelerator.gather(torch.stack(stats).float().unsqueeze(0)).view(-1, 6)
-    metrics = trainer._metrics["train"]
+    metrics = port.metrics(trainer)
     for column, (mean_name, max_name) in zip((0, 3), (SAMPLING_ORIGIN_METRICS[:2], SAMPLING_ORIGIN_METRICS[2:])):
         total, count = gathered[:, column].sum().item(), gathered[:, column + 1].sum().item()
         if count > 0:
@@ -481,4 +482,4 @@ def repair_rloo_kl(trainer: Any, output: dict, replay_logps: list) -> None:
         )
     old, ref = replay_logps[0], replay_logps[1]
     kl = global_masked_mean(trainer.accelerator, old - ref, output["completion_mask"])
-    replace_last(trainer._metrics["train"], "kl", kl)
+    replace_last(port.metrics(trainer), "kl", kl)

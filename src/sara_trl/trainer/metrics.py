@@ -1,8 +1,9 @@
 """SARA's per-step metrics (``sara/*``): what one step collected and what it cost.
 
-TRL logs through ``trainer._metrics[mode][name]``, a list averaged (NaN-free) over each logging window. SARA appends
-one value per generation batch, so a logged ``sara/x`` is the mean per generation batch over the window; the
-``sara/cumulative_*`` values are running totals and are overwritten instead (like TRL's ``num_tokens``).
+TRL logs through its metric sink (the port's ``metrics(trainer, mode)[name]``), a list averaged (NaN-free) over each
+logging window. SARA appends one value per generation batch, so a logged ``sara/x`` is the mean per generation batch
+over the window; the ``sara/cumulative_*`` values are running totals and are overwritten instead (like TRL's
+``num_tokens``).
 
 Every logged metric is a number. A metric with no valid value in its window (TRL's ``reward`` when no group was
 committed, ``kl`` or ``entropy`` when every row was padding) is logged as ``float("nan")``, where TRL 1.16 logs None
@@ -24,6 +25,7 @@ import numpy as np
 from sara_trl.allocation import Fate, StepStats
 from sara_trl.trainer.environment import uses_environments
 from sara_trl.trainer.rollout import uses_tools
+from sara_trl.trainer.trl import port
 
 __all__ = ["CUMULATIVE_DIAGNOSTICS", "STEP_METRICS", "TOOL_FATES", "TOOL_METRICS", "TOOL_UNITS",
            "check_tool_accounting", "collection_warning", "log_collected_step", "log_step_metrics",
@@ -101,7 +103,7 @@ def log_step_metrics(
     Parameters
     ----------
     metrics : dict
-        ``trainer._metrics["train"]``.
+        ``port.metrics(trainer)``.
     stats : StepStats
         The step's accounting.
     success_labels : numpy.ndarray
@@ -353,12 +355,12 @@ def truncation_masked_rollouts(trainer: Any, cache: Any) -> np.ndarray:
     and no EOS/pad at its end, TRL's own test)."""
     if not getattr(trainer, "mask_truncated_completions", False):
         return np.zeros(cache.num_rollouts, dtype=bool)
-    eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    eos_and_pad = {*trainer.eos_token_ids, port.tokenizer(trainer).pad_token_id}
     return np.asarray([not ids or ids[-1] not in eos_and_pad for ids in cache.completion_ids], dtype=bool)
 
 
 def log_collected_step(trainer: Any, step: Any) -> None:
-    """Append one collected step's ``sara/*`` values to ``trainer._metrics["train"]``.
+    """Append one collected step's ``sara/*`` values to ``port.metrics(trainer)``.
 
     The accounting (:func:`log_step_metrics`), the wall-clock of the collection (``sara/collect_seconds``: every
     round's generation call and reward pass, plus the allocator: what a step's rollouts cost in time, beside
@@ -378,8 +380,8 @@ def log_collected_step(trainer: Any, step: Any) -> None:
     step : sara_trl.trainer.collect.CollectedStep
         The step as collected.
     """
-    metrics = trainer._metrics["train"]
-    allocator, result, cache = trainer.sara_allocator, step.result, step.cache
+    metrics = port.metrics(trainer)
+    allocator, result, cache = trainer.sara.allocator, step.result, step.cache
     log_step_metrics(
         metrics,
         result.stats,

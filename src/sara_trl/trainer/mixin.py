@@ -1,9 +1,14 @@
-"""`SaraTrainerMixin`: TRL's hook methods, overridden for SARA's *collect, then replay*, each delegating to a module.
+"""`SaraTrainerMixin`: SARA's *collect, then replay* inside a TRL trainer, each part delegating to a module.
+
+TRL's private methods that SARA answers are overridden in the port (:class:`sara_trl.trainer.trl.v1_16.TrlHooks`, a
+base of this mixin); they call back into the ``_sara_*`` methods here. SARA's run state is one object,
+``trainer.sara`` (:class:`~sara_trl.trainer.state.SaraRun`).
 
 Which module does what: :mod:`~sara_trl.trainer.prepare` (checks before and set-up after TRL's construction),
 :mod:`~sara_trl.trainer.collect` (step 1), :mod:`~sara_trl.trainer.replay` (steps 2 and 3),
 :mod:`~sara_trl.trainer.metric_repair` (step 4 and every correction of TRL's metrics),
-:mod:`~sara_trl.trainer.checkpoint` (SARA's state in a checkpoint), :mod:`~sara_trl.trainer.engine` (the vLLM engine).
+:mod:`~sara_trl.trainer.checkpoint` (SARA's state in a checkpoint), :mod:`~sara_trl.trainer.vllm_cpu` (the vLLM
+engine on a CPU).
 
 How one generation batch is built:
 
@@ -70,7 +75,6 @@ from datasets import IterableDataset
 from sara_trl.allocation import IterablePromptStream
 from sara_trl.trainer.checkpoint import SARA_STATE_NAME, load_sara_state, optimizer_state_onto_cpu, save_sara_state
 from sara_trl.trainer.collect import collect_step, request_engine
-from sara_trl.trainer.engine import engine_context
 from sara_trl.trainer.iterable import step_counter_dataset
 from sara_trl.trainer.metric_repair import (
     log_sampling_difference_by_origin,
@@ -88,11 +92,14 @@ from sara_trl.trainer.replay import (
     lay_out,
     replaying,
 )
+from sara_trl.trainer.state import SaraRun
+from sara_trl.trainer.trl import port
+from sara_trl.trainer.vllm_cpu import engine_context
 
 __all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "SARA_STATE_NAME", "SaraTrainerMixin", "build_row_plan"]
 
 
-class SaraTrainerMixin:
+class SaraTrainerMixin(port.TrlHooks):
     """Shared SARA logic for :class:`SaraGRPOTrainer` and :class:`SaraRLOOTrainer` (put it first in the bases).
 
     A subclass implements the hooks of :class:`sara_trl.trainer.hooks.SaraTrainerBase` (``_sara_returns_logprobs``,
@@ -101,13 +108,27 @@ class SaraTrainerMixin:
 
     Attributes
     ----------
-    sara_allocator : sara_trl.allocation.Allocator
-        The allocation core (set after construction).
-    sara_stream : sara_trl.allocation.PromptStream, ShardStream or IterablePromptStream
-        SARA's prompt stream over ``train_dataset`` (an ``IterablePromptStream`` for a ``datasets.IterableDataset``).
-    sara_last_step : sara_trl.allocation.StepResult or None
-        The latest step's result, with per-prompt records; None before the first step.
+    sara : SaraRun
+        SARA's run state (allocator, prompt stream, success rule, carry, last step, replay), set after TRL's
+        construction; None before.
+    sara_allocator, sara_stream, sara_last_step
+        Read-only views of ``sara.allocator``, ``sara.stream`` and ``sara.last_step`` (the allocation core; the
+        prompt stream; the latest step's result with per-prompt records, None before the first step).
     """
+
+    sara: SaraRun | None = None
+
+    @property
+    def sara_allocator(self):
+        return self.sara.allocator
+
+    @property
+    def sara_stream(self):
+        return self.sara.stream
+
+    @property
+    def sara_last_step(self):
+        return self.sara.last_step
 
     # ------------------------------------------------------------------------------------------ construction
     @classmethod
@@ -122,13 +143,14 @@ class SaraTrainerMixin:
 
     @staticmethod
     def _sara_engine_context(args):
-        """Context wrapped around TRL's construction (:func:`sara_trl.trainer.engine.engine_context`): the CPU-only
+        """Context wrapped around TRL's construction (:func:`sara_trl.trainer.vllm_cpu.engine_context`): the CPU-only
         adjustments of a colocated vLLM engine, a no-op elsewhere."""
         return engine_context(args)
 
-    def _sara_setup(self) -> None:
-        """After TRL's construction: the allocator and the prompt stream (:func:`sara_trl.trainer.prepare.setup`)."""
-        setup(self)
+    def _sara_setup(self, rollout_func: Any = None) -> None:
+        """After TRL's construction: SARA's run state ``self.sara`` (:func:`sara_trl.trainer.prepare.setup`); a
+        round calls ``rollout_func`` (the user's, or None)."""
+        self.sara = setup(self, rollout_func)
 
     def _sara_request_engine(self, tag: str):
         """The engine a streaming step (or rounds with ``overlap_round_scoring``) adds its requests to: TRL's
@@ -139,13 +161,14 @@ class SaraTrainerMixin:
     def _sara_row(self, prompt_id: int) -> dict:
         """Dataset row ``prompt_id`` as a dict (cached for the current step); of an iterable dataset, the row its
         prompt stream holds (``prompt_id`` is the row's position in a pass)."""
-        row = self._sara_row_cache.get(prompt_id)
+        rows = self.sara.rows
+        row = rows.get(prompt_id)
         if row is None:
-            if isinstance(self.sara_stream, IterablePromptStream):
-                row = dict(self.sara_stream.row(int(prompt_id)))
+            if isinstance(self.sara.stream, IterablePromptStream):
+                row = dict(self.sara.stream.row(int(prompt_id)))
             else:
                 row = dict(self.train_dataset[int(prompt_id)])
-            self._sara_row_cache[prompt_id] = row
+            rows[prompt_id] = row
         return row
 
     def get_train_dataloader(self):
@@ -162,44 +185,40 @@ class SaraTrainerMixin:
             self.train_dataset = dataset
 
     # ------------------------------------------------------------------------------------------ one generation batch
-    def _generate_and_score_completions(self, inputs):
-        """Training: collect with the allocator, then replay the committed rows through TRL (see the module doc).
-
-        Evaluation (and the replay itself) pass straight to TRL. In training, ``inputs`` (the dataloader batch) is
-        ignored: prompts come from ``sara_stream``.
+    def _sara_generation_batch(self, trl_pipeline):
+        """One training generation batch: collect with the allocator, then replay the committed rows through TRL's
+        unchanged pipeline (see the module doc). The dataloader's batch is not used: prompts come from SARA's stream.
 
         Parameters
         ----------
-        inputs : list of dict
-            The dataloader's batch (used in evaluation only).
+        trl_pipeline : callable
+            TRL's own ``_generate_and_score_completions`` (rows -> batch dict), handed in by the port.
 
         Returns
         -------
         dict
             TRL's batch dict for this process's rows (padding rows masked, :data:`PADDING_KEY` added when there are
             padding rows).
+
+        Raises
+        ------
+        RuntimeError
+            TRL did not take the replay's cached answers exactly once each (the replay guard of
+            :func:`~sara_trl.trainer.replay.replaying`).
         """
-        if not self.model.training or active_replay(self) is not None:
-            return super()._generate_and_score_completions(inputs)
-        self._sara_row_cache = {}
+        run = self.sara
+        run.rows = {}
         step = collect_step(self)  # 1. collect B groups (rounds or streaming)
         layout = lay_out(self, step.result, step.cache)  # 2. lay out B*k rows; this process takes its share
         with replaying(self, layout.replay):  # 3. replay through TRL's unchanged pipeline, answered from the cache
-            output = super()._generate_and_score_completions(layout.rows)
-        if isinstance(self.sara_stream, IterablePromptStream):  # the step's rows are done with, but the carried ones
-            self.sara_stream.release(keep=self.sara_allocator.carried_prompt_ids)
+            output = trl_pipeline(layout.rows)
+        if isinstance(run.stream, IterablePromptStream):  # the step's rows are done with, but the carried ones
+            run.stream.release(keep=run.allocator.carried_prompt_ids)
         if layout.is_padding.any():  # 4. mask padding rows, repair what TRL logged over them (every process)
             mask_padding_rows(self, output, layout, step.cache, step.result.stats)
         log_sampling_difference_by_origin(self, output, layout, step.cache)  # carry_over on vLLM: policy lag apart
         log_collected_step(self, step)
         return output
-
-    def _tokenize_prompts(self, prompts):
-        """TRL's tokenization; during the replay of a custom ``rollout_func``'s rows, the prompt ids it returned."""
-        replay = active_replay(self)
-        if replay is None or replay.prompt_ids is None:
-            return super()._tokenize_prompts(prompts)
-        return replay.prompt_tokens(prompts)
 
     def _sara_replayed_rollout_func(self, prompts, trainer):
         """Stands in for the user's ``rollout_func`` on TRL's side (``self.rollout_func``): during the replay it
@@ -207,75 +226,38 @@ class SaraTrainerMixin:
         the user's function."""
         replay = active_replay(self)
         if replay is None:
-            return self._sara_rollout_func(prompts, trainer)
+            return self.sara.rollout_func(prompts, trainer)
         return replay.rollout_output(prompts)
-
-    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        """Generate with TRL; during the replay, return the cached completions (and vLLM log-probs for GRPO)."""
-        replay = active_replay(self)
-        if replay is None:  # generating: a round of the collection, or evaluation
-            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
-        return replay.completions(prompt_ids, self._sara_returns_logprobs)
-
-    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields):
-        """TRL's multi-turn tool loop (``tools=``, GRPO); during the replay, the cached trajectories (completion ids
-        over every turn, ``tool_mask``, log-probs, messages, tool call and failure counts) instead of running it
-        again."""
-        replay = active_replay(self)
-        if replay is None:  # a round of the collection (sara_trl.trainer.rollout.run_tool_loop), or evaluation
-            return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, logprobs, images,
-                                           multimodal_fields)
-        return replay.tool_loop(completions)
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        """Score with TRL; during the replay, return the cached, already gathered ``(B*k, F)`` reward rows."""
-        replay = active_replay(self)
-        if replay is None:  # scoring: a round of the collection, or evaluation
-            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        return replay.reward_rows(len(prompts) * self.accelerator.num_processes)
-
-    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
-        """TRL's forward pass; during the replay, its per-token log-probs are also kept for
-        ``_sara_fix_replay_metrics``."""
-        result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-        replay = active_replay(self)
-        if replay is not None:
-            replay.logps.append(result[0].detach())
-        return result
 
     # ------------------------------------------------------------------------------------------ metrics
     def log(self, logs: dict, start_time: float | None = None) -> None:
         """TRL's ``log``, with every metric a number: one with no valid value in the window is logged as NaN, where
         TRL logs None (e.g. ``reward`` when no group was committed), so callbacks can do arithmetic on any value."""
         mode = "train" if self.model.training else "eval"
-        numeric_logs(self._metrics[mode], logs, prefix="eval_" if mode == "eval" else "")
+        numeric_logs(port.metrics(self, mode), logs, prefix="eval_" if mode == "eval" else "")
         super().log(logs, start_time)
 
-    def _compute_loss(self, model, inputs):
-        """TRL's loss, unchanged; then the per-token and per-row metrics it appended are made to exclude padding rows.
-
-        Only for micro-batches of a generation batch with padding rows (marked by :data:`PADDING_KEY`, which is
-        removed before TRL sees the batch); see :func:`sara_trl.trainer.metric_repair.loss_with_real_row_metrics`.
-        """
+    def _sara_loss(self, inputs, trl_loss):
+        """TRL's loss (``trl_loss(batch)``), unchanged; for a micro-batch of a generation batch with padding rows
+        (marked by :data:`PADDING_KEY`, removed before TRL sees the batch) the per-token and per-row metrics it
+        appended are made to exclude them (:func:`sara_trl.trainer.metric_repair.loss_with_real_row_metrics`)."""
         padding = inputs.get(PADDING_KEY) if isinstance(inputs, dict) else None
         if padding is None:
-            return super()._compute_loss(model, inputs)
+            return trl_loss(inputs)
         inputs = {key: value for key, value in inputs.items() if key != PADDING_KEY}
-        compute_loss = super()._compute_loss
-        return loss_with_real_row_metrics(self, lambda batch: compute_loss(model, batch), inputs, padding)
+        return loss_with_real_row_metrics(self, trl_loss, inputs, padding)
 
     # ------------------------------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self, model, trial):
+    def _sara_save_state(self, trial) -> None:
         """Write SARA's state (``sara_state.json``, :func:`sara_trl.trainer.checkpoint.save_sara_state`) into the
-        checkpoint, then TRL's own save (so that a ``push_to_hub`` of the checkpoint includes it)."""
+        checkpoint folder TRL is about to save."""
         save_sara_state(self, trial)
-        super()._save_checkpoint(model, trial)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        """Also restore SARA's state when resuming (:func:`sara_trl.trainer.checkpoint.load_sara_state`, which
-        documents the errors; a checkpoint without ``sara_state.json`` starts a fresh stream, with a warning). On
-        several CPU processes the optimizer state loads onto ``"cpu"``
-        (:func:`~sara_trl.trainer.checkpoint.optimizer_state_onto_cpu`)."""
+    def _sara_load_state(self, checkpoint, trl_load) -> None:
+        """TRL's restore of optimizer and scheduler (``trl_load(checkpoint)``), then SARA's state
+        (:func:`sara_trl.trainer.checkpoint.load_sara_state`, which documents the errors; a checkpoint without
+        ``sara_state.json`` starts a fresh stream, with a warning). On several CPU processes the optimizer state
+        loads onto ``"cpu"`` (:func:`~sara_trl.trainer.checkpoint.optimizer_state_onto_cpu`)."""
         with optimizer_state_onto_cpu(self):
-            super()._load_optimizer_and_scheduler(checkpoint)
+            trl_load(checkpoint)
         load_sara_state(self, checkpoint)

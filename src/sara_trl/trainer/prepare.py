@@ -22,7 +22,9 @@ from sara_trl.trainer.hooks import check_trainer_class
 from sara_trl.trainer.iterable import DatasetRows
 from sara_trl.trainer.progress import hide_renamed_checkpointing_warnings
 from sara_trl.trainer.rollout import make_success_rule
+from sara_trl.trainer.state import SaraRun
 from sara_trl.trainer.streaming import shard_groups
+from sara_trl.trainer.trl import port
 from sara_trl.trainer.vllm_cpu import repack_after_sync
 
 __all__ = ["check_iterable", "check_reward_models", "prepare_arguments", "require_rounds", "setup",
@@ -92,7 +94,7 @@ def prepare_arguments(
             )
     if args is None:
         model_name = model if isinstance(model, str) else get_config_model_id(model.config)
-        args = config_class(f"{str(model_name).split('/')[-1]}-{cls._name}")
+        args = config_class(f"{str(model_name).split('/')[-1]}-{port.trainer_name(cls)}")
     elif not isinstance(args, config_class):
         raise TypeError(
             f"{cls.__name__} needs a `{config_class.__name__}` (it carries the allocation settings), got "
@@ -111,7 +113,7 @@ def prepare_arguments(
                          f"requests, while `{overlapped[0]}` has TRL generate whole trajectories in one call; leave "
                          "overlap_round_scoring=False.")
     looped = [name for name in ("tools", "environment_factory") if (rounds_only or {}).get(name)]
-    if looped and not callable(getattr(cls, "_tool_call_loop", None)):
+    if looped and not port.has_tool_loop(cls):
         raise TypeError(f"{cls.__name__} trains `{looped[0]}` through TRL's tool loop (`_tool_call_loop`, TRL 1.16's "
                         "GRPOTrainer), which this TRL base does not have: use the TRL version sara_trl is tested "
                         "with (docs/getting-started.md#install)")
@@ -341,15 +343,15 @@ def check_iterable(cls: type, train_dataset: IterableDataset, args: Any) -> None
         )
 
 
-def setup(trainer: Any) -> None:
-    """Create the allocator and the prompt stream (after TRL's construction).
+def setup(trainer: Any, rollout_func: Any = None) -> SaraRun:
+    """SARA's run state (after TRL's construction): the success rule, the allocator and the prompt stream.
 
     Raises
     ------
     ValueError
         A vision-language processor was resolved, or ``success_reward_func`` names no reward function.
     """
-    if getattr(trainer, "_is_vlm", False):
+    if port.is_vlm(trainer):
         raise ValueError(
             f"{type(trainer).__name__} does not support multimodal (vision-language) models yet: the resolved "
             "processing class is a processor, not a tokenizer."
@@ -360,7 +362,7 @@ def setup(trainer: Any) -> None:
             f"success_reward_func={args.success_reward_func!r} names no reward function of this trainer; "
             f"available: {trainer.reward_func_names}."
         )
-    trainer._sara_success_rule = make_success_rule(trainer)  # labels; checks the scores' scale on the first step
+    success_rule = make_success_rule(trainer)  # labels; checks the scores' scale on the first step
     if getattr(args, "collection_auto", False) and trainer.accelerator.is_main_process:
         reason = getattr(args, "collection_auto_reason", None) or (
             "streaming needs use_vllm=True with vllm_mode='colocate'")
@@ -369,7 +371,7 @@ def setup(trainer: Any) -> None:
                        else f" ({reason}); set collection explicitly to choose"))
     if getattr(trainer, "use_vllm", False):  # vLLM's CPU platform: repack its kernels after every weight sync
         repack_after_sync(trainer.vllm_generation)
-    trainer.sara_allocator = Allocator(args.to_allocation_config())
+    allocator = Allocator(args.to_allocation_config())
     seed = args.seed if args.stream_seed is None else args.stream_seed
     world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
     if getattr(args, "overlap_round_scoring", False) and args.collection == "rounds" and world > 1:
@@ -380,30 +382,27 @@ def setup(trainer: Any) -> None:
         # Read in order through a bounded buffer by every process (sara_trl.trainer.iterable); with streaming
         # collection on several processes, each keeps its own share (positions % world == rank).
         shard = args.collection == "streaming" and world > 1
-        trainer.sara_stream = IterablePromptStream(
+        stream = IterablePromptStream(
             DatasetRows(trainer.train_dataset), seed=seed, shuffle=bool(args.shuffle_dataset),
             buffer_size=DEFAULT_SHUFFLE_BUFFER, wrap=True, rank=rank if shard else 0, world=world if shard else 1)
     elif args.collection == "streaming" and world > 1:
         # Each process collects its own B / world groups from its own shard of the prompts (no collective
         # during the step; see sara_trl.trainer.streaming).
         groups = shard_groups(args.num_groups, world)
-        trainer.sara_stream = ShardStream(len(trainer.train_dataset), rank, world, seed=seed,
-                                          shuffle=bool(args.shuffle_dataset), wrap=True)
-        if trainer.sara_stream.num_prompts < groups:
+        stream = ShardStream(len(trainer.train_dataset), rank, world, seed=seed,
+                             shuffle=bool(args.shuffle_dataset), wrap=True)
+        if stream.num_prompts < groups:
             raise ValueError(
                 f"`train_dataset` has {len(trainer.train_dataset)} prompts; split over {world} processes for "
-                f"collection='streaming', process {rank} holds {trainer.sara_stream.num_prompts}, fewer than the "
+                f"collection='streaming', process {rank} holds {stream.num_prompts}, fewer than the "
                 f"{groups} distinct prompts its share of the batch needs."
             )
     else:
-        trainer.sara_stream = PromptStream(num_prompts=len(trainer.train_dataset), seed=seed,
-                                           shuffle=bool(args.shuffle_dataset), wrap=True)
+        stream = PromptStream(num_prompts=len(trainer.train_dataset), seed=seed,
+                              shuffle=bool(args.shuffle_dataset), wrap=True)
     if args.max_steps <= 0:
         logger.warning(
             "SARA draws prompts from its own stream; the dataloader only counts steps, so `num_train_epochs` "
             "counts batches of B prompts, not passes over the data. Set `max_steps` to fix the training length."
         )
-    trainer.sara_last_step = None  # StepResult of the latest step
-    trainer._sara_replay = None  # the Replay in progress, set only inside sara_trl.trainer.replay.replaying
-    trainer._sara_row_cache = {}  # {prompt id: dataset row} of the current step
-    trainer._sara_carry = None  # carry_over: the RolloutCache of the rollouts handed to the next step
+    return SaraRun(allocator=allocator, stream=stream, success_rule=success_rule, rollout_func=rollout_func)

@@ -27,6 +27,7 @@ import torch
 
 from sara_trl.allocation import Group, StepResult
 from sara_trl.trainer.environment import environment_name, replayed_environments, uses_environments
+from sara_trl.trainer.trl import port
 
 __all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "Replay", "RowLayout", "active_replay", "add_trajectories",
            "build_row_plan", "lay_out", "replaying"]
@@ -103,6 +104,9 @@ class Replay:
     environment_names, observations : list or None
         With ``environment_factory``: ``(N,)`` each row's environment name and the observation its rollout's
         ``reset`` returned (a padding row: its group's first rollout's; a fill group's rows: None); None without.
+    served : dict of str to int
+        How often each answer was handed to TRL (``completions``, ``rollout_output``, ``tool_loop``, ``rewards``,
+        ``prompt_tokens``): the replay guard (:meth:`check_served`) wants each answer TRL needs exactly once.
     """
 
     completion_ids: list[list[int]]
@@ -116,6 +120,55 @@ class Replay:
     tool_trajectories: list[Any] | None = None
     environment_names: list | None = None
     observations: list | None = None
+    served: dict[str, int] = field(default_factory=dict)
+
+    def _serve(self, answer: str) -> None:
+        self.served[answer] = self.served.get(answer, 0) + 1
+
+    def expected_answers(self) -> tuple[str, ...]:
+        """The answers TRL's pipeline must take from this replay, each exactly once: the generation
+        (``rollout_output`` with a custom ``rollout_func``, else ``completions``), ``tool_loop`` with tools, and
+        ``rewards``."""
+        generation = ("rollout_output",) if self.prompt_ids is not None else ("completions",)
+        tools = ("tool_loop",) if self.tool_trajectories is not None else ()
+        return generation + tools + ("rewards",)
+
+    def check_served(self, trl_version: str, hook_of: dict[str, str], environment_resets: list[int] | None = None):
+        """The replay guard: raise unless TRL took every cached answer exactly once.
+
+        If TRL routed generation or scoring around the hooks SARA answers, it trained on rows it generated or scored
+        itself (plain GRPO at about twice the cost, with SARA's accounting still logged): that must stop the run.
+
+        Parameters
+        ----------
+        trl_version : str
+            The installed TRL version, named in the error.
+        hook_of : dict of str to str
+            Each answer's TRL hook (the port's ``REPLAY_HOOKS``).
+        environment_resets : list of int, optional
+            With ``environment_factory``: how often each of the ``(N,)`` stand-in environments was reset.
+
+        Raises
+        ------
+        RuntimeError
+            An answer was served 0 times or more than once, or a stand-in environment was not reset exactly once;
+            the message names TRL's hook and the installed TRL version.
+        """
+        wrong = {answer: self.served.get(answer, 0) for answer in self.expected_answers()
+                 if self.served.get(answer, 0) != 1}
+        if environment_resets is not None and any(count != 1 for count in environment_resets):
+            wrong["environment_resets"] = sum(count != 1 for count in environment_resets)
+        if wrong:
+            details = "; ".join(
+                f"{hook_of[answer]} was not called" if count == 0 else
+                f"{hook_of[answer]}: {count} rows not reset exactly once" if answer == "environment_resets" else
+                f"{hook_of[answer]} was called {count} times"
+                for answer, count in wrong.items())
+            raise RuntimeError(
+                f"SARA's replay was bypassed: TRL {trl_version} did not take the cached answers once each ({details}). "
+                "TRL generated or scored these rows itself, so this step would train on rows SARA did not collect. "
+                "This TRL version routes around the hooks sara_trl answers: install a supported TRL "
+                "(docs/trl-port.md), or update the port module sara_trl.trainer.trl for it.")
 
     def _check(self, asked: int) -> None:
         if asked != len(self.completion_ids):
@@ -133,6 +186,7 @@ class Replay:
             TRL asked for a different number of rows than the replay holds.
         """
         self._check(len(prompts))
+        self._serve("rollout_output")
         self.prompt_lengths = [len(ids) for ids in self.prompt_ids]
         output = {"prompt_ids": [list(ids) for ids in self.prompt_ids],
                   "completion_ids": [list(ids) for ids in self.completion_ids],
@@ -145,6 +199,7 @@ class Replay:
         """What TRL's ``_tokenize_prompts`` returns during the replay of a custom ``rollout_func``'s rows: the
         prompt ids it returned (no images, no multimodal fields)."""
         self._check(len(prompts))
+        self._serve("prompt_tokens")
         return [list(ids) for ids in self.prompt_ids], None, {}
 
     def completions(self, prompt_ids: list[list[int]], with_logprobs: bool) -> Any:
@@ -156,6 +211,7 @@ class Replay:
             TRL asked for a different number of completions than the replay holds.
         """
         self._check(len(prompt_ids))
+        self._serve("completions")
         self.prompt_lengths = [len(ids) for ids in prompt_ids]
         completion_ids = [list(ids) for ids in self.completion_ids]
         logprobs = self.logprobs
@@ -205,6 +261,7 @@ class Replay:
         self._check(len(completions))
         if self.tool_trajectories is None:
             raise RuntimeError("replay mismatch: TRL ran its tool loop on rows replayed without tool trajectories")
+        self._serve("tool_loop")
         rows = list(zip(self.tool_trajectories, self.completion_ids, completions))
         tool_mask = [list(t.env_mask) if t is not None else [1] * len(ids) for t, ids, _ in rows]
         messages = [copy.deepcopy(t.messages) if t is not None else decoded for t, _, decoded in rows]
@@ -224,6 +281,7 @@ class Replay:
         """
         if self.rewards.shape[0] != expected:
             raise RuntimeError(f"replay mismatch: {expected} reward rows expected, {self.rewards.shape[0]} cached")
+        self._serve("rewards")
         return self.rewards
 
 
@@ -281,7 +339,7 @@ def lay_out(trainer: Any, result: StepResult, cache: Any) -> RowLayout:
     is_padding = plan_rollouts < 0
     per_rank = total_rows // world
     local = slice(rank * per_rank, (rank + 1) * per_rank)
-    eos = trainer._tokenizer.eos_token_id
+    eos = port.tokenizer(trainer).eos_token_id
 
     rewards_all = cache.reward_matrix()
     reward_rows = torch.full((total_rows, len(trainer.reward_funcs)), float("nan"), dtype=torch.float32)
@@ -298,13 +356,13 @@ def lay_out(trainer: Any, result: StepResult, cache: Any) -> RowLayout:
     rows = [dict(trainer._sara_row(int(pid))) for pid in plan_prompts[local]]
 
     # Extra completions-table columns, one value per local row (flushed by TRL's pipeline).
-    trainer._log_completion_extra("sara_round", [cache.round_index[r] if r >= 0 else None for r in local_rollouts])
+    port.log_completion_extra(trainer, "sara_round", [cache.round_index[r] if r >= 0 else None for r in local_rollouts])
     for name, values in cache.extra_logs.items():
-        trainer._log_completion_extra(name, [values[r] if r >= 0 else None for r in local_rollouts])
+        port.log_completion_extra(trainer, name, [values[r] if r >= 0 else None for r in local_rollouts])
 
     replay = Replay(completion_ids=completion_ids, logprobs=logprobs,
                     rewards=reward_rows.to(trainer.accelerator.device))
-    if getattr(trainer, "_sara_rollout_func", None) is not None:
+    if trainer.sara.rollout_func is not None:
         add_trajectories(trainer, replay, cache, plan_rollouts, local, rows)
     elif getattr(trainer, "tools", None):  # TRL's tool loop made each trajectory; the replay hands it back
         replay.tool_trajectories = [cache.trajectories[r] if r >= 0 else None for r in local_rollouts]
@@ -350,7 +408,7 @@ def add_trajectories(trainer: Any, replay: Replay, cache: Any, plan_rollouts: np
         if trajectory is not None:
             prompt_ids.append(list(trajectory.prompt_ids))
         else:
-            ids, _, _ = trainer._tokenize_prompts([row["prompt"]])
+            ids, _, _ = port.tokenize_prompts(trainer, [row["prompt"]])
             prompt_ids.append(list(ids[0]))
         trajectories.append(cache.trajectories.get(r) if r >= 0 else None)
     replay.prompt_ids = prompt_ids
@@ -365,18 +423,30 @@ def add_trajectories(trainer: Any, replay: Replay, cache: Any, plan_rollouts: np
 def replaying(trainer: Any, replay: Replay) -> Iterator[Replay]:
     """While the block runs, TRL's generation and reward hooks answer from ``replay`` (:func:`active_replay`), and
     with ``environment_factory`` TRL's pool holds stand-ins that return the cached observations instead of resetting
-    (:func:`sara_trl.trainer.environment.replayed_environments`)."""
-    trainer._sara_replay = replay
+    (:func:`sara_trl.trainer.environment.replayed_environments`).
+
+    Raises
+    ------
+    RuntimeError
+        On leaving the block without an error: TRL did not take every cached answer exactly once (the replay guard,
+        :meth:`Replay.check_served`): it generated or scored the rows itself.
+    """
+    run = trainer.sara
+    run.replay = replay
     try:
         if replay.observations is None:
             yield replay
+            resets = None
         else:
-            with replayed_environments(trainer, replay.environment_names, replay.observations):
+            with replayed_environments(trainer, replay.environment_names, replay.observations) as stand_ins:
                 yield replay
+            resets = [env.resets for env in stand_ins]
+        replay.check_served(port.TRL_VERSION, port.REPLAY_HOOKS, resets)
     finally:
-        trainer._sara_replay = None
+        run.replay = None
 
 
 def active_replay(trainer: Any) -> Replay | None:
     """The replay in progress (inside :func:`replaying`), or None: TRL generates and scores for real."""
-    return getattr(trainer, "_sara_replay", None)
+    run = getattr(trainer, "sara", None)
+    return None if run is None else run.replay

@@ -6,13 +6,13 @@ from typing import Any
 
 import torch
 from trl import RLOOTrainer
-from trl.data_utils import is_conversational
 
 from sara_trl.trainer.config import SaraRLOOConfig
 from sara_trl.trainer.metric_repair import CLIP_RATIO_METRICS, repair_rloo_kl
 from sara_trl.trainer.mixin import SaraTrainerMixin
 from sara_trl.trainer.model_card import SaraModelCardMixin, sara_paper
 from sara_trl.trainer.progress import use_numeric_logs
+from sara_trl.trainer.trl import port
 
 __all__ = ["SaraRLOOTrainer"]
 
@@ -56,7 +56,7 @@ quantization_config, peft_config
 
     _tag_names = ["trl", "rloo", "sara"]
     _name = "SARA-RLOO"
-    _paper = sara_paper(RLOOTrainer._paper)
+    _paper = sara_paper(port.trl_paper(RLOOTrainer))
     _sara_returns_logprobs = False
 
     def __init__(
@@ -96,38 +96,18 @@ quantization_config, peft_config
                 quantization_config=quantization_config,
                 peft_config=peft_config,
             )
-        self._sara_rollout_func = rollout_func  # called by each round; the replay answers TRL from the cache
-        self._sara_setup()
+        self._sara_setup(rollout_func)  # a round calls rollout_func; the replay answers TRL from the cache
         use_numeric_logs(self)  # the console prints logged numbers as numbers, not strings
 
     # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)
     def _sara_generate_round(self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict):
-        """ONE batched generation call: ``RLOOTrainer._generate_single_turn``, one completion per entry.
-
-        RLOO's vLLM *server* path de-duplicates prompts with a stride of ``self.num_generations``; SARA's request
-        list is already expanded (prompt-major, arbitrary counts), so the stride is set to 1 for this call.
-
-        Returns
-        -------
-        completion_ids : list of list of int
-            One completion per entry of ``prompt_ids``.
-        logprobs : None
-            RLOO generation returns no log-probs.
-        """
-        saved = self.num_generations
-        self.num_generations = 1
-        try:
-            completion_ids = self._generate_single_turn(prompt_ids, images, multimodal_fields)
-        finally:
-            self.num_generations = saved
-        return completion_ids, None
+        """ONE batched generation call: ``RLOOTrainer._generate_single_turn``, one completion per entry (the port's
+        ``rloo_generate_round``). Returns ``(completion_ids (R,), None)``: RLOO generation returns no log-probs."""
+        return port.rloo_generate_round(self, prompt_ids, images, multimodal_fields)
 
     def _sara_decode(self, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list:
-        """Decode completions exactly as ``RLOOTrainer._generate`` does (what reward functions receive)."""
-        contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-        if is_conversational({"prompt": prompts[0]}):
-            return [[{"role": "assistant", "content": content}] for content in contents]
-        return contents
+        """Decode completions exactly as ``RLOOTrainer._generate`` does (the port's ``rloo_decode``)."""
+        return port.rloo_decode(self, prompts, prompt_ids, completion_ids)
 
     def _sara_row_metrics(self) -> tuple[str, ...]:
         """RLOO's clip ratios are per sequence (one importance ratio per sequence), so they average over rows."""

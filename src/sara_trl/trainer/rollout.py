@@ -27,9 +27,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from collections import defaultdict
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +44,7 @@ from sara_trl.trainer.distributed import (
     split_round,
 )
 from sara_trl.trainer.environment import reset_environments, rollout_tools, uses_environments
+from sara_trl.trainer.trl import port
 
 logger = logging.get_logger(__name__)
 
@@ -315,9 +314,10 @@ def make_success_rule(trainer: Any) -> SuccessRule:
 
 
 def success_rule(trainer: Any) -> SuccessRule:
-    """The trainer's rule (``_sara_success_rule``, set by the mixin); a stand-in trainer without one gets a rule
-    that labels without checking."""
-    rule = getattr(trainer, "_sara_success_rule", None)
+    """The trainer's rule (``trainer.sara.success_rule``); a stand-in trainer without a run state gets a rule that
+    labels without checking."""
+    run = getattr(trainer, "sara", None)
+    rule = None if run is None else run.success_rule
     if rule is None:
         rule = make_success_rule(trainer)
         rule.checking = False
@@ -330,19 +330,6 @@ def trainer_scores(trainer: Any, rewards: torch.Tensor) -> np.ndarray:
     name = trainer.args.success_reward_func
     func_index = trainer.reward_func_names.index(name) if name is not None else None
     return reward_score(rewards, trainer.reward_weights, func_index).numpy()
-
-
-@contextmanager
-def _capture_extra_logs(trainer: Any):
-    """Collect what reward functions pass to ``log_extra`` during one reward pass, away from TRL's pending buffer
-    (which TRL flushes against the *trained* rows; the captured values are replayed for the committed rows)."""
-    saved = trainer._pending_extra_logs
-    captured: dict[str, list] = defaultdict(list)
-    trainer._pending_extra_logs = captured
-    try:
-        yield captured
-    finally:
-        trainer._pending_extra_logs = saved
 
 
 def call_rollout_func(trainer: Any, prompts: list) -> tuple[list, list, list | None, list[Trajectory]]:
@@ -372,10 +359,8 @@ def call_rollout_func(trainer: Any, prompts: list) -> tuple[list, list, list | N
     """
     n = len(prompts)
     if getattr(trainer, "use_vllm", False):  # as TRL: keep vLLM's weights in sync for rollouts that use its engine
-        from sara_trl.trainer.engine import sync_weights_once
-
-        sync_weights_once(trainer)
-    output = trainer._sara_rollout_func(copy.deepcopy(prompts), trainer)
+        port.sync_weights_once(trainer)
+    output = trainer.sara.rollout_func(copy.deepcopy(prompts), trainer)
     if not isinstance(output, dict):
         raise ValueError(f"rollout_func must return a dict, got {type(output).__name__}.")
     missing = sorted(set(ROLLOUT_FUNC_KEYS) - output.keys())
@@ -524,12 +509,11 @@ def run_tool_loop(
     """
     n = len(prompts)
     counter = _ToolCallCounter(rollout_tools(trainer, n))
-    trainer._sync_tool_dicts, trainer._async_tool_dicts = counter.tool_dicts()
     turn_ids = [list(ids) for ids in completion_ids]
     logprobs = None if logprobs is None else [list(lps) for lps in logprobs]
-    tool_mask, completions, completion_ids, logprobs, calls, failures, _ = trainer._tool_call_loop(
-        copy.deepcopy(prompts), prompt_ids, [list(ids) for ids in completion_ids], completions, logprobs, images,
-        multimodal_fields)
+    tool_mask, completions, completion_ids, logprobs, calls, failures, _ = port.run_tool_call_loop(
+        trainer, counter.tool_dicts(), copy.deepcopy(prompts), prompt_ids, [list(ids) for ids in completion_ids],
+        completions, logprobs, images, multimodal_fields)
     if (sum(counter.calls), sum(counter.failures)) != (calls, failures):  # pragma: no cover - see _ToolCallCounter
         # Calls of a type other than "function" never reach the dicts; TRL counts each as a failed call and answers
         # with an "Unsupported tool call type" error message (unless rolled back as overlong).
@@ -610,7 +594,7 @@ def make_rollout_fn(
         trainer.reward_func_names.index(args.success_reward_func) if args.success_reward_func is not None else None
     )
     rule = success_rule(trainer)
-    custom = getattr(trainer, "_sara_rollout_func", None) is not None
+    custom = getattr(getattr(trainer, "sara", None), "rollout_func", None) is not None
     tools = uses_tools(trainer)
     environments = uses_environments(trainer)
     round_number = 0
@@ -640,7 +624,7 @@ def make_rollout_fn(
                 if environments:  # as TRL: draw an instance per rollout, reset it with the row, append the observation
                     prompts, observations = reset_environments(trainer, rows, prompts)
                     cache.env_resets += per_rank * world
-                prompt_token_ids, images, multimodal_fields = trainer._tokenize_prompts(prompts)
+                prompt_token_ids, images, multimodal_fields = port.tokenize_prompts(trainer, prompts)
                 completion_ids, logprobs = trainer._sara_generate_round(prompt_token_ids, images, multimodal_fields)
                 completion_ids = [list(ids) for ids in completion_ids]
                 completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
@@ -653,8 +637,8 @@ def make_rollout_fn(
 
             # ONE reward pass over this round's rollouts. TRL's `_calculate_rewards` gathers over processes, so
             # every process receives all (per_rank * world, F) rows in global request order.
-            with _capture_extra_logs(trainer) as extra:
-                rewards = trainer._calculate_rewards(rows, prompts, completions, completion_ids)
+            with port.captured_extra_logs(trainer) as extra:
+                rewards = port.calculate_rewards(trainer, rows, prompts, completions, completion_ids)
         except Exception as exc:  # a failure on one process must fail the step everywhere, not hang the others
             if world == 1:
                 raise

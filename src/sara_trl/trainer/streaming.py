@@ -6,7 +6,7 @@ this module holds the engine the trainer drives and the scorer through the train
 
 - :class:`VLLMStreamingEngine` wraps the ``LLMEngine`` of TRL's colocated ``vllm.LLM``: one request per rollout
   (``n=1``, the prompt's token ids as TRL passes them), the sampling parameters TRL's colocate path builds
-  (:func:`colocate_sampling_params`, sampled-token log-probs included), ``add_request`` / ``step`` /
+  (the port's ``colocate_sampling_params``, sampled-token log-probs included), ``add_request`` / ``step`` /
   ``abort_request``. Outputs are requested as deltas, so the tokens of an aborted request are known exactly.
 - Any object with the same three methods (:class:`StreamingEngine`) can stand in for it (the tests script one).
 
@@ -20,17 +20,14 @@ prompts (:class:`~sara_trl.allocation.ShardStream`) for B / world groups, with n
 same merged batch of B groups (:func:`~sara_trl.allocation.merge_step_results`) and rollout cache. With
 ``carry_over`` each process carries its own undecided prompts (with their rollouts) into its own next step: its
 allocator keeps their counts, and its slice of the merged carry ids (``StepResult.carried_by``) picks their
-completions out of the merged cache. The reward pass runs locally on each process (:func:`local_reward_pass` keeps
-TRL's ``_calculate_rewards`` from gathering).
+completions out of the merged cache. The reward pass runs locally on each process (the port's ``local_reward_pass``
+keeps TRL's ``_calculate_rewards`` from gathering).
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from collections import deque
-from collections.abc import Callable, Iterator
-from types import SimpleNamespace
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,6 +35,7 @@ import numpy as np
 from sara_trl.allocation import StepResult, merge_step_results
 from sara_trl.allocation.event_loop import Finished, Scorer, StreamingEngine, StreamRun, drive_streaming_engine
 from sara_trl.trainer.environment import uses_environments
+from sara_trl.trainer.trl import port
 
 __all__ = [
     "Finished",
@@ -45,10 +43,8 @@ __all__ = [
     "StreamRun",
     "StreamingEngine",
     "VLLMStreamingEngine",
-    "colocate_sampling_params",
     "default_max_in_flight",
     "gather_streaming_step",
-    "local_reward_pass",
     "drive_streaming_engine",
     "shard_groups",
     "slowest_stream_run",
@@ -56,62 +52,6 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------------------------------------ vLLM
-def colocate_sampling_params(vllm_generation: Any):
-    """The ``vllm.SamplingParams`` TRL's colocate path uses for one completion per prompt.
-
-    Built field for field as ``trl.generation.vllm_generation.VLLMGeneration.generate`` does in colocate mode (TRL
-    1.16): ``n=1``, repetition penalty, temperature, top-p, top-k, min-p (None -> 0), ``max_tokens =
-    max_completion_length``, ``logprobs`` (0: the sampled token's log-prob), then ``generation_kwargs``, then the
-    structured-output regex.
-
-    Parameters
-    ----------
-    vllm_generation : trl.generation.vllm_generation.VLLMGeneration
-        The trainer's ``vllm_generation``.
-
-    Returns
-    -------
-    vllm.SamplingParams
-
-    Raises
-    ------
-    ValueError
-        ``generation_kwargs`` asks for ``n != 1`` (streaming sends one request per rollout).
-    """
-    from vllm import SamplingParams
-    from vllm.sampling_params import StructuredOutputsParams
-
-    gen = vllm_generation
-    kwargs = {
-        "n": 1,
-        "repetition_penalty": gen.repetition_penalty,
-        "temperature": gen.temperature,
-        "top_p": gen.top_p,
-        "top_k": gen.top_k,
-        "min_p": 0.0 if gen.min_p is None else gen.min_p,
-        "max_tokens": gen.max_completion_length,
-        "logprobs": gen.logprobs,
-    }
-    kwargs.update(gen.generation_kwargs)
-    if kwargs["n"] != 1:
-        raise ValueError(f"generation_kwargs sets n={kwargs['n']}: streaming collection sends one request per rollout")
-    if gen.structured_outputs_regex is not None:
-        kwargs["structured_outputs"] = StructuredOutputsParams(regex=gen.structured_outputs_regex)
-    elif isinstance(structured := kwargs.get("structured_outputs"), dict):
-        kwargs["structured_outputs"] = StructuredOutputsParams(**structured)
-    return SamplingParams(**kwargs)
-
-
-def _sampled_logprobs(position_logprobs: list) -> list[float]:
-    """One log-prob per completion token, exactly as TRL's GRPO keeps them from a finished vLLM output:
-    ``trl.generation.vllm_generation.extract_logprobs`` (rank-sorted, NaN -> None), then the first entry."""
-    from trl.generation.vllm_generation import extract_logprobs
-
-    output = SimpleNamespace(outputs=[SimpleNamespace(logprobs=position_logprobs)])
-    logprobs, _ = extract_logprobs([output])
-    return [lp[0] for lp in logprobs[0]]
-
-
 class VLLMStreamingEngine:
     """:class:`StreamingEngine` over the ``LLMEngine`` of a ``vllm.LLM`` (vLLM 0.31's V1 engine).
 
@@ -120,7 +60,7 @@ class VLLMStreamingEngine:
     llm : vllm.LLM
         TRL's colocated engine (``trainer.vllm_generation.llm``), with no request in flight.
     sampling_params : vllm.SamplingParams
-        Per request (``n`` must be 1), e.g. :func:`colocate_sampling_params`; copied, and set to return deltas.
+        Per request (``n`` must be 1), e.g. the port's ``colocate_sampling_params``; copied, and set to return deltas.
     keep_logprobs : bool
         Return the sampled tokens' log-probs (GRPO's importance-sampling correction); needs
         ``sampling_params.logprobs`` set.
@@ -209,7 +149,7 @@ class VLLMStreamingEngine:
             if output.finished:
                 ids = self.running.pop(rid)
                 position_logprobs = self._logprobs.pop(rid)
-                logprobs = _sampled_logprobs(position_logprobs) if self._keep_logprobs else None
+                logprobs = port.sampled_logprobs(position_logprobs) if self._keep_logprobs else None
                 finished.append(Finished(rid, ids, logprobs))
         return finished
 
@@ -225,39 +165,6 @@ class VLLMStreamingEngine:
 
 
 # ------------------------------------------------------------------------------------------------ several processes
-@contextlib.contextmanager
-def local_reward_pass(trainer: Any) -> Iterator[None]:
-    """Make the TRL base's ``_calculate_rewards`` return this process's reward rows without gathering them.
-
-    TRL 1.16 ends ``_calculate_rewards`` with ``gather(rewards_per_func)`` (``accelerate.utils.gather``, a
-    collective). In streaming collection every process scores its own completions at its own pace, so the name
-    ``gather`` in the module that defines the base's ``_calculate_rewards`` is replaced by the identity for the
-    duration of the block (a no-op with one process, where ``gather`` is the identity already).
-
-    Raises
-    ------
-    TypeError
-        No TRL class in the trainer's bases defines ``_calculate_rewards`` with a module-level ``gather``.
-    """
-    if trainer.accelerator.num_processes == 1:
-        yield
-        return
-    module = None
-    for klass in type(trainer).__mro__:
-        if "_calculate_rewards" in vars(klass) and klass.__module__.startswith("trl."):
-            module = sys.modules[klass.__module__]
-            break
-    if module is None or not callable(getattr(module, "gather", None)):
-        raise TypeError(f"{type(trainer).__name__}: no TRL base defines _calculate_rewards with a module-level "
-                        "`gather`; streaming collection on several processes needs a local reward pass")
-    original = module.gather
-    module.gather = lambda tensor: tensor
-    try:
-        yield
-    finally:
-        module.gather = original
-
-
 def gather_streaming_step(accelerator: Any, result: StepResult | None, num_rollouts: int, payload: Any,
                           error: BaseException | None) -> tuple[StepResult, list]:
     """The one collective of a streaming step on several processes: exchange every process's result.
@@ -350,7 +257,7 @@ class TrainerScorer:
     Each reward pass's completions (a window of engine steps, see :func:`drive_streaming_engine`; on the scoring
     thread when the passes overlap generation) are decoded as the base's ``_generate`` decodes them
     (``_sara_decode``) and scored in ONE call of TRL's ``_calculate_rewards`` (locally, see
-    :func:`local_reward_pass`); labels come from the reward rows as in the round path (threshold on the weighted
+    the port's ``local_reward_pass``); labels come from the reward rows as in the round path (threshold on the weighted
     sum, or the function named by ``success_reward_func``). The recorded completions go to ``cache`` with their ids,
     log-probs, reward rows, labels and ``log_extra`` columns, exactly as
     :func:`~sara_trl.trainer.rollout.make_rollout_fn` stores a round's (round index 0: there are no rounds).
@@ -376,11 +283,11 @@ class TrainerScorer:
 
     def __init__(self, trainer: Any, cache: Any, prompt_tokens: Callable[[int], list[int]],
                  round_of: Callable[[int], int] | None = None, chains: Any = None):
-        from sara_trl.trainer.rollout import _capture_extra_logs, reward_score
+        from sara_trl.trainer.rollout import reward_score
 
         self._trainer, self._cache, self._prompt_tokens = trainer, cache, prompt_tokens
         self._round_of, self._chains = round_of, chains
-        self._capture, self._reward_score = _capture_extra_logs, reward_score
+        self._reward_score = reward_score
         args = trainer.args
         self._func_index = (trainer.reward_func_names.index(args.success_reward_func)
                             if args.success_reward_func is not None else None)
@@ -403,8 +310,8 @@ class TrainerScorer:
             prompts = [row["prompt"] for row in rows]
             completions = trainer._sara_decode(prompts, [self._prompt_tokens(pid) for pid in prompt_ids],
                                                completion_ids)
-        with self._capture(trainer) as extra, local_reward_pass(trainer):
-            rewards = trainer._calculate_rewards(rows, prompts, completions, completion_ids)
+        with port.captured_extra_logs(trainer) as extra, port.local_reward_pass(trainer):
+            rewards = port.calculate_rewards(trainer, rows, prompts, completions, completion_ids)
         rewards = rewards[: len(batch)].detach().float().cpu()
         score = self._reward_score(rewards, trainer.reward_weights, self._func_index).numpy()
         labels = success_rule(trainer).labels(score)  # the first step checks the scores' scale (SuccessRule)

@@ -7,7 +7,7 @@ over the request-level engine (:class:`~sara_trl.trainer.streaming.VLLMStreaming
 what TRL 1.16's ``GRPOTrainer`` does per batch:
 
 1. **Start** (``add_prompt``): with ``environment_factory``, lease an instance of the row's environment from TRL's
-   pool (``trainer._environment_pool``; the pool grows by one factory call when every instance is leased), call
+   pool (the port's ``environment_pool``; the pool grows by one factory call when every instance is leased), call
    ``reset(**row)`` and append the observation to the prompt (as TRL's ``_generate_and_score_completions``); then
    TRL's ``_tokenize_prompts`` renders the prompt with the rollout's tool schema, and the first turn is one request.
 2. **A turn ends**: the first turn is decoded as TRL's ``_generate`` decodes it (``parse_response``). If the last
@@ -55,6 +55,7 @@ from sara_trl.trainer.environment import (
 )
 from sara_trl.trainer.metrics import TOOL_UNITS
 from sara_trl.trainer.rollout import Trajectory, _ToolCallCounter, uses_tools
+from sara_trl.trainer.trl import port
 
 __all__ = ["ChainRecord", "TrajectoryEngine", "streams_trajectories"]
 
@@ -119,14 +120,6 @@ class _Chain:
         tool = len(self.tool_mask) - sum(self.tool_mask) + suffix
         return {"model_tokens": sum(self.tool_mask) + partial, "tool_tokens": tool,
                 "tool_calls": self.counter.calls[0]}
-
-
-class _Regenerate(Exception):
-    """Raised in place of TRL's regeneration inside ``_tool_call_loop``: carries the ids it would generate from."""
-
-    def __init__(self, ids: list[int]):
-        super().__init__("regenerate")
-        self.ids = list(ids)
 
 
 class TrajectoryEngine:
@@ -198,19 +191,19 @@ class TrajectoryEngine:
             name = environment_name(trainer, row)
             check_environment_names(trainer, [name])
             environment = self._lease(rid, name)
-            kwargs = {k: v for k, v in row.items() if k != "environment"} if trainer._multi_environment else row
+            kwargs = {k: v for k, v in row.items() if k != "environment"} if port.multi_environment(trainer) else row
             observation = environment.reset(**kwargs)
             self.env_resets += 1
             prompt = append_observation(prompt, observation)
-            trainer._batch_environments = [name]  # read by TRL's _tokenize_prompts (the rollout's tool schema)
+            port.set_batch_environments(trainer, [name])  # TRL's tokenization renders the rollout's tool schema
         if environment is None and prompt_id in self._rendered:  # tools only: every rollout of a prompt alike
             prompt_ids = self._rendered[prompt_id]
         else:
-            prompt_ids = list(trainer._tokenize_prompts([prompt])[0][0])
+            prompt_ids = list(port.tokenize_prompts(trainer, [prompt])[0][0])
             if environment is None:
                 self._rendered[prompt_id] = prompt_ids
-        tools = list(trainer._standalone_tools) + ([] if environment is None else environment_methods(environment))
-        schema = trainer._env_tools[name] if self._environments else trainer.tools
+        tools = port.standalone_tools(trainer) + ([] if environment is None else environment_methods(environment))
+        schema = port.env_tools(trainer, name) if self._environments else trainer.tools
         chain = _Chain(int(prompt_id), prompt, list(prompt_ids), environment, observation,
                        _ToolCallCounter([tools]), schema, name)
         self._chains[rid] = chain
@@ -219,7 +212,7 @@ class TrajectoryEngine:
     def _lease(self, rid: int, name: Any) -> Any:
         """An instance of environment ``name`` that no rollout holds (the pool grows by one when none is free)."""
         trainer = self._trainer
-        pool = trainer._environment_pool[name]
+        pool = port.environment_pool(trainer, name)
         held = {id(chain.environment) for chain in (*self._chains.values(), *self._finished.values())}
         free = next((env for env in pool if id(env) not in held), None)
         if free is None:
@@ -260,12 +253,10 @@ class TrajectoryEngine:
             chain.logprobs = None if logprobs is None else list(logprobs)
             chain.tool_mask = [1] * len(ids)
             if self._environments:
-                trainer._batch_environments = [chain.environment_name]
+                port.set_batch_environments(trainer, [chain.environment_name])
             chain.messages = trainer._sara_decode([chain.prompt], [chain.prompt_ids], [ids])[0]
             last = chain.messages[0] if chain.messages and isinstance(chain.messages[0], dict) else {}
         else:  # a post-tool turn (TRL's _tool_call_loop, after _generate_single_turn)
-            from trl.chat_template_utils import parse_response
-
             context, prompt_length = chain.context_ids, len(chain.prompt_ids)
             excess = len(context) - prompt_length + len(ids) - trainer.max_completion_length
             if excess > 0:
@@ -276,7 +267,7 @@ class TrajectoryEngine:
             if chain.logprobs is not None:
                 chain.logprobs += [0.0] * tool_length + list(logprobs or [])
             chain.completion_ids = context[prompt_length:] + ids
-            last = parse_response(trainer._tokenizer, ids, prefix=context, tools=chain.tools) if ids else {}
+            last = port.parse_turn(trainer, ids, context, chain.tools) if ids else {}
             if last:
                 chain.messages.append(last)
             chain.context_ids = None
@@ -298,23 +289,12 @@ class TrajectoryEngine:
         """One iteration of TRL's ``_tool_call_loop`` for this rollout, up to its regeneration call: run the tool
         calls of ``last``, append the assistant turn and the tool messages, build the ids to generate from. Returns
         those ids, or None when TRL found them over-long (and rolled the tool messages back)."""
-        trainer = self._trainer
-        trainer._sync_tool_dicts, trainer._async_tool_dicts = chain.counter.tool_dicts()
         view = [last]  # TRL reads the calls of completion[0] and appends the tool messages after it
-
-        def regenerate(prompt_ids, *args, **kwargs):
-            raise _Regenerate(prompt_ids[0])
-
-        trainer._generate_single_turn = regenerate  # instance attribute: only this call's regeneration
-        try:
-            trainer._tool_call_loop([chain.prompt], [chain.prompt_ids], [list(chain.completion_ids)], [view],
-                                    None if chain.logprobs is None else [list(chain.logprobs)], None, {})
-        except _Regenerate as turn:
+        ids = port.tool_turn(self._trainer, chain.counter.tool_dicts(), chain.prompt, chain.prompt_ids,
+                             chain.completion_ids, view, chain.logprobs)
+        if ids is not None:
             chain.messages.extend(view[1:])
-            return turn.ids
-        finally:
-            del trainer._generate_single_turn
-        return None
+        return ids
 
     def _trajectory(self, chain: _Chain) -> Trajectory:
         """The cache's record, as rounds build it: the tool loop's (:func:`~sara_trl.trainer.rollout.run_tool_loop`)

@@ -37,7 +37,8 @@ from collections.abc import Iterator
 # Platform detection lives below both the trainer and evaluation (sara_trl.utils); re-exported here.
 from sara_trl.utils.vllm_platform import DEFAULT_CPU_KVCACHE_GIB, vllm_cpu_platform
 
-__all__ = ["DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "repack_after_sync", "vllm_cpu_platform"]
+__all__ = ["DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "engine_context", "repack_after_sync",
+           "vllm_cpu_platform"]
 
 
 def _keep_weight_dispatch(original):
@@ -138,3 +139,18 @@ def colocated_engine_on_cpu(dtype) -> Iterator[None]:
         trl_vllm.LLM = original_llm
         torch.set_num_threads = set_num_threads
         torch.set_num_threads(threads)
+
+
+def engine_context(args) -> contextlib.AbstractContextManager:
+    """Context wrapped around TRL's construction: the CPU-only adjustments of this module.
+
+    Active only for ``use_vllm=True, vllm_mode="colocate"`` on vLLM's CPU platform (a no-op elsewhere, GPUs
+    included). The engine is built in the precision the trainer computes log-probs in: bfloat16 with ``bf16``,
+    float16 with ``fp16``, float32 otherwise.
+    """
+    if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", None) == "colocate"):
+        return contextlib.nullcontext()
+    import torch
+
+    dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else torch.float32
+    return colocated_engine_on_cpu(dtype)
