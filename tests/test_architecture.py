@@ -219,3 +219,57 @@ def test_importing_the_trainer_installs_no_warnings_filter():
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "0"
+
+
+# ------------------------------------------------------------------------------------------------ the port to TRL
+PORT = PACKAGE / "trainer" / "trl"
+
+
+def trl_private_members() -> set[str]:
+    """Every private member of TRL's trainers: the ``_x`` names their classes have (TRL's and transformers'
+    ``Trainer`` methods and class attributes), the ``self._x`` attributes their sources assign (instance state
+    such as ``_metrics``), and those of TRL's vLLM generation helper."""
+    import inspect
+
+    import transformers
+    from trl import GRPOTrainer, RLOOTrainer
+    from trl.generation import vllm_generation
+    from trl.trainer import base_trainer
+
+    names = {name for cls in (GRPOTrainer, RLOOTrainer) for name in dir(cls)
+             if name.startswith("_") and not name.startswith("__")}
+    sources = [inspect.getfile(GRPOTrainer), inspect.getfile(RLOOTrainer), inspect.getfile(transformers.Trainer),
+               base_trainer.__file__, vllm_generation.__file__]
+    for source in sources:
+        for node in ast.walk(ast.parse(Path(source).read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name) and node.value.id == "self"
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                names.add(node.attr)
+    return names
+
+
+def private_trl_uses(path: Path, names: set[str]) -> list[str]:
+    """``line: name`` of every attribute access (``x._tokenizer``) and every ``getattr``/``setattr``/``hasattr`` by
+    name (``getattr(x, "_is_vlm")``) of a name in ``names`` in the file at ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            found.append(f"{node.lineno}: {node.attr}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and node.args[1].value in names):
+            found.append(f"{node.lineno}: {node.args[1].value}")
+    return found
+
+
+def test_only_the_port_names_a_private_trl_member():
+    """ARCHITECTURE.md, "The port to TRL": outside ``sara_trl/trainer/trl/`` no module reaches a private member of
+    TRL's trainers; what SARA needs of them is an operation of the port."""
+    names = trl_private_members()
+    assert {"_tokenizer", "_metrics", "_generate_single_turn", "_calculate_rewards", "_tool_call_loop",
+            "_environment_pool", "_last_loaded_step", "_get_output_dir"} <= names  # the scan sees TRL's insides
+    offenders = {str(path.relative_to(SRC)): uses for path in sorted(PACKAGE.rglob("*.py"))
+                 if PORT not in path.parents and (uses := private_trl_uses(path, names))}
+    assert offenders == {}
+    assert private_trl_uses(PORT / "v1_16.py", names)  # the rule would see them there

@@ -217,10 +217,20 @@ def test_dataset_and_args_errors(prompts, tiny_model_dir, tokenizer):
 
     with pytest.raises(TypeError, match="needs a `SaraConfig`"):
         SaraGRPOTrainer(args=GRPOConfig(**BASE), train_dataset=prompts, **make)
-    with pytest.raises(ValueError, match="needs a `train_dataset`"):
+    # TRL's rules first, in TRL's words: a missing train set, one of the wrong type, an iterable one with
+    # dispatch_batches (checked by TRL's construction; SARA's own checks, such as max_steps, do not pre-empt them)
+    with pytest.raises(ValueError, match=r"^`train_dataset` is required unless an `environment_factory` is provided"):
         SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=None, **make)
-    with pytest.raises(ValueError, match="needs a `datasets.Dataset` or `datasets.IterableDataset`"):
+    with pytest.raises(ValueError, match=r"^`train_dataset` is required$"):
+        SaraRLOOTrainer(args=SaraRLOOConfig(**BASE), train_dataset=None, **make)
+    with pytest.raises(TypeError, match=r"^`train_dataset` must be a `Dataset` or `IterableDataset`, got `list`"):
         SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=[{"prompt": "a"}], **make)
+    with pytest.raises(ValueError, match=r"^Iterable datasets require `dispatch_batches=False`"):
+        SaraGRPOTrainer(args=SaraConfig(**{**BASE, "max_steps": -1}, accelerator_config={"dispatch_batches": True}),
+                        train_dataset=IterableDataset.from_generator(lambda: iter([])), **make)
+    # where TRL accepts what SARA cannot use, SARA says so: no train set with an environment that owns its data
+    with pytest.raises(ValueError, match="needs a `train_dataset`: SARA draws fresh prompts from it"):
+        SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=None, environment_factory=object, **make)
     with pytest.raises(ValueError, match="with an IterableDataset needs `max_steps` > 0"):  # as TRL
         SaraGRPOTrainer(args=SaraConfig(**BASE), train_dataset=IterableDataset.from_generator(lambda: iter([])),
                         **make)

@@ -432,4 +432,5 @@ class SuccessRule:
             "weighted by reward_weights); or (2) set success_threshold explicitly to the score above which a "
             f"rollout counts as a success{example}: the "
             "scores are then binarized at it (paper App. F), with a warning instead of this error. See "
-            "docs/rewards.md, 'Continuous rewards and reward models'.")
+            "docs/rewards.md, 'Continuous rewards and reward models'. If the task has no notion of success, "
+            "allocator='uniform' keeps TRL's own behaviour (every drawn prompt trained with its k rollouts).")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from datasets import Dataset, IterableDataset
+from datasets import IterableDataset
 from transformers import ProcessorMixin
 from transformers.utils import logging
 from trl.trainer.utils import get_config_model_id
@@ -122,16 +122,15 @@ def prepare_arguments(
             f"{cls.__name__} does not support multimodal (vision-language) models yet: pass a text tokenizer "
             "as `processing_class`."
         )
-    if train_dataset is None:
-        raise ValueError(f"{cls.__name__} needs a `train_dataset`: SARA draws fresh prompts from it.")
+    environment_factory = bool((rounds_only or {}).get("environment_factory"))
+    if port.trl_refuses_dataset(train_dataset, args, environment_factory=environment_factory):
+        return args  # TRL's own check refuses it during construction, in TRL's words
+    if train_dataset is None:  # TRL accepts it with an environment_factory (placeholder prompts); SARA cannot
+        raise ValueError(f"{cls.__name__} needs a `train_dataset`: SARA draws fresh prompts from it (TRL's "
+                         "placeholder prompts for an environment that owns its data are not supported yet).")
     if isinstance(train_dataset, IterableDataset):
         check_iterable(cls, train_dataset, args)
         return args
-    if not isinstance(train_dataset, Dataset):
-        raise ValueError(
-            f"{cls.__name__} needs a `datasets.Dataset` or `datasets.IterableDataset` as `train_dataset` (got "
-            f"{type(train_dataset).__name__})."
-        )
     columns = set(train_dataset.column_names)
     if "prompt" not in columns:
         raise ValueError(f"`train_dataset` must have a 'prompt' column, found {sorted(columns)}.")
@@ -222,7 +221,9 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
         "function, weighted by reward_weights); or (2) set success_threshold explicitly to the reward model's "
         "score above which a rollout counts as a success, e.g. the median score of the starting policy's "
         "completions (if its scores already are success probabilities in [0, 1], pass success_threshold=0.5). See "
-        "docs/rewards.md, 'Worked example: a reward model'."
+        "docs/rewards.md, 'Worked example: a reward model'. If the task has no notion of success (the reward model "
+        "is the only signal), allocator='uniform' keeps TRL's own behaviour (every drawn prompt trained with its k "
+        "rollouts)."
     )
 
 

@@ -38,7 +38,7 @@ __all__ = [
     "grpo_decode", "grpo_generate_round", "has_tool_loop", "is_vlm", "local_reward_pass", "log_completion_extra",
     "metrics", "multi_environment", "parse_turn", "replaced_environment_pool", "rloo_decode", "rloo_generate_round",
     "run_tool_call_loop", "sampled_logprobs", "set_batch_environments", "standalone_tools", "sync_weights_once",
-    "tokenize_prompts", "tokenizer", "tool_turn", "trainer_name", "trl_paper", "vllm_awake",
+    "tokenize_prompts", "tokenizer", "tool_turn", "trainer_name", "trl_paper", "trl_refuses_dataset", "vllm_awake",
 ]
 
 TRL_LINE = "1.16"
@@ -224,6 +224,22 @@ def is_vlm(trainer: Any) -> bool:
 def has_tool_loop(cls: type) -> bool:
     """Whether the TRL base has a tool loop (``_tool_call_loop``: GRPO 1.16, not RLOO)."""
     return callable(getattr(cls, "_tool_call_loop", None))
+
+
+def trl_refuses_dataset(train_dataset: Any, args: Any, environment_factory: bool = False) -> bool:
+    """Whether TRL 1.16's own argument checks (``GRPOTrainer.__init__`` / ``RLOOTrainer.__init__``, the "Datasets"
+    block) will refuse this ``train_dataset``: None without an ``environment_factory`` (GRPO) or at all (RLOO; an
+    RLOO trainer never has an ``environment_factory``), neither a ``Dataset`` nor an ``IterableDataset``, or an
+    iterable one with ``accelerator_config.dispatch_batches=True``. SARA then leaves the mistake to TRL, so a TRL
+    user sees TRL's error in TRL's words."""
+    from datasets import Dataset, IterableDataset
+
+    if train_dataset is None:
+        return not environment_factory
+    if not isinstance(train_dataset, (Dataset, IterableDataset)):
+        return True
+    config = getattr(args, "accelerator_config", None)
+    return isinstance(train_dataset, IterableDataset) and bool(getattr(config, "dispatch_batches", None))
 
 
 def trl_paper(base: type) -> dict:
