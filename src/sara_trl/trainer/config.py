@@ -171,7 +171,7 @@ class _SaraArguments(_SaraFields):
     def _adopt_trl_checkpointing_default(self) -> None:
         """Carry TRL's ``gradient_checkpointing=True`` default over to ``activation_checkpointing``.
 
-        TRL 1.16 configs default the field that recent transformers releases (e.g. 5.24) renamed
+        TRL configs default the field that recent transformers releases (e.g. 5.24) renamed
         (``gradient_checkpointing``), so there every config that leaves ``activation_checkpointing`` unset made
         transformers raise a FutureWarning about a setting the user never made. Same result (checkpointing on), without
         the warning; a no-op where transformers has only the old name. An explicit ``gradient_checkpointing=False``

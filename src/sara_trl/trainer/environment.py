@@ -1,6 +1,6 @@
 """TRL's ``environment_factory`` (GRPO) in SARA's rounds, and in the replay.
 
-A round does for its rows what TRL 1.16's ``GRPOTrainer._generate_and_score_completions`` does for a batch before it
+A round does for its rows what TRL's ``GRPOTrainer._generate_and_score_completions`` does for a batch before it
 generates (:func:`reset_environments`): it draws one instance per rollout from TRL's pool
 (the port's ``environment_pool``, grown by the factory when a round needs more instances than exist), records each
 row's environment name (the port's ``set_batch_environments``, which TRL's tokenization and tool loop read for the

@@ -155,7 +155,7 @@ class SaraTrainerBase(RoundTrainer, Protocol):
         completion mask, under the current settings.
 
         A padding row is in those averages; :func:`sara_trl.trainer.metric_repair.correct_loss_metrics` removes it
-        (every name must be a key of :data:`sara_trl.trainer.metric_repair.ROW_METRIC_PADDING`). TRL 1.16: every
+        (every name must be a key of :data:`sara_trl.trainer.metric_repair.ROW_METRIC_PADDING`). TRL: every
         ``clip_ratio/*`` of RLOO (one ratio per sequence); GRPO's ``clip_ratio/*`` with
         ``importance_sampling_level="sequence"`` and ``vespo/phi_seq_mean``. Token-level metrics are masked by TRL
         itself and are not listed.

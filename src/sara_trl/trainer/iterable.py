@@ -7,7 +7,7 @@ passes over it and resumes them, and TRL's dataloader, which only counts steps, 
 :func:`step_counter_dataset` instead of the data (so the data are read once, by SARA, and a resumed run does not
 re-read them to skip the dataloader's batches).
 
-How the dataset is read, against what TRL 1.16 does with an iterable train set:
+How the dataset is read, against what TRL does with an iterable train set:
 
 - **Order.** TRL shuffles with ``dataset.shuffle(seed=args.seed)`` (a buffer of 1000 rows, reshuffled every epoch
   through ``set_epoch``) when ``shuffle_dataset`` is true, and reads in order otherwise. SARA reads the dataset in its

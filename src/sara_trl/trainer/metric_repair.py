@@ -155,7 +155,7 @@ def zero_padding_rows(output: dict, is_padding_local: torch.Tensor) -> None:
         output["old_logps"] = output["old_logps"].masked_fill(is_padding_local, 0.0)
 
 
-# Metrics TRL 1.16 appends in `_compute_loss` as a mean over the micro-batch's completion tokens (masked): a padding
+# Metrics TRL appends in `_compute_loss` as a mean over the micro-batch's completion tokens (masked): a padding
 # row is already out of them (its completion_mask is zero), but a micro-batch without any real token is reported as
 # 0 (TRL divides by max(count, 1)).
 LOSS_TOKEN_METRICS = ("kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
@@ -478,7 +478,7 @@ def repair_rloo_kl(trainer: Any, output: dict, replay_logps: list) -> None:
     if len(replay_logps) < 2:
         raise RuntimeError(
             f"RLOO replay made {len(replay_logps)} forward passes; SARA expects the policy's and the reference "
-            "model's (TRL 1.16) to recompute the `kl` metric without padding rows."
+            "model's (TRL) to recompute the `kl` metric without padding rows."
         )
     old, ref = replay_logps[0], replay_logps[1]
     kl = global_masked_mean(trainer.accelerator, old - ref, output["completion_mask"])

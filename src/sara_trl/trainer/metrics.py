@@ -6,7 +6,7 @@ over the window; the ``sara/cumulative_*`` values are running totals and are ove
 ``num_tokens``).
 
 Every logged metric is a number. A metric with no valid value in its window (TRL's ``reward`` when no group was
-committed, ``kl`` or ``entropy`` when every row was padding) is logged as ``float("nan")``, where TRL 1.16 logs None
+committed, ``kl`` or ``entropy`` when every row was padding) is logged as ``float("nan")``, where TRL logs None
 (:func:`~sara_trl.trainer.metric_repair.numeric_logs`): a callback can do arithmetic on any logged value, and must test
 ``math.isnan`` (not ``is None``) for "nothing to report". The corrections SARA makes to TRL's own metrics (padding
 rows) are in :mod:`sara_trl.trainer.metric_repair`.

@@ -114,9 +114,9 @@ def prepare_arguments(
                          "overlap_round_scoring=False.")
     looped = [name for name in ("tools", "environment_factory") if (rounds_only or {}).get(name)]
     if looped and not port.has_tool_loop(cls):
-        raise TypeError(f"{cls.__name__} trains `{looped[0]}` through TRL's tool loop (`_tool_call_loop`, TRL 1.16's "
-                        "GRPOTrainer), which this TRL base does not have: use the TRL version sara_trl is tested "
-                        "with (docs/getting-started.md#install)")
+        raise TypeError(f"{cls.__name__} trains `{looped[0]}` through TRL's tool loop (GRPOTrainer's), which this "
+                        "TRL base does not have: use SaraGRPOTrainer, or the TRL version sara_trl is tested with "
+                        "(docs/getting-started.md#install)")
     if isinstance(processing_class, ProcessorMixin):
         raise ValueError(
             f"{cls.__name__} does not support multimodal (vision-language) models yet: pass a text tokenizer "
@@ -230,7 +230,7 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
 def shards_reward_model(reward_funcs: Any, args: Any) -> bool:
     """Whether TRL will run a reward model sharded over several processes: under DeepSpeed ZeRO-3.
 
-    TRL 1.16 (GRPO and RLOO) prepares each reward model (a model id, or a ``PreTrainedModel`` in ``reward_funcs``)
+    TRL (GRPO and RLOO) prepares each reward model (a model id, or a ``PreTrainedModel`` in ``reward_funcs``)
     with DeepSpeed at the training config's stage when that is 3, and other stages unsharded; without DeepSpeed it
     only moves it to the device (``accelerator.prepare_model(..., evaluation_mode=True)``: no FSDP or DDP wrapper,
     under FSDP too). Each forward pass of a ZeRO-3 model gathers its parameters from every process: a collective.

@@ -185,7 +185,7 @@ def quiet_progress_logs(trainer) -> None:
 
 
 def hide_renamed_checkpointing_warnings() -> None:
-    """Hide the FutureWarnings recent transformers raise when TRL 1.16 calls their renamed checkpointing methods.
+    """Hide the FutureWarnings recent transformers raise when TRL calls their renamed checkpointing methods.
 
     TRL calls ``is_gradient_checkpointing`` and ``gradient_checkpointing_enable``/``_disable`` (renamed
     ``*activation_checkpointing*`` in recent transformers releases, e.g. 5.24) around every generation and loss pass;

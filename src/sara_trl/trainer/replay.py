@@ -33,7 +33,7 @@ __all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "Replay", "RowLayout", "a
            "build_row_plan", "lay_out", "replaying"]
 
 # A padding row's completion: this many EOS tokens. Two, not one, so that a micro-batch holding a padding row is
-# always at least two tokens wide: TRL 1.16's `_compute_loss` treats a one-column tensor as one value per sequence
+# always at least two tokens wide: TRL's `_compute_loss` treats a one-column tensor as one value per sequence
 # and then averages its metrics over every row, padding rows included, ignoring the mask.
 PADDING_COMPLETION_TOKENS = 2
 

@@ -36,14 +36,14 @@ quantization_config, peft_config
     train_dataset : datasets.Dataset
         Map-style, with a ``"prompt"`` column.
     rollout_func : callable, optional
-        A SARA addition (TRL 1.16's ``RLOOTrainer`` has none), with the contract of ``trl.GRPOTrainer``'s:
+        A SARA addition (TRL's ``RLOOTrainer`` has none), with the contract of ``trl.GRPOTrainer``'s:
         ``rollout_func(prompts, trainer) -> {"prompt_ids", "completion_ids", "logprobs", ...}``, called once per round
         (``collection="rounds"``) for the round's prompts, each repeated once per rollout. Extra fields reach the reward
         functions as in GRPO; ``logprobs`` are not used (RLOO uses none); an ``env_mask`` raises (RLOO's loss has no
         such mask). TRL's replay then trains on the returned prompt and completion ids. Evaluation generates with
         RLOO's own backend.
     tools, environment_factory
-        Refused with ``ValueError``: TRL 1.16's ``RLOOTrainer`` has no tool loop (use :class:`SaraGRPOTrainer`).
+        Refused with ``ValueError``: TRL's ``RLOOTrainer`` has no tool loop (use :class:`SaraGRPOTrainer`).
 
     Raises
     ------
@@ -76,7 +76,7 @@ quantization_config, peft_config
         tools=None,
         environment_factory=None,
     ):
-        no_tool_loop = ("TRL's RLOOTrainer (1.16) has no tool loop (no `tools` / `environment_factory`, no tool mask "
+        no_tool_loop = ("TRL's RLOOTrainer has no tool loop (no `tools` / `environment_factory`, no tool mask "
                         "in its loss), so there is nothing for SARA to replay. Use SaraGRPOTrainer for tool use.")
         args = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class,
                                   {"tools": no_tool_loop if tools else None,

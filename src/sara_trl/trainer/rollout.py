@@ -55,7 +55,7 @@ __all__ = ["RolloutCache", "Trajectory", "call_rollout_func", "keep_observations
            "make_success_rule", "reward_score", "run_tool_loop", "score_source", "success_rule", "trainer_scores",
            "uses_tools"]
 
-# The keys every ``rollout_func`` output must hold (TRL 1.16's ``GRPOTrainer._generate``); the others are extra fields.
+# The keys every ``rollout_func`` output must hold (TRL's ``GRPOTrainer._generate``); the others are extra fields.
 ROLLOUT_FUNC_KEYS = ("prompt_ids", "completion_ids", "logprobs")
 
 
@@ -335,7 +335,7 @@ def trainer_scores(trainer: Any, rewards: torch.Tensor) -> np.ndarray:
 def call_rollout_func(trainer: Any, prompts: list) -> tuple[list, list, list | None, list[Trajectory]]:
     """One call of the trainer's custom ``rollout_func`` for a round's prompts, checked as SARA needs it.
 
-    The contract is TRL 1.16's (``GRPOTrainer._generate``): ``rollout_func(prompts, trainer)`` receives this process's
+    The contract is TRL's (``GRPOTrainer._generate``): ``rollout_func(prompts, trainer)`` receives this process's
     prompts as they are (a copy; each prompt repeated once per rollout SARA asks of it, as TRL's sampler repeats it
     ``num_generations`` times) and returns a dict with ``prompt_ids``, ``completion_ids`` and ``logprobs`` (one entry
     per prompt; ``logprobs`` may be None), and optionally ``env_mask`` (one 0/1 list per completion, 0 = tokens not

@@ -4,7 +4,7 @@ In rounds, a round's first generation goes through TRL's batch tool loop (:func:
 run_tool_loop`). In streaming there is no batch: each rollout is a chain of engine requests, and the collector sees
 only the whole trajectory. :class:`TrajectoryEngine` is a :class:`~sara_trl.allocation.event_loop.StreamingEngine`
 over the request-level engine (:class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`) that does, per rollout,
-what TRL 1.16's ``GRPOTrainer`` does per batch:
+what TRL's ``GRPOTrainer`` does per batch:
 
 1. **Start** (``add_prompt``): with ``environment_factory``, lease an instance of the row's environment from TRL's
    pool (the port's ``environment_pool``; the pool grows by one factory call when every instance is leased), call

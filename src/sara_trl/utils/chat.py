@@ -10,7 +10,7 @@ __all__ = ["use_tool_chat_template"]
 def use_tool_chat_template(tokenizer: Any) -> Any:
     """Give ``tokenizer`` TRL's Qwen3 chat template and ``<|im_end|>`` as EOS, in place, and return it.
 
-    TRL 1.16 refuses ``tools`` and ``environment_factory`` (even an environment without tool methods) unless
+    TRL refuses ``tools`` and ``environment_factory`` (even an environment without tool methods) unless
     ``trl.chat_template_utils.supports_tool_calling`` accepts the chat template; SmolLM2-135M-Instruct's own template
     (ChatML, with a default system prompt) renders no tool call. Qwen3's template uses the same ChatML markers
     (``<|im_start|>`` / ``<|im_end|>``, tokens of SmolLM2's vocabulary), renders tool schemas, calls and responses, and
