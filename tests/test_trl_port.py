@@ -96,3 +96,31 @@ def test_train_stops_when_trl_bypasses_an_answered_hook(kind, hook, tiny_model_d
         trainer.train()
     assert trainer.state.global_step == 0  # no optimizer step was taken on the bypassed batch
     assert trainer.sara.replay is None  # the guard left the run state clean
+
+
+def test_heldout_suite_runs_trl_style_tests_on_the_sara_trainers(tmp_path):
+    """``scripts/trl_heldout.py`` (TRL's own trainer tests against SARA's trainers): a TRL-style test file, importing
+    the trainer and config names from ``trl`` as TRL's tests do, gets SARA's trainers with uniform allocation."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "__init__.py").write_text("")
+    (tests / "test_grpo_trainer.py").write_text(
+        "from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer\n"
+        "def test_names_are_sara_with_uniform_allocation():\n"
+        "    assert GRPOTrainer.__name__ == 'SaraGRPOTrainer' and RLOOTrainer.__name__ == 'SaraRLOOTrainer'\n"
+        "    assert GRPOConfig(output_dir='o', use_cpu=True).allocator == 'uniform'\n"
+        "    assert RLOOConfig(output_dir='o', use_cpu=True).allocator == 'uniform'\n"
+        "def test_a_failing_one_is_reported():\n"
+        "    assert GRPOConfig(output_dir='o', use_cpu=True).allocator == 'sara'\n")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "trl_heldout.py"
+    run = subprocess.run([sys.executable, str(script), str(tmp_path), "--files", "tests/test_grpo_trainer.py", "-q",
+                          "-p", "no:cacheprovider"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "1 failed, 1 passed" in run.stdout
+    missing = subprocess.run([sys.executable, str(script), str(tmp_path / "nowhere")], capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2 and "not found" in missing.stderr
