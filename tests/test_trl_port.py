@@ -54,8 +54,10 @@ def test_guard_names_the_hook_trl_skipped_and_the_trl_version(serve, message):
 
 
 def test_guard_covers_rollout_func_tool_loop_and_environments():
-    custom = _replay(prompt_ids=[[5], [6]])  # a custom rollout_func's rows: its output, not _generate_single_turn
+    custom = _replay(prompt_ids=[[5], [6]], trl_calls_rollout_func=True)  # GRPO asks a rollout_func for its output
     assert custom.expected_answers() == ("rollout_output", "rewards")
+    # RLOO has no rollout_func: TRL tokenizes (answered with the rollout_func's prompt ids) and generates
+    assert _replay(prompt_ids=[[5], [6]]).expected_answers() == ("prompt_tokens", "completions", "rewards")
     custom.reward_rows(2)
     with pytest.raises(RuntimeError, match="rollout_func was not called"):
         custom.check_served("1.16.0", HOOKS)

@@ -15,13 +15,16 @@ import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sara_trl.allocation import IterablePromptStream, ShardStream
 from sara_trl.trainer.rollout import RolloutCache
 from sara_trl.trainer.trl import port
+
+if TYPE_CHECKING:
+    from sara_trl.trainer.hooks import SaraTrainerBase
 
 __all__ = ["SARA_CARRY_NAME", "SARA_ROWS_NAME", "SARA_STATE_NAME", "carry_file_name", "load_sara_state", "rank_states",
            "save_sara_state", "sara_state_dict"]
@@ -38,7 +41,7 @@ def carry_file_name(rank: int | None) -> str:
     return SARA_CARRY_NAME if rank is None else f"sara_carry_rank{int(rank)}.pt"
 
 
-def _sharded(trainer: Any) -> bool:
+def _sharded(trainer: SaraTrainerBase) -> bool:
     """Whether each process runs its own allocator on its own prompt shard (streaming on several processes)."""
     stream = trainer.sara.stream
     return isinstance(stream, ShardStream) or (isinstance(stream, IterablePromptStream) and stream.world > 1)
@@ -58,7 +61,7 @@ def _pop_stream_rows(state: dict) -> list | None:
     return [stream.pop("rows") for stream in streams]
 
 
-def sara_state_dict(trainer: Any, ranks: list[dict] | None = None) -> dict:
+def sara_state_dict(trainer: SaraTrainerBase, ranks: list[dict] | None = None) -> dict:
     """The allocator, stream and allocation config as JSON-ready data (written to ``sara_state.json``).
 
     ``ranks``: with streaming collection on several processes, every process's own allocator and stream shard
@@ -75,7 +78,7 @@ def sara_state_dict(trainer: Any, ranks: list[dict] | None = None) -> dict:
     return state
 
 
-def rank_states(trainer: Any) -> list[dict] | None:
+def rank_states(trainer: SaraTrainerBase) -> list[dict] | None:
     """Streaming collection on several processes: every process's allocator and stream shard (they differ per
     process), gathered on every process (a collective: call it on all of them). None otherwise."""
     if trainer.args.collection != "streaming" or trainer.accelerator.num_processes == 1:
@@ -86,7 +89,7 @@ def rank_states(trainer: Any) -> list[dict] | None:
                            "stream": trainer.sara.stream.state_dict()}])
 
 
-def save_sara_state(trainer: Any, trial: Any) -> None:
+def save_sara_state(trainer: SaraTrainerBase, trial: Any) -> None:
     """Write ``sara_state.json`` (and ``sara_carry.pt`` / ``sara_stream_rows.pt`` when needed) into the checkpoint
     folder TRL is about to save (call it on every process, before TRL's own save, so that a ``push_to_hub`` of the
     checkpoint includes it). With streaming on several processes every process writes its own carry
@@ -112,7 +115,7 @@ def save_sara_state(trainer: Any, trial: Any) -> None:
 
 
 @contextmanager
-def optimizer_state_onto_cpu(trainer: Any) -> Iterator[None]:
+def optimizer_state_onto_cpu(trainer: SaraTrainerBase) -> Iterator[None]:
     """While the block runs, a ``torch.load`` asked for ``map_location="cpu:<N>"`` loads onto ``"cpu"``, on CPU
     training with several processes only (elsewhere the block runs unchanged).
 
@@ -139,7 +142,7 @@ def optimizer_state_onto_cpu(trainer: Any) -> Iterator[None]:
         torch.load = original
 
 
-def load_sara_state(trainer: Any, checkpoint: str | None) -> None:
+def load_sara_state(trainer: SaraTrainerBase, checkpoint: str | None) -> None:
     """Restore the allocator and stream state :func:`save_sara_state` wrote into ``checkpoint`` (None: nothing).
 
     A checkpoint without ``sara_state.json`` (e.g. from a plain TRL run) starts a fresh stream, with a warning.

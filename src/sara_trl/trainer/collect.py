@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from transformers.utils import logging
@@ -34,6 +34,9 @@ from sara_trl.trainer.streaming import (
 )
 from sara_trl.trainer.trajectory import TrajectoryEngine, streams_trajectories
 from sara_trl.trainer.trl import port
+
+if TYPE_CHECKING:
+    from sara_trl.trainer.hooks import SaraTrainerBase
 
 __all__ = ["CollectedStep", "collect_engine_rounds", "collect_step", "collect_streaming"]
 
@@ -67,7 +70,7 @@ class CollectedStep:
     stream_run: StreamRun | None
 
 
-def collect_step(trainer: Any) -> CollectedStep:
+def collect_step(trainer: SaraTrainerBase) -> CollectedStep:
     """Collect one training step's B groups (rounds or streaming), and hand the undecided ones to the next step.
 
     Sets ``trainer.sara.last_step`` and, with ``carry_over``, ``trainer.sara.carry`` (the rollouts this process
@@ -123,7 +126,7 @@ def collect_step(trainer: Any) -> CollectedStep:
 
 
 def collect_streaming(
-    trainer: Any, num_groups: int, cache: RolloutCache
+    trainer: SaraTrainerBase, num_groups: int, cache: RolloutCache
 ) -> tuple[StepResult, RolloutCache, StreamRun]:
     """``collection="streaming"``: this process's share of the batch through its colocated vLLM engine, request
     by request (:func:`sara_trl.trainer.streaming.drive_streaming_engine`), then, with several processes, the one
@@ -177,7 +180,8 @@ def collect_streaming(
     return result, RolloutCache.concat([c for c, _ in payloads]), slowest_stream_run([r for _, r in payloads])
 
 
-def collect_engine_rounds(trainer: Any, num_groups: int, cache: RolloutCache) -> tuple[StepResult, StreamRun]:
+def collect_engine_rounds(trainer: SaraTrainerBase, num_groups: int,
+                          cache: RolloutCache) -> tuple[StepResult, StreamRun]:
     """``collection="rounds"`` with ``overlap_round_scoring``: the allocator's rounds
     (:meth:`~sara_trl.allocation.Allocator.rounds`) on the colocated vLLM engine, through the event loop streaming
     runs. Each round's rollouts are single requests, scored in reward passes that overlap the round's slowest
@@ -197,7 +201,8 @@ def collect_engine_rounds(trainer: Any, num_groups: int, cache: RolloutCache) ->
     return collector.finish(), run
 
 
-def _drive_on_engine(trainer: Any, collector: Any, cache: RolloutCache, profile: str, round_of=None) -> StreamRun:
+def _drive_on_engine(trainer: SaraTrainerBase, collector: Any, cache: RolloutCache, profile: str,
+                     round_of=None) -> StreamRun:
     """Drive ``collector`` (streaming or rounds) on this process's colocated vLLM engine to the end of the step,
     scoring through the trainer's reward functions into ``cache``
     (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`, ``streaming_reward_lag``)."""
@@ -226,7 +231,7 @@ def _drive_on_engine(trainer: Any, collector: Any, cache: RolloutCache, profile:
                 cache.uncached[unit] = cache.uncached.get(unit, 0) + value
 
 
-def request_engine(trainer: Any, tag: str) -> VLLMStreamingEngine:
+def request_engine(trainer: SaraTrainerBase, tag: str) -> VLLMStreamingEngine:
     """The request-level engine of a step on this process: TRL's colocated vLLM engine with TRL's sampling
     parameters (:class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`), request ids prefixed with ``tag``."""
     gen = trainer.vllm_generation

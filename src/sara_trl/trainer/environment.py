@@ -23,27 +23,30 @@ import copy
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sara_trl.trainer.trl import port
+
+if TYPE_CHECKING:
+    from sara_trl.trainer.hooks import RoundTrainer
 
 __all__ = ["ReplayedEnvironment", "append_observation", "check_environment_names", "draw_environments",
            "environment_methods", "environment_name", "replayed_environments", "reset_environments", "rollout_tools",
            "uses_environments"]
 
 
-def uses_environments(trainer: Any) -> bool:
+def uses_environments(trainer: RoundTrainer) -> bool:
     """Whether the trainer was built with ``environment_factory`` (TRL's ``environment_factories`` is set)."""
     return getattr(trainer, "environment_factories", None) is not None
 
 
-def environment_name(trainer: Any, row: dict) -> Any:
+def environment_name(trainer: RoundTrainer, row: dict) -> Any:
     """The name of a row's environment: its ``environment`` field with a dict ``environment_factory``, else None
     (TRL's single unnamed environment)."""
     return row.get("environment") if port.multi_environment(trainer) else None
 
 
-def check_environment_names(trainer: Any, names: list) -> None:
+def check_environment_names(trainer: RoundTrainer, names: list) -> None:
     """Raise as TRL does when a row names an environment ``environment_factory`` does not have.
 
     Raises
@@ -57,7 +60,7 @@ def check_environment_names(trainer: Any, names: list) -> None:
                          f"`environment_factory`. Expected one of: {list(trainer.environment_factories)}.")
 
 
-def draw_environments(trainer: Any, rows: list[dict]) -> list:
+def draw_environments(trainer: RoundTrainer, rows: list[dict]) -> list:
     """Draw one environment instance per row from TRL's pool, as TRL does for a batch.
 
     Sets ``trainer._batch_environments`` (each row's environment name) and ``trainer.environments`` (the drawn
@@ -102,7 +105,7 @@ def environment_methods(environment: Any) -> list[Callable]:
             if name not in ("reset", "get_reward") and not name.startswith("_")]
 
 
-def rollout_tools(trainer: Any, n: int) -> list[list[Callable]]:
+def rollout_tools(trainer: RoundTrainer, n: int) -> list[list[Callable]]:
     """``(n,)`` the tools of each rollout of a round: the standalone ``tools``, then, with environments, the methods
     of the rollout's drawn instance (``trainer.environments``, :func:`draw_environments`)."""
     standalone = port.standalone_tools(trainer)
@@ -124,7 +127,7 @@ def append_observation(prompt: list, observation: Any) -> list:
     return prompt[:-1] + [{**prompt[-1], "content": content + observation}]
 
 
-def reset_environments(trainer: Any, rows: list[dict], prompts: list) -> tuple[list, list]:
+def reset_environments(trainer: RoundTrainer, rows: list[dict], prompts: list) -> tuple[list, list]:
     """Before a round generates: draw one instance per row (:func:`draw_environments`), reset each with its row
     (``reset(**row)``, without the ``environment`` field of a dict factory) and append the observations.
 
@@ -166,7 +169,8 @@ class ReplayedEnvironment:
 
 
 @contextmanager
-def replayed_environments(trainer: Any, names: list, observations: list) -> Iterator[list[ReplayedEnvironment]]:
+def replayed_environments(trainer: RoundTrainer, names: list,
+                          observations: list) -> Iterator[list[ReplayedEnvironment]]:
     """While the block runs (TRL's replay of the committed rows), TRL's pool holds one :class:`ReplayedEnvironment`
     per row, in row order under each environment name, so TRL's draw hands row i the stand-in with
     ``observations[i]``; the real pool and ``trainer.environments`` are restored afterwards.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,6 +30,9 @@ from trl.trainer.utils import nanmax, nanmin
 
 from sara_trl.trainer.replay import PADDING_COMPLETION_TOKENS, PADDING_KEY
 from sara_trl.trainer.trl import port
+
+if TYPE_CHECKING:
+    from sara_trl.trainer.hooks import SaraTrainerBase
 
 __all__ = ["CLIP_RATIO_METRICS", "LOSS_TOKEN_METRICS", "ROW_METRIC_PADDING", "SAMPLING_ORIGIN_METRICS",
            "correct_loss_metrics", "correct_padding_metrics", "correct_tool_metrics", "global_masked_mean",
@@ -265,7 +268,7 @@ def global_masked_mean(accelerator, values: torch.Tensor, mask: torch.Tensor) ->
 
 
 # ---------------------------------------------------------------------------------------------- on the trainer
-def mask_padding_rows(trainer: Any, output: dict, layout: Any, cache: Any, stats: Any) -> None:
+def mask_padding_rows(trainer: SaraTrainerBase, output: dict, layout: Any, cache: Any, stats: Any) -> None:
     """After the replay of a batch with padding rows: mask them out of the loss and repair TRL's replay-time metrics.
 
     Decided from the global row plan, so every process takes part in the collectives (call it on every process, and
@@ -323,7 +326,7 @@ def model_tokens(cache: Any, rollout_id: int) -> int:
     return len(cache.completion_ids[rollout_id])
 
 
-def loss_with_real_row_metrics(trainer: Any, compute_loss: Callable[[dict], torch.Tensor], inputs: dict,
+def loss_with_real_row_metrics(trainer: SaraTrainerBase, compute_loss: Callable[[dict], torch.Tensor], inputs: dict,
                                padding: torch.Tensor) -> torch.Tensor:
     """TRL's loss of one micro-batch holding padding rows, then its just-appended metrics made to exclude them.
 
@@ -360,7 +363,7 @@ def loss_with_real_row_metrics(trainer: Any, compute_loss: Callable[[dict], torc
     return loss
 
 
-def repair_grpo_sampling_metrics(trainer: Any, output: dict, is_padding_local: torch.Tensor) -> None:
+def repair_grpo_sampling_metrics(trainer: SaraTrainerBase, output: dict, is_padding_local: torch.Tensor) -> None:
     """GRPO: recompute the vLLM importance-sampling metrics (``sampling/*``) over real tokens.
 
     TRL computes them in ``_generate_and_score_completions`` over every row's tokens: a padding row has no
@@ -404,7 +407,7 @@ SAMPLING_ORIGIN_METRICS = tuple(f"sampling_logp_difference_{origin}/{stat}"
                                 for origin in ("fresh", "carried_in") for stat in ("mean", "max"))
 
 
-def log_sampling_difference_by_origin(trainer: Any, output: dict, layout: Any, cache: Any) -> None:
+def log_sampling_difference_by_origin(trainer: SaraTrainerBase, output: dict, layout: Any, cache: Any) -> None:
     """GRPO on vLLM with ``carry_over``: TRL's sampling log-prob difference split by where each trained rollout was
     generated (call it on every process: it gathers).
 
@@ -459,7 +462,7 @@ def log_sampling_difference_by_origin(trainer: Any, output: dict, layout: Any, c
             metrics[f"sara/{max_name}"].append(gathered[:, column + 2].max().item())
 
 
-def repair_rloo_kl(trainer: Any, output: dict, replay_logps: list) -> None:
+def repair_rloo_kl(trainer: SaraTrainerBase, output: dict, replay_logps: list) -> None:
     """RLOO: recompute the ``kl`` metric over real tokens (NaN when there is none).
 
     TRL logs it in ``_generate_and_score_completions`` as the mean over completion tokens of RLOO's first-order

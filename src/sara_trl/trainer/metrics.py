@@ -18,7 +18,7 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from sara_trl.allocation import Fate, StepStats
 from sara_trl.trainer.environment import uses_environments
 from sara_trl.trainer.rollout import uses_tools
 from sara_trl.trainer.trl import port
+
+if TYPE_CHECKING:
+    from sara_trl.trainer.hooks import SaraTrainerBase
 
 __all__ = ["CUMULATIVE_DIAGNOSTICS", "STEP_METRICS", "TOOL_FATES", "TOOL_METRICS", "TOOL_UNITS",
            "check_tool_accounting", "collection_warning", "log_collected_step", "log_step_metrics",
@@ -350,7 +353,7 @@ def round_barrier_metrics(round_index: np.ndarray, tokens: np.ndarray) -> dict[s
     return {"round_longest_tokens": float(longest.sum()), "round_tail_tokens": float((longest - mean).sum())}
 
 
-def truncation_masked_rollouts(trainer: Any, cache: Any) -> np.ndarray:
+def truncation_masked_rollouts(trainer: SaraTrainerBase, cache: Any) -> np.ndarray:
     """``(rollouts,)`` bool by rollout id: TRL masks the completion out of the loss (``mask_truncated_completions``
     and no EOS/pad at its end, TRL's own test)."""
     if not getattr(trainer, "mask_truncated_completions", False):
@@ -359,7 +362,7 @@ def truncation_masked_rollouts(trainer: Any, cache: Any) -> np.ndarray:
     return np.asarray([not ids or ids[-1] not in eos_and_pad for ids in cache.completion_ids], dtype=bool)
 
 
-def log_collected_step(trainer: Any, step: Any) -> None:
+def log_collected_step(trainer: SaraTrainerBase, step: Any) -> None:
     """Append one collected step's ``sara/*`` values to ``port.metrics(trainer)``.
 
     The accounting (:func:`log_step_metrics`), the wall-clock of the collection (``sara/collect_seconds``: every

@@ -10,7 +10,7 @@ and the prompt stream (``PromptStream``; ``ShardStream`` per process for streami
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datasets import IterableDataset
 from transformers import ProcessorMixin
@@ -26,6 +26,9 @@ from sara_trl.trainer.state import SaraRun
 from sara_trl.trainer.streaming import shard_groups
 from sara_trl.trainer.trl import port
 from sara_trl.trainer.vllm_cpu import repack_after_sync
+
+if TYPE_CHECKING:
+    from sara_trl.trainer.hooks import SaraTrainerBase
 
 __all__ = ["check_iterable", "check_reward_models", "prepare_arguments", "require_rounds", "setup",
            "shards_reward_model"]
@@ -344,7 +347,7 @@ def check_iterable(cls: type, train_dataset: IterableDataset, args: Any) -> None
         )
 
 
-def setup(trainer: Any, rollout_func: Any = None) -> SaraRun:
+def setup(trainer: SaraTrainerBase, rollout_func: Any = None) -> SaraRun:
     """SARA's run state (after TRL's construction): the success rule, the allocator and the prompt stream.
 
     Raises

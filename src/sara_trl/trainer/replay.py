@@ -20,7 +20,7 @@ import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ import torch
 from sara_trl.allocation import Group, StepResult
 from sara_trl.trainer.environment import environment_name, replayed_environments, uses_environments
 from sara_trl.trainer.trl import port
+
+if TYPE_CHECKING:
+    from sara_trl.trainer.hooks import SaraTrainerBase
 
 __all__ = ["PADDING_COMPLETION_TOKENS", "PADDING_KEY", "Replay", "RowLayout", "active_replay", "add_trajectories",
            "build_row_plan", "lay_out", "replaying"]
@@ -104,6 +107,9 @@ class Replay:
     environment_names, observations : list or None
         With ``environment_factory``: ``(N,)`` each row's environment name and the observation its rollout's
         ``reset`` returned (a padding row: its group's first rollout's; a fill group's rows: None); None without.
+    trl_calls_rollout_func : bool
+        With a custom ``rollout_func``: whether TRL's pipeline asks for its output (GRPO's ``self.rollout_func``); a
+        base without one (RLOO) asks for the prompt ids and the completions instead.
     served : dict of str to int
         How often each answer was handed to TRL (``completions``, ``rollout_output``, ``tool_loop``, ``rewards``,
         ``prompt_tokens``): the replay guard (:meth:`check_served`) wants each answer TRL needs exactly once.
@@ -120,16 +126,19 @@ class Replay:
     tool_trajectories: list[Any] | None = None
     environment_names: list | None = None
     observations: list | None = None
+    trl_calls_rollout_func: bool = False
     served: dict[str, int] = field(default_factory=dict)
 
     def _serve(self, answer: str) -> None:
         self.served[answer] = self.served.get(answer, 0) + 1
 
     def expected_answers(self) -> tuple[str, ...]:
-        """The answers TRL's pipeline must take from this replay, each exactly once: the generation
-        (``rollout_output`` with a custom ``rollout_func``, else ``completions``), ``tool_loop`` with tools, and
-        ``rewards``."""
-        generation = ("rollout_output",) if self.prompt_ids is not None else ("completions",)
+        """The answers TRL's pipeline must take from this replay, each exactly once: the generation (with a custom
+        ``rollout_func``, its output, or for a base without one its ``prompt_tokens`` and ``completions``; else
+        ``completions``), ``tool_loop`` with tools, and ``rewards``."""
+        generation = ("completions",)
+        if self.prompt_ids is not None:
+            generation = ("rollout_output",) if self.trl_calls_rollout_func else ("prompt_tokens", "completions")
         tools = ("tool_loop",) if self.tool_trajectories is not None else ()
         return generation + tools + ("rewards",)
 
@@ -311,7 +320,7 @@ class RowLayout:
     replay: Replay
 
 
-def lay_out(trainer: Any, result: StepResult, cache: Any) -> RowLayout:
+def lay_out(trainer: SaraTrainerBase, result: StepResult, cache: Any) -> RowLayout:
     """Lay out the step's B*k rows; this process takes its contiguous share, as TRL's sampler would.
 
     Also adds the completions-table columns ``sara_round`` and the reward functions' extra logs, one value per local
@@ -363,6 +372,7 @@ def lay_out(trainer: Any, result: StepResult, cache: Any) -> RowLayout:
     replay = Replay(completion_ids=completion_ids, logprobs=logprobs,
                     rewards=reward_rows.to(trainer.accelerator.device))
     if trainer.sara.rollout_func is not None:
+        replay.trl_calls_rollout_func = getattr(trainer, "rollout_func", None) is not None
         add_trajectories(trainer, replay, cache, plan_rollouts, local, rows)
     elif getattr(trainer, "tools", None):  # TRL's tool loop made each trajectory; the replay hands it back
         replay.tool_trajectories = [cache.trajectories[r] if r >= 0 else None for r in local_rollouts]
@@ -386,7 +396,7 @@ def _trajectory_of_row(cache: Any, plan_rollouts: np.ndarray, k: int, j: int) ->
     return cache.trajectories.get(r)
 
 
-def add_trajectories(trainer: Any, replay: Replay, cache: Any, plan_rollouts: np.ndarray, local: slice,
+def add_trajectories(trainer: SaraTrainerBase, replay: Replay, cache: Any, plan_rollouts: np.ndarray, local: slice,
                      rows: list[dict]) -> None:
     """Give the replay what a custom ``rollout_func`` returned for this process's rows (prompt ids, ``env_mask``,
     extra fields), so TRL's ``_generate`` receives it unchanged.
@@ -420,7 +430,7 @@ def add_trajectories(trainer: Any, replay: Replay, cache: Any, plan_rollouts: np
 
 
 @contextmanager
-def replaying(trainer: Any, replay: Replay) -> Iterator[Replay]:
+def replaying(trainer: SaraTrainerBase, replay: Replay) -> Iterator[Replay]:
     """While the block runs, TRL's generation and reward hooks answer from ``replay`` (:func:`active_replay`), and
     with ``environment_factory`` TRL's pool holds stand-ins that return the cached observations instead of resetting
     (:func:`sara_trl.trainer.environment.replayed_environments`).
@@ -446,7 +456,7 @@ def replaying(trainer: Any, replay: Replay) -> Iterator[Replay]:
         run.replay = None
 
 
-def active_replay(trainer: Any) -> Replay | None:
+def active_replay(trainer: SaraTrainerBase) -> Replay | None:
     """The replay in progress (inside :func:`replaying`), or None: TRL generates and scores for real."""
     run = getattr(trainer, "sara", None)
     return None if run is None else run.replay

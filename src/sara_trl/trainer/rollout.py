@@ -290,7 +290,7 @@ def reward_score(
     return score
 
 
-def score_source(trainer: Any) -> str:
+def score_source(trainer: RoundTrainer) -> str:
     """What a rollout's score is, in words, for messages: the function named by ``success_reward_func``, or the
     weighted sum of every reward function (with its ``reward_weights`` when they are not all 1)."""
     args = trainer.args
@@ -304,7 +304,7 @@ def score_source(trainer: Any) -> str:
     return f"the weighted sum of the reward functions {names}{shown}"
 
 
-def make_success_rule(trainer: Any) -> SuccessRule:
+def make_success_rule(trainer: RoundTrainer) -> SuccessRule:
     """The :class:`~sara_trl.allocation.labels.SuccessRule` of a trainer: its threshold, whether the user set it
     (``args.success_threshold_explicit``), the score's source and the allocator, checking from the next step on."""
     args = trainer.args
@@ -313,7 +313,7 @@ def make_success_rule(trainer: Any) -> SuccessRule:
                        ds_filter=getattr(args, "ds_filter", "success"))
 
 
-def success_rule(trainer: Any) -> SuccessRule:
+def success_rule(trainer: RoundTrainer) -> SuccessRule:
     """The trainer's rule (``trainer.sara.success_rule``); a stand-in trainer without a run state gets a rule that
     labels without checking."""
     run = getattr(trainer, "sara", None)
@@ -324,7 +324,7 @@ def success_rule(trainer: Any) -> SuccessRule:
     return rule
 
 
-def trainer_scores(trainer: Any, rewards: torch.Tensor) -> np.ndarray:
+def trainer_scores(trainer: RoundTrainer, rewards: torch.Tensor) -> np.ndarray:
     """:func:`reward_score` of ``(R, F)`` reward rows as the trainer scores them (``success_reward_func`` or the
     weighted sum), ``(R,)`` float32 as numpy."""
     name = trainer.args.success_reward_func
@@ -332,7 +332,7 @@ def trainer_scores(trainer: Any, rewards: torch.Tensor) -> np.ndarray:
     return reward_score(rewards, trainer.reward_weights, func_index).numpy()
 
 
-def call_rollout_func(trainer: Any, prompts: list) -> tuple[list, list, list | None, list[Trajectory]]:
+def call_rollout_func(trainer: RoundTrainer, prompts: list) -> tuple[list, list, list | None, list[Trajectory]]:
     """One call of the trainer's custom ``rollout_func`` for a round's prompts, checked as SARA needs it.
 
     The contract is TRL's (``GRPOTrainer._generate``): ``rollout_func(prompts, trainer)`` receives this process's
@@ -402,7 +402,7 @@ def call_rollout_func(trainer: Any, prompts: list) -> tuple[list, list, list | N
     return prompt_ids, completion_ids, None if logprobs is None else list(logprobs), trajectories
 
 
-def uses_tools(trainer: Any) -> bool:
+def uses_tools(trainer: RoundTrainer) -> bool:
     """Whether the trainer trains with ``tools=`` (TRL's GRPO tool loop runs in every round)."""
     return bool(getattr(trainer, "tools", None))
 
@@ -470,7 +470,7 @@ class _ToolCallCounter:
 
 
 def run_tool_loop(
-    trainer: Any, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]],
+    trainer: RoundTrainer, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]],
     completions: list, logprobs: list | None, images: Any, multimodal_fields: dict,
 ) -> tuple[list[list[int]], list | None, list, list[Trajectory]]:
     """TRL's multi-turn tool loop (``GRPOTrainer._tool_call_loop``) over one round's first generation.

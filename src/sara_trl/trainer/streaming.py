@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from sara_trl.allocation import StepResult, merge_step_results
 from sara_trl.allocation.event_loop import Finished, Scorer, StreamingEngine, StreamRun, drive_streaming_engine
 from sara_trl.trainer.environment import uses_environments
 from sara_trl.trainer.trl import port
+
+if TYPE_CHECKING:
+    from sara_trl.trainer.hooks import SaraTrainerBase
 
 __all__ = [
     "Finished",
@@ -281,7 +284,7 @@ class TrainerScorer:
         recorded rollouts' environments and forgets the others (surplus).
     """
 
-    def __init__(self, trainer: Any, cache: Any, prompt_tokens: Callable[[int], list[int]],
+    def __init__(self, trainer: SaraTrainerBase, cache: Any, prompt_tokens: Callable[[int], list[int]],
                  round_of: Callable[[int], int] | None = None, chains: Any = None):
         from sara_trl.trainer.rollout import reward_score
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sara_trl.allocation.event_loop import Finished
 from sara_trl.trainer.environment import (
@@ -57,11 +57,14 @@ from sara_trl.trainer.metrics import TOOL_UNITS
 from sara_trl.trainer.rollout import Trajectory, _ToolCallCounter, uses_tools
 from sara_trl.trainer.trl import port
 
+if TYPE_CHECKING:
+    from sara_trl.trainer.hooks import SaraTrainerBase
+
 __all__ = ["ChainRecord", "TrajectoryEngine", "streams_trajectories"]
 
 
 
-def streams_trajectories(trainer: Any) -> bool:
+def streams_trajectories(trainer: SaraTrainerBase) -> bool:
     """Whether a streaming step runs each rollout as a request chain (``tools=`` or ``environment_factory``)."""
     return uses_tools(trainer) or uses_environments(trainer)
 
@@ -142,7 +145,7 @@ class TrajectoryEngine:
         aborted ones, and finished ones :meth:`forget` was told of (surplus all).
     """
 
-    def __init__(self, trainer: Any, inner: Any):
+    def __init__(self, trainer: SaraTrainerBase, inner: Any):
         self._trainer, self._inner = trainer, inner
         self._chains: dict[int, _Chain] = {}  # rollouts in flight, by the collector's request id
         self._rollout_of: dict[int, int] = {}  # inner request id -> rollout

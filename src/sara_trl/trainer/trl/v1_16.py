@@ -54,6 +54,7 @@ TRL_MEMBERS = ("_tokenize_prompts", "_calculate_rewards", "_generate_and_score_c
 REPLAY_HOOKS = {
     "completions": "_generate_single_turn",
     "rollout_output": "rollout_func",
+    "prompt_tokens": "_tokenize_prompts",
     "tool_loop": "_tool_call_loop",
     "rewards": "_calculate_rewards",
     "environment_resets": "the `reset` of the environments TRL draws from `_environment_pool`",
