@@ -15,9 +15,6 @@ import numpy as np
 
 from sara_trl.allocation.labels import is_mixed
 
-STREAMING_ALLOCATORS = ("sara", "dynamic_sampling")
-"""Allocators that decide per completion (``collection="streaming"``); uniform sampling has nothing to decide."""
-
 
 class Fate(IntEnum):
     """Where a drawn prompt (and every rollout of it) stands within one step.
