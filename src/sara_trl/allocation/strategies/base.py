@@ -157,6 +157,10 @@ class StreamingPolicy:
         fresh draws; default 0 (every request of a prompt is submitted at once)."""
         return 0.0
 
+    def remap(self, new: np.ndarray) -> None:
+        """The collector renumbered its slots (``new[old]``, -1: forgotten, a decided prompt), at a continuous
+        window: renumber any per-slot state; default: none."""
+
     def fill(self, actions: StreamActions) -> None:
         """Use engine slots the rule leaves free (runs with an empty queue, nothing held); default: leave them."""
 

@@ -59,6 +59,10 @@ class DynamicSamplingStreaming(StreamingPolicy):
             raise ValueError(f"request {rid}: ds_filter='score' needs each completion's score (NaN exactly when its "
                              f"success label is NaN), got {score!r}")
 
+    def remap(self, new) -> None:
+        if self.scores is not None:
+            self.scores = {int(new[slot]): scores for slot, scores in self.scores.items() if new[slot] >= 0}
+
     def outcome(self, slot, was_mixed, score, actions) -> None:
         c, k = self.c, self.c.config.k
         led = c.ledger

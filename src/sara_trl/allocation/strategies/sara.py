@@ -159,6 +159,9 @@ class SaraStreaming(StreamingPolicy):
             elif not mix and not covered:
                 self._continue(slot)
 
+    def remap(self, new) -> None:
+        self.spare = {int(new[slot]) for slot in self.spare if new[slot] >= 0}
+
     def _continue(self, slot: int) -> None:
         """Queue an unmixed prompt's continuation (:func:`~sara_trl.allocation.refill.continuation`)."""
         c, sl = self.c, np.array([slot])
