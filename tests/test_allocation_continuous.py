@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.simulator.simulate import u_shaped_gammas
 from sara_trl.allocation import AllocationConfig, PromptStream, StreamingCollector
-from sara_trl.allocation.simulate import u_shaped_gammas
 from sara_trl.allocation.types import WindowStats
 
 

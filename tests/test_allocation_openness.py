@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sara_trl.allocation import AllocationConfig, AllocationConfigError, Allocator, PromptStream, SimulatedTask
+from benchmarks.simulator import SimulatedTask
+from benchmarks.simulator.latency import DecodeEngine
+from benchmarks.simulator.simulate import run_streaming_step, u_shaped_gammas
+from sara_trl.allocation import AllocationConfig, AllocationConfigError, Allocator, PromptStream
 from sara_trl.allocation.config import inert_options
-from sara_trl.allocation.latency import DecodeEngine
 from sara_trl.allocation.registry import REGISTRY, AllocatorSpec, register
-from sara_trl.allocation.simulate import run_streaming_step, u_shaped_gammas
 from sara_trl.allocation.strategies.base import StrategyResult, StreamingPolicy
 from sara_trl.allocation.types import ABANDON, COMMIT, CONTINUE, Fate, RoundOutcome
 

@@ -9,7 +9,7 @@ events (``start``, ``complete``, ``aborted``, ``withdrawn``) and expose ``done``
 
 :func:`drive_streaming_engine` is shared by every driver: the trainer (``collection="streaming"`` on TRL's colocated
 vLLM engine, :mod:`sara_trl.trainer.streaming`), the benchmarks on the real engine, and the simulator
-(:func:`sara_trl.allocation.simulate.run_streaming_step` on a decode-step engine model). What it needs is two small
+(:func:`benchmarks.simulator.simulate.run_streaming_step` on a decode-step engine model). What it needs is two small
 protocols: an engine (:class:`StreamingEngine`: ``add`` / ``step`` / ``abort`` / ``pending``) and a scorer
 (:class:`Scorer`: ``score`` one reward pass, ``keep`` the completions the collector recorded).
 

@@ -15,7 +15,7 @@ after the batch is full) are accounted as surplus rollouts and tokens; held prom
 (``active_left``).
 
 The driver's loop (one implementation, :func:`~sara_trl.allocation.event_loop.drive_streaming_engine`, which the
-trainer runs on vLLM and :func:`~sara_trl.allocation.simulate.run_streaming_step` on a simulated engine)::
+trainer runs on vLLM and :func:`~benchmarks.simulator.simulate.run_streaming_step` on a simulated engine)::
 
     actions = collector.start()
     while not collector.done:
