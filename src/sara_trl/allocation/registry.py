@@ -41,6 +41,9 @@ class AllocatorSpec:
     ignores : callable, optional
         ``ignores(config) -> set of option names`` it never reads (:func:`~sara_trl.allocation.config.inert_options`
         warns when they are set); None: it reads every option.
+    keeps_every_group : bool
+        It trains every group it draws, so the success labels decide nothing (only the ``sara/*`` success metrics
+        read them; :class:`~sara_trl.allocation.labels.SuccessRule` does not insist on 0/1 scores).
     """
 
     name: str
@@ -49,6 +52,7 @@ class AllocatorSpec:
     auto_streams: bool = False
     owns: dict[str, tuple[str, str]] = field(default_factory=dict)
     ignores: Callable[[Any], set[str]] | None = None
+    keeps_every_group: bool = False
 
 
 REGISTRY: dict[str, AllocatorSpec] = {}

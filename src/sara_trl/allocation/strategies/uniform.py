@@ -33,4 +33,4 @@ def _ignores(config) -> set[str]:
 
 
 # No streaming face: uniform sampling has nothing to decide per completion.
-register(AllocatorSpec(name="uniform", rounds=collect_uniform, ignores=_ignores))
+register(AllocatorSpec(name="uniform", rounds=collect_uniform, ignores=_ignores, keeps_every_group=True))
