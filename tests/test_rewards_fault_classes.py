@@ -676,3 +676,67 @@ TEXT_GOLDS = [
 
 def test_text_golds_answered_without_text():
     _check(TEXT_GOLDS)
+
+
+# --- 10. units and text written without \text{} (found by the gold self-check's "text" re-writing) ---------------
+
+
+@pytest.mark.parametrize(
+    "answer,normalized",
+    [
+        ("118 dollars", "118"),
+        (r"2400 cm^2", "2400"),
+        (r"0.25\, cm", "0.25"),
+        (r"1.85\ USD", "1.85"),
+        (r"10\;edges", "10"),
+        ("34 sq. units", "34"),
+        (r"8\sqrt{3}  square inches", r"8\sqrt{3}"),
+        (r"\lambda_{\text {red}} / \sqrt{2}", r"\lambda_{red}/\sqrt{2}"),  # a subscript in text
+        (r"x_\text{max}", "x_{max}"),
+        ("6, 8, and 10", "6,8,10"),
+        (r"6, 8\text{, and }10", "6,8,10"),
+        (r"8\sqrt{3} \text { square inches}", r"8\sqrt{3} \text{ square inches}"),
+        # left alone: two letters that may be symbols, function names, times of day, a unit without a space
+        ("3 ab", "3 ab"),
+        ("12 sin", "12 sin"),
+        ("5 pm", "5 pm"),
+        ("15cm", "15cm"),
+        ("1 million", "1 million"),  # words that change the value
+        ("5 squared", "5 squared"),
+        ("5 factorial", "5 factorial"),
+        ("x cm", "x cm"),
+    ],
+)
+def test_bare_units_and_text_subscripts(answer, normalized):
+    assert normalize_math_answer(answer) == normalized
+
+
+TEXT_WITHOUT_TEXT = [
+    (r"118 \text{ dollars}", "118 dollars", 1.0),  # math_train_12k.jsonl line 8176, test/algebra/1862.json
+    (r"118 \text{ dollars}", "119 dollars", 0.0),
+    (r"118 \text{ dollars}", "118", 1.0),
+    (r"2400 \mbox{ cm}^2", "2400 cm^2", 1.0),  # math_train.jsonl line 6447, train/prealgebra/1316.json
+    (r"2400 \mbox{ cm}^2", "2401 cm^2", 0.0),
+    (r"1.85\ \text{USD}", r"1.85\ USD", 1.0),  # math_train.jsonl line 6595, train/prealgebra/1691.json
+    (r"10\;\text{edges}", "10 edges", 1.0),  # math_train_12k.jsonl line 9098, test/geometry/217.json
+    (r"10\;\text{edges}", "12 edges", 0.0),
+    (r"8\sqrt{3} \text { square inches}", r"8\sqrt{3} square inches", 1.0),  # math_train_12k.jsonl line 9257
+    (r"8\sqrt{3} \text { square inches}", r"8\sqrt{3}", 1.0),
+    (r"8\sqrt{3} \text { square inches}", r"8\sqrt{2} square inches", 0.0),
+    (r"144 \mbox{ m}^3", "144 m^3", 1.0),  # math_train_12k.jsonl line 9025, test/geometry/60.json
+    (r"144 \mbox{ m}^3", "145 m^3", 0.0),
+    (r"6, 8\text{, and }10", "6, 8, and 10", 1.0),  # math_train.jsonl line 971, train/algebra/1642.json
+    (r"6, 8\text{, and }10", "6, 8, 10", 1.0),
+    (r"6, 8\text{, and }10", "6, 8, and 12", 0.0),
+    (r"4\!:\!51\!:\!06 \text{ p.m.}", "4:51:06 p.m.", 1.0),  # math_train.jsonl line 4731, train/number_theory/105
+    (r"4\!:\!51\!:\!06 \text{ p.m.}", "4:51:06 a.m.", 0.0),
+    (r"8\!:\!34 \text{ p.m.}", "8:34 p.m.", 1.0),  # math_train.jsonl line 5167, train/number_theory/837.json
+    (r"9\text{ a.m.}", "9 a.m.", 1.0),  # math_train_12k.jsonl line 8196, test/algebra/1900.json
+    (r"9\text{ a.m.}", "9 p.m.", 0.0),
+    (r"\lambda_{\text {red}} / \sqrt{2}", r"\lambda_{red} / \sqrt{2}", 1.0),  # minerva_math.jsonl line 140, id 139
+    (r"\lambda_{\text {red}} / \sqrt{2}", r"\lambda_{red} / \sqrt{3}", 0.0),
+]
+
+
+def test_units_and_text_written_without_text():
+    _check(TEXT_WITHOUT_TEXT)

@@ -41,6 +41,11 @@ math-verify does not handle itself, symmetrically for gold and prediction:
   ``\frac{1}{8}\%``, ``83.\overline{3}\%``) -> one number with ``\%`` (``\frac{100}{3}\%``, ``0.125\%``;
   :func:`rewrite_fraction_percents`): latex2sympy reads ``\%`` only after a number token, so such a gold could
   not be parsed even against itself; a plain ``%`` is written ``\%``;
+* a unit written as plain words after a number (``118 dollars``, ``2400 cm^2``, ``0.25\, cm``) is removed, as
+  math-verify removes one in ``\text{}``; a word counts as a unit when it has three or more letters or is a common
+  two-letter unit (``cm``, ``ft``, ``in``, ...), and is not a connective, ``am``/``pm`` or a function name
+  (``3 ab`` and ``12 sin`` stay); a subscript in text (``\lambda_{\text{red}}``) -> ``\lambda_{red}``;
+  ``\text {`` -> ``\text{``; a list's last separator ``, and`` -> ``,`` (``6, 8\text{, and }10`` -> ``6,8,10``);
 * spaces around operators (math-verify's unit stripping would cut a trailing `` c`` from ``a + b + c``);
 * ``\sin^2 t`` -> ``\sin^{2}(t)``; ``np.arcsin`` -> ``\arcsin`` (Minerva);
 * subscripts latex2sympy cannot read: ``m_{\max}`` -> ``m_{max}``, ``L_{\odot}`` -> ``L_{sun}``, ``E_{1}`` ->
@@ -291,6 +296,32 @@ _TRIG_POWER = re.compile(r"\\(sin|cos|tan|cot|sec|csc)\^\{?(\d)\}?\s*([A-Za-z]|\
 _ASSIGN = re.compile(r"^([A-Za-z])\s*=\s*(.+)$")
 _NUM_LIKE = r"(?:[-+]?\d+(?:\.\d+)?(?:\\?%)?|\\frac\{\d+\}\{\d+\})"
 _NUM_CHAIN = re.compile(rf"^{_NUM_LIKE}\s*=\s*({_NUM_LIKE})$")
+# a subscript in text: \lambda_{\text{red}}, x_\text{max} -> \lambda_{red}, x_{max} (latex2sympy cannot read it)
+_TEXT_SUBSCRIPT = re.compile(
+    r"_\s*(?:\{\s*\\(?:text|mathrm|textrm)\s*\{([^{}]*)\}\s*\}|\\(?:text|mathrm|textrm)\s*\{([^{}]*)\})"
+)
+_LIST_AND = re.compile(r"(?<=[\w}]),(?:and\s+|\\text\{\s*(?:,\s*)?and\s*\})|\\text\{\s*,\s*and\s*\}")
+_BARE_UNIT = re.compile(
+    r"^(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:\\sqrt\{\d+\})?)(?:\s|\\[,;: ]|~)+"
+    r"((?:[A-Za-z]{2,}\.?)(?:\s+[A-Za-z]{2,}\.?)*)(?:\^\{?\d\}?)?$"
+)
+# words after a number that are not a unit: connectives, times of day, words that change the value (function
+# names are excluded too)
+_NOT_UNITS = frozenset(
+    "and or am pm hundred hundreds thousand thousands million millions billion billions trillion dozen squared "
+    "cubed factorial half halves third thirds quarter quarters percent".split()
+)
+# two-letter words read as units; other two-letter words ("3 ab") may be a product of symbols and are kept
+_SHORT_UNITS = frozenset("cm mm km nm ft in yd mi kg mg lb oz ml hr sq".split())
+
+
+def _unit_word(word: str) -> bool:
+    w = word.lower().strip(".")
+    if w in _NOT_UNITS or w in _LATEX_FUNCS or w in _OTHER_FUNCS:
+        return False
+    return len(w) >= 3 or w in _SHORT_UNITS
+
+
 _PHANTOM = re.compile(r"\\phantom\s*(?:\{[^{}]*\}|[^\s{])")
 _BARE_FRAC = re.compile(r"\\frac(?![A-Za-z])\s*(?!\{)(\\[A-Za-z]+|[A-Za-z0-9])\s*(?!\{)(\\[A-Za-z]+|[A-Za-z0-9])")
 _SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])")
@@ -713,9 +744,11 @@ def normalize_math_answer(s: str) -> str:
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = re.sub(r"(?<!\\)%", r"\\%", s)  # a plain-text percent sign (12.5%) as LaTeX writes it
     s = s.replace("\\mbox", "\\text").replace("\\textbf", "\\text").replace("\\mathrm{~", "\\mathrm{")
+    s = re.sub(r"\\(text|mathrm|textrm|operatorname)\s+\{", r"\\\1{", s)  # "\text { cm}" -> "\text{ cm}"
     s = strip_answer_label(s)
     s = _UPRIGHT.sub(_upright, s)
     s = _SIZING.sub("", s)
+    s = _TEXT_SUBSCRIPT.sub(lambda m: "_{" + (m.group(1) if m.group(1) is not None else m.group(2)).strip() + "}", s)
     s = _DEGREES.sub("", s)
     s = _PHANTOM.sub("", s)
     s = _BARE_FRAC.sub(lambda m: "\\frac{" + m.group(1) + "}{" + m.group(2) + "}", s)
@@ -741,6 +774,13 @@ def normalize_math_answer(s: str) -> str:
     # "0.56=56\%": two forms of one number; keep the last, as math-verify does for a chain of equalities
     m = _NUM_CHAIN.match(s)
     if m:
+        s = m.group(1)
+    # "6, 8, and 10" / "6, 8\text{, and }10": a list's last separator (latex2sympy reads "and" as a product)
+    s = _LIST_AND.sub(",", s)
+    # a unit written as plain words after a number ("118 dollars", "2400 cm^2"): math-verify strips a unit in
+    # \text{} but reads bare words as a product of one-letter symbols
+    m = _BARE_UNIT.match(s)
+    if m and all(_unit_word(w) for w in m.group(2).split()):
         s = m.group(1)
     # \sin^2 t -> \sin^{2}(t), which latex2sympy can read
     s = _TRIG_POWER.sub(lambda m: "\\" + m.group(1) + "^{" + m.group(2) + "}(" + m.group(3) + ")", s)

@@ -36,9 +36,9 @@ Judgement rules:
   letters decides, in any order and with or without ``\text{}`` or parentheses (``B, E, G``, ``(B), (E), (G)``,
   ``B, E, and G``); a missing, extra or wrong letter is ``WRONG`` (reason ``"choice_letter"``). A label in front
   (``\text{Answer: G}``) is removed by the normalization, so a wrong letter after it stays wrong.
-* **Text golds** (one ``\text{...}`` with a letter in it: ``\text{October 30}``, ``\text{1:03 PM}``): the same
-  text without ``\text{}`` (case, spaces and a trailing period aside) is ``CORRECT`` (reason ``"text_answer"``);
-  anything else goes to math-verify as before.
+* **Text in golds** (``\text{October 30}``, ``\text{1:03 PM}``, ``8\!:\!34 \text{ p.m.}``): the same text
+  without ``\text{}`` (case, spaces, ``\!`` and a trailing period aside) is ``CORRECT`` (reason
+  ``"text_answer"``); anything else goes to math-verify as before.
 * **Percentages**: a gold ``12.5\%`` or ``33\frac{1}{3}\%`` accepts the percentage in any exact form, its
   fraction (``0.125``, ``\frac{1}{3}``: math-verify's reading) and, for a prediction without a percent sign, the
   number with the sign dropped (``12.5``; math-verify accepts that only for whole numbers). A percentage with no
@@ -274,26 +274,25 @@ def _choice_rule(raw: str | None, pred: str, golds: tuple[str, ...]) -> Status |
     return Status.WRONG if all_choice else None
 
 
-_TEXT_GOLD = re.compile(r"^\\text\{([^{}]*[A-Za-z][^{}]*)\}$")
+_TEXT_GROUP = re.compile(r"\\(?:text|mathrm|textrm)\s*\{([^{}]*[A-Za-z][^{}]*)\}")
 
 
 def _canon_text(s: str) -> str:
     s = re.sub(r"\\(?:text|mathrm|textrm)\s*\{([^{}]*)\}", r"\1", s)
-    s = s.replace("\\ ", " ").replace("~", " ").replace("\\,", " ")
+    s = s.replace("\\ ", " ").replace("~", " ").replace("\\,", " ").replace("\\!", "").replace("\\;", " ")
     return "".join(s.lower().split()).rstrip(".")
 
 
 def _text_rule(pred: str, golds: tuple[str, ...]) -> Status | None:
-    r"""A gold that is one ``\text{...}`` with a word in it (``\text{October 30}``, ``\text{1:03 PM}``,
-    ``\text{Softball, Kickball, Picnic}``) equals the same text without ``\text{}``.
+    r"""A gold with text in ``\text{...}`` (``\text{October 30}``, ``\text{1:03 PM}``, ``8\!:\!34 \text{ p.m.}``,
+    ``144 \text{ m}^3``) equals the same text written without ``\text{}``.
 
-    math-verify reads ``October 30`` as a product of one-letter symbols and never matches the text. The prediction is
-    ``CORRECT`` when its text, without ``\text{}`` wrappers, spaces, case and a trailing period, is the gold's; else
-    None (math-verify decides, as before).
+    math-verify reads ``October 30`` or ``8:34 p.m.`` as a product of one-letter symbols and never matches the text.
+    The prediction is ``CORRECT`` when its text, without ``\text{}`` wrappers, spaces, ``\!``, case and a trailing
+    period, is the gold's; else None (math-verify decides, as before).
     """
     for g in golds:
-        m = _TEXT_GOLD.match(g)
-        if m and _canon_text(pred) == _canon_text(m.group(1)):
+        if _TEXT_GROUP.search(g) and _canon_text(pred) == _canon_text(g):
             return Status.CORRECT
     return None
 

@@ -12,8 +12,9 @@ value):
 kind               re-writing
 =================  ===================================================================================================
 ``self``           the gold as it is
-``text``           without ``\text{}``: an answer that is one ``\text{X}`` becomes ``X``; with ``\text{}``: a bare
-                   word or letter list (``Evelyn``, ``B, E``) becomes ``\text{...}``
+``text``           without ``\text{}``: an answer that is one ``\text{X}`` becomes ``X``, and every ``\text{X}``
+                   of a longer answer becomes ``X`` (``118 \text{ dollars}`` -> ``118  dollars``); with
+                   ``\text{}``: a bare word or letter list (``Evelyn``, ``B, E``) becomes ``\text{...}``
 ``left_right``     ``\left(``/``\right)`` removed where the gold has them, added to every ``(``/``)`` where it has none
 ``dfrac``          ``\dfrac`` -> ``\frac``, or ``\frac`` -> ``\dfrac``
 ``period``         a trailing period
@@ -39,6 +40,7 @@ __all__ = ["REWRITE_KINDS", "gold_rewrites", "self_check_completion", "SelfCheck
 
 REWRITE_KINDS = ("self", "text", "left_right", "dfrac", "period", "percent")
 
+_TEXT_GROUP = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{([^{}]*)\}")
 _WHOLE_TEXT = re.compile(r"^\\(?:text|textbf|mbox|mathrm)\s*\{([^{}]*)\}$")
 # a bare word of two or more letters, or capital letters separated by commas (a choice or a letter list)
 _BARE_WORDS = re.compile(r"^(?:[A-Za-z]{2,}|[A-Z](?:\s*,\s*[A-Z])*)$")
@@ -84,6 +86,8 @@ def gold_rewrites(gold: str) -> list[tuple[str, str]]:
         add("text", m.group(1).strip())
     elif _BARE_WORDS.match(g):
         add("text", "\\text{" + g + "}")
+    elif _TEXT_GROUP.search(g):
+        add("text", _TEXT_GROUP.sub(lambda t: t.group(1), g))
     if re.search(r"\\left\s*\(|\\right\s*\)", g):
         add("left_right", re.sub(r"\\left\s*\(", "(", re.sub(r"\\right\s*\)", ")", g)))
     elif "(" in g and "\\left" not in g and "\\right" not in g:
