@@ -740,3 +740,20 @@ TEXT_WITHOUT_TEXT = [
 
 def test_units_and_text_written_without_text():
     _check(TEXT_WITHOUT_TEXT)
+
+
+# --- 11. a base-notation number with a radix point (found by the data report's perturbed check) --------------------
+
+BASE_FRACTIONS = [
+    ("0.0011_{2}", "0.0011_{2}", 1.0),  # math_train_12k.jsonl line 10665, test/number_theory/1158.json
+    ("0.0011_{2}", "0.0011_2", 1.0),
+    ("0.0011_{2}", "0.0011_{3}", 0.0),  # math-verify drops the subscript: this was graded correct
+    ("0.0011_{2}", "0.0111_{2}", 0.0),
+    ("0.0011_{2}", "0.0012_{2}", 0.0),
+    ("52_8", "52_9", 0.0),
+    ("52_8", "52_8", 1.0),
+]
+
+
+def test_base_notation_with_a_radix_point():
+    _check(BASE_FRACTIONS)

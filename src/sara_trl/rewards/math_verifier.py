@@ -195,17 +195,21 @@ def _fast_path(pred: str, golds: tuple[str, ...]) -> Status | None:
     return Status.CORRECT if any(Fraction(g) == p for g in golds) else Status.WRONG
 
 
-_BASE_NUMBER = re.compile(r"^(-?)(?:\\text\{)?\s*([0-9A-Za-z]+)\s*\}?\s*_\s*\{?\s*(\d+)\s*\}?$")
+_BASE_NUMBER = re.compile(r"^(-?)(?:\\text\{)?\s*([0-9A-Za-z]*\.?[0-9A-Za-z]+)\s*\}?\s*_\s*\{?\s*(\d+)\s*\}?$")
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def _base_number(s: str) -> tuple[str, int] | None:
-    """``("52", 8)`` for ``52_8`` / ``52_{8}``: digits (lower case) and base, when every digit is valid in the base."""
+    """``("52", 8)`` for ``52_8`` / ``52_{8}``: digits (lower case) and base, when every digit is valid in the base.
+
+    A radix point is kept with the digits (``0.0011_{2}`` -> ``("0.0011", 2)``): math-verify drops the subscript, so
+    without this ``0.0011_{3}`` matched ``0.0011_{2}``.
+    """
     m = _BASE_NUMBER.match(s)
     if not m:
         return None
     sign, digits, base = m.group(1), m.group(2).lower(), int(m.group(3))
-    if not 2 <= base <= 36 or any(_DIGITS.find(c) < 0 or _DIGITS.find(c) >= base for c in digits):
+    if not 2 <= base <= 36 or any(_DIGITS.find(c) < 0 or _DIGITS.find(c) >= base for c in digits.replace(".", "")):
         return None
     if not any(c.isdigit() for c in digits):
         return None
