@@ -47,6 +47,8 @@ Judgement rules:
   with real ones otherwise, so ``14 - i`` and ``14.0 - 1.0i`` held two different ``i`` and never matched; the
   prediction's symbols are replaced by the gold's symbols of the same name before comparing (``14.0 - 2.0i``
   stays wrong).
+* **Base notation** (``52_8``, ``0.0011_{2}``): math-verify drops the subscript, so the digits and the base are
+  compared here (``52_9`` and ``0.0011_{3}`` are ``WRONG``; reason ``"base_notation"``).
 * **Numbers too small or too large for float64** (``1/2004!``, ``10^{-400}``, ``2006!``): math-verify's numeric check
   chops tiny differences to zero, so two different tiny numbers would match. When both numbers are below 1 in
   magnitude, or either lies outside float64's range, a math-verify match must also agree to a relative 1e-4,
