@@ -1,5 +1,8 @@
-r"""Math-verifier fault classes (issue 28, section 3), one section per class: repeating decimals, plain-text mixed
-numbers, a multiple-choice letter followed by its option text, and numbers outside float64's range.
+r"""Math-verifier fault classes, one section per class. Issue 28, section 3: repeating decimals, plain-text mixed
+numbers, a multiple-choice letter followed by its option text, and numbers outside float64's range. Issue 55: a
+percent sign after a LaTeX fraction, a mixed number or a repeating decimal; a letter-list choice gold in
+``\text{}``; a label before a choice letter; a decimal coefficient on ``i``; and the class the first gold self-check
+run found, a text gold answered without ``\text{}``.
 
 Each section checks the pure rewrite (what the normalization produces, and what it must leave alone) and end-to-end
 verdicts through :func:`sara_trl.rewards.math_reward`: gold/prediction pairs that must be CORRECT and near misses
@@ -18,9 +21,12 @@ from _helpers_rewards import correct_completion
 from sara_trl.rewards import Status, math_reward, math_success, normalize_math_answer
 from sara_trl.rewards.extract import (
     choice_letter,
+    choice_letters,
     repeating_decimal_value,
+    rewrite_fraction_percents,
     rewrite_mixed_numbers,
     rewrite_repeating_decimals,
+    strip_answer_label,
 )
 
 
@@ -212,7 +218,11 @@ def test_mixed_number_normalization():
 
 @pytest.mark.parametrize(
     "answer",
-    [r"0.\overline{36}", r"-0.1\dot{6}", "0.(3)", "11 5/6", "(1 1/2, 3)", r"\text{(C) Plane}", "E: text", "2005!"],
+    [
+        r"0.\overline{36}", r"-0.1\dot{6}", "0.(3)", "11 5/6", "(1 1/2, 3)", r"\text{(C) Plane}", "E: text", "2005!",
+        r"33\frac{1}{3}\%", r"83.\overline{3}\%", "12.5%", r"\text{Answer: G}", "Answer: (C) Plane",
+        r"\text{B, E, G}", "14.0 - 1.0i",
+    ],
 )
 def test_new_rewrites_are_idempotent(answer):
     once = normalize_math_answer(answer)
@@ -400,3 +410,350 @@ BEYOND_FLOAT = [
 
 def test_numbers_beyond_float64_are_compared_exactly():
     _check(BEYOND_FLOAT)
+
+
+# --- 5. a percent sign after a LaTeX fraction, a mixed number or a repeating decimal (issue 55) ----------------------
+
+
+@pytest.mark.parametrize(
+    "answer,rewritten",
+    [
+        (r"33\frac{1}{3}\%", r"\frac{100}{3}\%"),
+        (r"33 \frac{1}{3}\%", r"\frac{100}{3}\%"),
+        (r"\frac{1}{3}\%", r"\frac{1}{3}\%"),
+        (r"\frac{2}{6}\%", r"\frac{1}{3}\%"),
+        (r"12\frac{1}{2}\%", r"12.5\%"),  # an exact decimal: the number token latex2sympy reads as a percent
+        (r"\frac{1}{8}\%", r"0.125\%"),
+        (r"\frac{250}{3}\%", r"\frac{250}{3}\%"),
+        (r"-33\frac{1}{3}\%", r"-\frac{100}{3}\%"),
+        (r"(12\frac{1}{2}\%, 5)", r"(12.5\%, 5)"),
+        # left alone: no percent sign, a symbol in the fraction, a power, a fraction after a letter
+        (r"33\frac{1}{3}", r"33\frac{1}{3}"),
+        (r"\frac{x}{3}\%", r"\frac{x}{3}\%"),
+        (r"2^\frac{1}{2}\%", r"2^\frac{1}{2}\%"),
+        (r"x\frac{1}{2}\%", r"x\frac{1}{2}\%"),
+    ],
+)
+def test_fraction_percent_rewrite(answer, rewritten):
+    assert rewrite_fraction_percents(answer) == rewritten
+
+
+def test_fraction_percent_normalization():
+    # the repeating decimal becomes a fraction first (math_train.jsonl line 361, train/algebra/607.json, solution:
+    # "Her overall score is $\frac{50}{60}$ or $83.\overline{3}\%$")
+    assert normalize_math_answer(r"83.\overline{3}\%") == r"\frac{250}{3}\%"
+    assert normalize_math_answer(r"2 1/2\%") == r"2.5\%"  # a plain-text mixed number
+    assert normalize_math_answer(r"$33\frac{1}{3}\%$.") == r"\frac{100}{3}\%"
+
+
+def test_fraction_percent_gold_is_scorable():
+    # before: unparseable even against itself, so every rollout of the prompt got None
+    for gold in (r"33\frac{1}{3}\%", r"83.\overline{3}\%", r"\frac{1}{3}\%", r"16\frac{2}{3}\%"):
+        assert math_success(correct_completion("7"), gold).status is Status.WRONG, gold
+        assert math_success(correct_completion(gold), gold).status is Status.CORRECT, gold
+
+
+PERCENTS = [
+    # the issue's example, and the same value in every form a model writes it
+    (r"33\frac{1}{3}\%", r"33\frac{1}{3}\%", 1.0),
+    (r"33\frac{1}{3}\%", r"33 \dfrac{1}{3}\%", 1.0),
+    (r"33\frac{1}{3}\%", r"\frac{100}{3}\%", 1.0),
+    (r"33\frac{1}{3}\%", r"33.\overline{3}\%", 1.0),
+    (r"33\frac{1}{3}\%", r"33\frac{1}{3}", 1.0),  # the percent sign dropped
+    (r"33\frac{1}{3}\%", r"\frac{100}{3}", 1.0),
+    (r"33\frac{1}{3}\%", r"\frac{1}{3}", 1.0),  # the percentage as a fraction, as math-verify reads 25\% = 0.25
+    (r"33\frac{1}{3}\%", r"33\frac{1}{3}%", 1.0),
+    (r"33\frac{1}{3}\%", r"33\frac{2}{3}\%", 0.0),
+    (r"33\frac{1}{3}\%", r"\frac{1}{3}\%", 0.0),  # a third of one percent
+    (r"33\frac{1}{3}\%", r"33\%", 0.0),
+    (r"33\frac{1}{3}\%", r"33.3\%", 0.0),
+    (r"33\frac{1}{3}\%", "33", 0.0),
+    # held out: other golds, the class on the prediction side
+    (r"83.\overline{3}\%", r"83\frac{1}{3}\%", 1.0),  # math_train.jsonl line 361 (train/algebra/607.json, solution)
+    (r"83.\overline{3}\%", r"\frac{5}{6}", 1.0),
+    (r"83.\overline{3}\%", r"\frac{250}{3}", 1.0),
+    (r"83.\overline{3}\%", r"83\%", 0.0),  # the gold of that problem rounds to 83\%, a different answer
+    (r"83.\overline{3}\%", r"83.\overline{4}\%", 0.0),
+    (r"16\frac{2}{3}\%", r"16.\overline{6}\%", 1.0),
+    (r"16\frac{2}{3}\%", r"\frac{1}{6}", 1.0),
+    (r"16\frac{2}{3}\%", r"16\frac{1}{3}\%", 0.0),
+    (r"12\frac{1}{2}\%", r"12.5\%", 1.0),
+    (r"12\frac{1}{2}\%", "12.5", 1.0),
+    (r"12\frac{1}{2}\%", "0.125", 1.0),
+    (r"12\frac{1}{2}\%", r"1250\%", 0.0),
+    (r"12\frac{1}{2}\%", r"0.125\%", 0.0),
+    (r"\frac{100}{3}", r"33\frac{1}{3}\%", 0.0),  # a percentage is not its percent-free number on the gold side
+    (r"\frac{1}{3}", r"33\frac{1}{3}\%", 1.0),  # but it is the fraction (math-verify's reading of 25\% = 0.25)
+    # a percent gold with a decimal, answered without the sign: math-verify accepts this only for whole numbers
+    (r"237.5\%", "237.5", 1.0),  # math_train.jsonl line 6054, train/prealgebra/606.json
+    (r"237.5\%", "2.375", 1.0),
+    (r"237.5\%", "238.5", 0.0),
+    (r"7.2\%", "7.2", 1.0),  # math_train_12k.jsonl line 9386, test/geometry/1032.json
+    (r"7.2\%", r"7.2%", 1.0),
+    (r"7.2\%", "72", 0.0),
+    (r"7.2\%", r"720\%", 0.0),  # the dropped-sign reading is offered only to predictions without a percent sign
+    (r"25\%", "25", 1.0),
+    (r"25\%", "0.25", 1.0),
+    (r"25\%", "26", 0.0),
+]
+
+
+def test_percentages_after_fractions_are_graded():
+    _check(PERCENTS)
+
+
+# --- 6. a letter-list choice gold written in \text{} (issue 55) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer,letters",
+    [
+        (r"\text{B, E, G}", {"B", "E", "G"}),
+        ("B, E, G", {"B", "E", "G"}),
+        (r"\text{B,E,G}", {"B", "E", "G"}),
+        (r"\text{B}, \text{E}, \text{G}", {"B", "E", "G"}),
+        ("(B), (E), (G)", {"B", "E", "G"}),
+        ("B, E, and G", {"B", "E", "G"}),
+        ("B and E", {"B", "E"}),
+        ("G", {"G"}),
+        (r"\textbf{A, C}", {"A", "C"}),
+        # not a letter list
+        ("(A, B)", None),  # a tuple
+        ("a, b", None),
+        ("AB, C", None),
+        ("A, 2", None),
+        (r"\text{Softball, Kickball}", None),
+        ("", None),
+    ],
+)
+def test_choice_letters(answer, letters):
+    got = choice_letters(answer)
+    assert (None if got is None else set(got)) == letters
+
+
+LETTER_LISTS = [
+    (r"\text{B, E, G}", "B, E, G", 1.0),  # the issue's example; math_train_12k.jsonl line 11548, test/precalculus/100
+    (r"\text{B, E, G}", r"\text{B, E, G}", 1.0),
+    (r"\text{B, E, G}", "G, B, E", 1.0),  # the order does not matter
+    (r"\text{B, E, G}", r"\text{B}, \text{E}, \text{G}", 1.0),
+    (r"\text{B, E, G}", "(B), (E), (G)", 1.0),
+    (r"\text{B, E, G}", "B, E, and G", 1.0),
+    (r"\text{B, E, G}", "B, E", 0.0),  # a missing letter
+    (r"\text{B, E, G}", "B, E, G, H", 0.0),  # an extra letter
+    (r"\text{B, E, G}", "B, E, F", 0.0),  # a wrong letter
+    (r"\text{B, E, G}", "B", 0.0),
+    # held out: other real golds, with and without \text{}
+    (r"\text{H, E}", "E, H", 1.0),  # math_train.jsonl line 3522, train/intermediate_algebra/257.json
+    (r"\text{H, E}", "H", 0.0),
+    (r"\text{A, D, F, G, H}", "A, D, F, G, H", 1.0),  # math_train.jsonl line 4014, train/intermediate_algebra/1085
+    (r"\text{A, D, F, G, H}", "A, D, F, G", 0.0),
+    (r"\text{A,B,E}", r"\text{A, B, E}", 1.0),  # math_train.jsonl line 5568, train/prealgebra/22.json
+    (r"\text{A,B,E}", "A,B,D", 0.0),
+    ("D, E", r"\text{D, E}", 1.0),  # math_train.jsonl line 4646, train/intermediate_algebra/2184.json
+    ("D, E", "D, E", 1.0),
+    ("D, E", r"\text{D}", 0.0),
+    ("B, C", r"\text{Answer: B, C}", 1.0),  # math_train_12k.jsonl line 9991, test/intermediate_algebra/1550.json
+    ("B, C", r"\text{Answer: B}", 0.0),
+]
+
+
+def test_letter_list_golds_are_sets_of_letters():
+    _check(LETTER_LISTS)
+
+
+# --- 7. a label before a choice letter (issue 55) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer,stripped",
+    [
+        (r"\text{Answer: G}", r"\text{G}"),
+        (r"\text{Answer:} G", "G"),
+        (r"\text{Answer:}\ G", "G"),
+        (r"\text{Final Answer: (G)}", r"\text{(G)}"),
+        ("Answer: G", "G"),
+        ("**Answer:** G", "G"),
+        ("Final answer: (C) Plane", "(C) Plane"),
+        ("The answer is G", "G"),
+        ("Option G", "G"),
+        ("Choice: (B)", "(B)"),
+        (r"\text{Answer: }5", "5"),
+        # not a label
+        ("G", "G"),
+        ("Option", "Option"),
+        ("Answer:", "Answer:"),
+        ("Options are limited", "Options are limited"),
+        (r"\text{Optional}", r"\text{Optional}"),
+        ("answer=5", "answer=5"),
+    ],
+)
+def test_strip_answer_label(answer, stripped):
+    assert strip_answer_label(answer) == stripped
+
+
+LABELS = [
+    ("G", r"\text{Answer: G}", 1.0),  # the issue's example
+    ("G", r"\text{Answer: F}", 0.0),  # a wrong letter after a label stays wrong
+    ("G", "Answer: G", 1.0),
+    ("G", r"\text{Answer:} G", 1.0),
+    ("G", r"\textbf{Answer:} (G)", 1.0),
+    ("G", r"\text{Final Answer: (G)}", 1.0),
+    ("G", "The answer is G", 1.0),
+    ("G", "Option G", 1.0),
+    ("G", "Option F", 0.0),
+    ("G", r"\text{Answer: (A) or (G)}", 0.0),  # a hedge stays wrong
+    # held out: real letter golds of the benchmark data, with option text after the label
+    (r"\text{(C)}", r"\text{Answer: (C) Plane}", 1.0),  # math500.jsonl line 228, test/precalculus/819.json
+    (r"\text{(C)}", r"\text{Answer: (D) Sphere}", 0.0),
+    (r"\text{(F)}", "Final Answer: (F)", 1.0),  # math_train.jsonl line 6918, train/precalculus/280.json
+    (r"\text{(F)}", "Final Answer: (E)", 0.0),
+    (r"\text{M}", r"\text{Answer: M}", 1.0),  # math_train_12k.jsonl line 10415, test/number_theory/456.json
+    (r"\text{M}", r"\text{Answer: N}", 0.0),
+    # a label before a number is removed too
+    ("5", r"\text{Answer: }5", 1.0),
+    ("5", r"\text{Answer: }6", 0.0),
+]
+
+
+def test_label_before_a_choice_letter():
+    _check(LABELS)
+
+
+# --- 8. a decimal coefficient on i (issue 55) -------------------------------------------------------------------
+
+
+COMPLEX = [
+    ("14 - i", "14.0 - 1.0i", 1.0),  # the issue's example
+    ("14 - i", "14.0 - 2.0i", 0.0),  # guard
+    ("14 - i", "14 - 1i", 1.0),
+    ("14 - i", "14.0 - i", 1.0),
+    ("14 - i", "14 + i", 0.0),
+    # held out: real golds; the prediction writes the coefficients as decimals (or the gold's 1 explicitly)
+    ("6 - 5i", "6.0 - 5.0i", 1.0),  # math500.jsonl line 16 (tests/fixtures/data/math500.jsonl line 16)
+    ("6 - 5i", "6.0 - 5.5i", 0.0),
+    ("3-i", "3.0-1.0i", 1.0),  # math_train.jsonl line 222, train/algebra/368.json
+    ("3-i", "3.0-1.5i", 0.0),
+    ("2 + i", "2 + 1.0i", 1.0),  # math_train.jsonl line 3524, train/intermediate_algebra/263.json
+    ("2 + i", "2 + 1.0 i", 1.0),
+    ("2 + i", "2 - 1.0i", 0.0),
+    ("-1 - i", "-1.0 - 1.0i", 1.0),  # math_train.jsonl line 4615, train/intermediate_algebra/2135.json
+    ("-1 - i", "-1.0 + 1.0i", 0.0),
+    ("8-i", "8-1i", 1.0),  # math_train_12k.jsonl line 7660, test/algebra/446.json
+    ("8-i", "8.0-0.5i", 0.0),
+    (r"1+i", r"1+\frac{2}{2}i", 1.0),
+    ("-i", "-1.0i", 1.0),
+    (r"14-\frac{1}{2}i", "14-0.5i", 1.0),
+    (r"14-\frac{1}{2}i", "14-0.25i", 0.0),
+    ("x + i", "x + 1i", 1.0),
+]
+
+
+def test_decimal_coefficients_on_i():
+    _check(COMPLEX)
+
+
+def test_repeating_decimal_guard_of_issue_55():
+    assert math_reward([correct_completion(r"\frac{1}{6}")], answer=[r"0.\overline{16}"]) == [0.0]
+    assert math_reward([correct_completion(r"\frac{16}{99}")], answer=[r"0.\overline{16}"]) == [1.0]
+
+
+# --- 9. a text gold answered without \text{} (found by the first gold self-check run) ------------------------------
+
+TEXT_GOLDS = [
+    (r"\text{October 30}", "October 30", 1.0),  # math_train.jsonl line 4759, train/number_theory/151.json
+    (r"\text{October 30}", "October 31", 0.0),
+    (r"\text{June 20}", "june 20", 1.0),  # math_train_12k.jsonl line 8383, test/algebra/2359.json
+    (r"\text{June 20}", "June 21", 0.0),
+    (r"\text{1:03 PM}", "1:03 PM", 1.0),  # math_train_12k.jsonl line 11081, test/prealgebra/1299.json
+    (r"\text{1:03 PM}", "1:03 AM", 0.0),
+    (r"\text{4:30 p.m.}", "4:30 p.m.", 1.0),  # math_train_12k.jsonl line 11180, test/prealgebra/1462.json
+    (r"\text{Softball, Kickball, Picnic}", "Softball, Kickball, Picnic", 1.0),  # math_train.jsonl line 5999
+    (r"\text{Softball, Kickball, Picnic}", "Picnic, Kickball, Softball", 0.0),  # an ordered answer
+    (r"\text{Evelyn}", "Evelyn", 1.0),  # math500.jsonl line 5 (tests/fixtures/data/math500.jsonl line 5)
+    (r"\text{Evelyn}", "Navin", 0.0),
+]
+
+
+def test_text_golds_answered_without_text():
+    _check(TEXT_GOLDS)
+
+
+# --- 10. units and text written without \text{} (found by the gold self-check's "text" re-writing) ---------------
+
+
+@pytest.mark.parametrize(
+    "answer,normalized",
+    [
+        ("118 dollars", "118"),
+        (r"2400 cm^2", "2400"),
+        (r"0.25\, cm", "0.25"),
+        (r"1.85\ USD", "1.85"),
+        (r"10\;edges", "10"),
+        ("34 sq. units", "34"),
+        (r"8\sqrt{3}  square inches", r"8\sqrt{3}"),
+        (r"\lambda_{\text {red}} / \sqrt{2}", r"\lambda_{red}/\sqrt{2}"),  # a subscript in text
+        (r"x_\text{max}", "x_{max}"),
+        ("6, 8, and 10", "6,8,10"),
+        (r"6, 8\text{, and }10", "6,8,10"),
+        (r"8\sqrt{3} \text { square inches}", r"8\sqrt{3} \text{ square inches}"),
+        # left alone: two letters that may be symbols, function names, times of day, a unit without a space
+        ("3 ab", "3 ab"),
+        ("12 sin", "12 sin"),
+        ("5 pm", "5 pm"),
+        ("15cm", "15cm"),
+        ("1 million", "1 million"),  # words that change the value
+        ("5 squared", "5 squared"),
+        ("5 factorial", "5 factorial"),
+        ("x cm", "x cm"),
+    ],
+)
+def test_bare_units_and_text_subscripts(answer, normalized):
+    assert normalize_math_answer(answer) == normalized
+
+
+TEXT_WITHOUT_TEXT = [
+    (r"118 \text{ dollars}", "118 dollars", 1.0),  # math_train_12k.jsonl line 8176, test/algebra/1862.json
+    (r"118 \text{ dollars}", "119 dollars", 0.0),
+    (r"118 \text{ dollars}", "118", 1.0),
+    (r"2400 \mbox{ cm}^2", "2400 cm^2", 1.0),  # math_train.jsonl line 6447, train/prealgebra/1316.json
+    (r"2400 \mbox{ cm}^2", "2401 cm^2", 0.0),
+    (r"1.85\ \text{USD}", r"1.85\ USD", 1.0),  # math_train.jsonl line 6595, train/prealgebra/1691.json
+    (r"10\;\text{edges}", "10 edges", 1.0),  # math_train_12k.jsonl line 9098, test/geometry/217.json
+    (r"10\;\text{edges}", "12 edges", 0.0),
+    (r"8\sqrt{3} \text { square inches}", r"8\sqrt{3} square inches", 1.0),  # math_train_12k.jsonl line 9257
+    (r"8\sqrt{3} \text { square inches}", r"8\sqrt{3}", 1.0),
+    (r"8\sqrt{3} \text { square inches}", r"8\sqrt{2} square inches", 0.0),
+    (r"144 \mbox{ m}^3", "144 m^3", 1.0),  # math_train_12k.jsonl line 9025, test/geometry/60.json
+    (r"144 \mbox{ m}^3", "145 m^3", 0.0),
+    (r"6, 8\text{, and }10", "6, 8, and 10", 1.0),  # math_train.jsonl line 971, train/algebra/1642.json
+    (r"6, 8\text{, and }10", "6, 8, 10", 1.0),
+    (r"6, 8\text{, and }10", "6, 8, and 12", 0.0),
+    (r"4\!:\!51\!:\!06 \text{ p.m.}", "4:51:06 p.m.", 1.0),  # math_train.jsonl line 4731, train/number_theory/105
+    (r"4\!:\!51\!:\!06 \text{ p.m.}", "4:51:06 a.m.", 0.0),
+    (r"8\!:\!34 \text{ p.m.}", "8:34 p.m.", 1.0),  # math_train.jsonl line 5167, train/number_theory/837.json
+    (r"9\text{ a.m.}", "9 a.m.", 1.0),  # math_train_12k.jsonl line 8196, test/algebra/1900.json
+    (r"9\text{ a.m.}", "9 p.m.", 0.0),
+    (r"\lambda_{\text {red}} / \sqrt{2}", r"\lambda_{red} / \sqrt{2}", 1.0),  # minerva_math.jsonl line 140, id 139
+    (r"\lambda_{\text {red}} / \sqrt{2}", r"\lambda_{red} / \sqrt{3}", 0.0),
+]
+
+
+def test_units_and_text_written_without_text():
+    _check(TEXT_WITHOUT_TEXT)
+
+
+# --- 11. a base-notation number with a radix point (found by the data report's perturbed check) --------------------
+
+BASE_FRACTIONS = [
+    ("0.0011_{2}", "0.0011_{2}", 1.0),  # math_train_12k.jsonl line 10665, test/number_theory/1158.json
+    ("0.0011_{2}", "0.0011_2", 1.0),
+    ("0.0011_{2}", "0.0011_{3}", 0.0),  # math-verify drops the subscript: this was graded correct
+    ("0.0011_{2}", "0.0111_{2}", 0.0),
+    ("0.0011_{2}", "0.0012_{2}", 0.0),
+    ("52_8", "52_9", 0.0),
+    ("52_8", "52_8", 1.0),
+]
+
+
+def test_base_notation_with_a_radix_point():
+    _check(BASE_FRACTIONS)

@@ -1,24 +1,32 @@
-r"""Data report: do the gold answers of the math benchmarks verify against themselves with ``sara_trl.rewards``?
+r"""Data report: do the gold answers of the benchmark files verify against themselves with ``sara_trl.rewards``?
 
-For every record of each benchmark file in the shared data directory this script scores
+For every distinct gold answer of each benchmark file in the data directory (the ten files of
+:data:`sara_trl.data.LOCAL_FILES`; a Countdown row's ``target`` is checked as a number gold) this script runs
 
-* **self**: the gold answer written as a correct completion (``... The final answer is $\boxed{<gold>}$``) against
-  the gold answer; the share that scores 1.0 is the share of records the verifier can grade at all;
+* the **gold self-check** (:mod:`sara_trl.rewards.selfcheck`): the gold written as a correct completion
+  (``... The final answer is $\boxed{<gold>}$.``) must grade correct against the gold, as it is and as each common
+  re-writing a model produces (without or with ``\text{}``, ``\left(``/``\right)``, ``\dfrac``/``\frac``, a
+  trailing period, a trailing ``\%`` dropped or written ``%``); every failing pair is listed, by kind;
 * **perturbed**: a clearly wrong answer built from the gold (plain numbers + 1, otherwise the last digit changed,
-  digit-free answers changed to another value) against the gold; it must score 0.0, otherwise the gold parses to
-  something degenerate (e.g. only a prefix of the expression) and the verifier would accept wrong answers too;
+  digit-free answers changed to another value) must score 0.0, otherwise the gold parses to something degenerate
+  (e.g. only a prefix of the expression) and the verifier would accept wrong answers too;
+* the **agreement with math-verify** on its own (``verify(parse(gold), parse(completion))``) on all those pairs:
+  where both can grade a pair, how often they disagree and in which kinds;
 * for Minerva, each entry of ``answer_alternatives`` against the gold: alternatives that do not verify are listed,
   because accepting them would grade a different value as correct.
 
-Every failure is listed in the Markdown report. Run from the repository root::
+Run from the repository root::
 
-    python -m benchmarks.data_report.data_report --data_dir DIR  # MATH500, AIME24, AMC23, GSM8K, Minerva, OlympiadBench
-    python -m benchmarks.data_report.data_report --data_dir DIR --include-train  # + MATH train (7,500; minutes)
+    python -m benchmarks.data_report.data_report --data_dir DIR  # all ten files (minutes)
+    python -m benchmarks.data_report.data_report --data_dir DIR --no-train  # without MATH train and MATH train 12k
+    python -m benchmarks.data_report.data_report --data_dir DIR --self-check-only --json OUT.json  # counts only
+    python -m benchmarks.data_report.data_report --data_dir DIR --before OUT.json  # compare with an earlier run
 
 ``--data_dir`` (required) is a folder holding the full benchmark files under their standard names
-(:data:`sara_trl.data.LOCAL_FILES`: ``math500.jsonl``, ``aime24.jsonl``, ...). Output:
-``benchmarks/data_report/DATA_REPORT.md``
-(``--out`` to change).
+(``math500.jsonl``, ``aime24.jsonl``, ...). Output: ``benchmarks/data_report/DATA_REPORT.md`` (``--out`` to change);
+``--json`` also writes the self-check and agreement counts. The committed ``self_check_before.json`` holds the
+counts of the verifier before issue 55 (the same self-check on the same files), ``SELF_CHECK_BEFORE.md`` the
+failures that run listed, and ``data_report.json`` the counts of the committed report.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from sara_trl.rewards import MathReward, Status, normalize_math_answer
+from sara_trl.rewards.selfcheck import REWRITE_KINDS, gold_rewrites, gold_self_check, math_verify_agreement
 
 DATASETS = [
     ("MATH500", "math500.jsonl"),
@@ -41,8 +50,10 @@ DATASETS = [
     ("GSM8K test", "gsm8k_test.jsonl"),
     ("Minerva", "minerva_math.jsonl"),
     ("OlympiadBench", "olympiadbench.jsonl"),
+    ("Countdown 3to4 (train head)", "countdown_3to4_train_head.jsonl"),
+    ("Countdown TinyZero test", "countdown_tinyzero_test.jsonl"),
 ]
-TRAIN = [("MATH train", "math_train.jsonl")]
+TRAIN = [("MATH train", "math_train.jsonl"), ("MATH train 12k", "math_train_12k.jsonl")]
 
 
 def completion(answer: str) -> str:
@@ -76,30 +87,51 @@ def read(path: Path) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def check(name: str, records: list[dict], verifier: MathReward) -> dict:
-    golds = [r["answer"] for r in records]
+def gold_of(record: dict) -> str:
+    """The gold answer of a record: ``answer``, or a Countdown row's ``target`` as a number."""
+    return str(record["answer"]) if "answer" in record else str(record["target"])
+
+
+def check(name: str, records: list[dict], verifier: MathReward, self_check_only: bool = False,
+          agreement: bool = False) -> dict:
+    golds = [gold_of(r) for r in records]
+    uniq = list(dict.fromkeys(golds))
     t0 = time.perf_counter()
-    self_v = verifier.verdicts([completion(g) for g in golds], golds)
-    wrongs = [perturb(g) for g in golds]
-    bad_v = verifier.verdicts([completion(w) for w in wrongs], golds)
-    seconds = time.perf_counter() - t0
+    n_pairs, failures = gold_self_check(uniq, verifier)
+    by_kind = {k: 0 for k in REWRITE_KINDS}
+    for f in failures:
+        by_kind[f.kind] += 1
+    failing = sorted({f.index for f in failures})
+    self_status = {uniq[f.index]: f.status for f in failures if f.kind == "self"}
     out = {
         "name": name,
         "n": len(records),
-        "seconds": seconds,
-        "self": {s.value: sum(v.status is s for v in self_v) for s in Status},
-        "perturbed": {s.value: sum(v.status is s for v in bad_v) for s in Status},
-        "self_failures": [
-            (r.get("id", r.get("unique_id", i)), g, normalize_math_answer(g), v.status.value, v.reason)
-            for i, (r, g, v) in enumerate(zip(records, golds, self_v))
-            if v.status is not Status.CORRECT
-        ],
-        "perturbed_failures": [
-            (r.get("id", r.get("unique_id", i)), g, w, v.status.value)
-            for i, (r, g, w, v) in enumerate(zip(records, golds, wrongs, bad_v))
-            if v.status is not Status.WRONG
+        "unique": len(uniq),
+        "pairs": n_pairs,
+        "failing_golds": len(failing),
+        "failing_records": sum(1 for g in golds if g in {uniq[i] for i in failing}),
+        "by_kind": by_kind,
+        "self_correct": sum(1 for g in golds if g not in self_status),
+        "self_unparseable": sum(1 for g in golds if self_status.get(g) == Status.UNPARSEABLE_GOLD.value),
+        "self_timeout": sum(1 for g in golds if self_status.get(g) in (Status.TIMEOUT.value, Status.ERROR.value)),
+        "failures": [
+            (_record_id(records, golds, f.gold), f.gold, f.kind, f.prediction, normalize_math_answer(f.prediction),
+             f.status, f.reason)
+            for f in failures
         ],
     }
+    if self_check_only:
+        out["seconds"] = time.perf_counter() - t0
+        return out
+    wrongs = [perturb(g) for g in uniq]
+    bad_v = verifier.verdicts([completion(w) for w in wrongs], uniq)
+    out["perturbed_rejected"] = sum(v.status is Status.WRONG for v in bad_v)
+    out["perturbed_failures"] = [
+        (_record_id(records, golds, g), g, w, v.status.value)
+        for g, w, v in zip(uniq, wrongs, bad_v)
+        if v.status is not Status.WRONG
+    ]
+    out["seconds"] = time.perf_counter() - t0
     if records and "answer_alternatives" in records[0]:
         pairs = [(r, a) for r in records for a in (r.get("answer_alternatives") or [])]
         alt_v = verifier.verdicts([completion(a) for _, a in pairs], [r["answer"] for r, _ in pairs])
@@ -117,7 +149,26 @@ def check(name: str, records: list[dict], verifier: MathReward) -> dict:
         out["multiple_answer"] = sum(bool(r.get("is_multiple_answer")) for r in records)
         out["with_unit"] = sum(bool(r.get("unit")) for r in records)
         out["with_tolerance"] = [(r.get("id"), r["answer"], r.get("error")) for r in records if r.get("error")]
+    if agreement:
+        t1 = time.perf_counter()
+        labelled = [(kind, g, text) for g in uniq for kind, text in gold_rewrites(g)]
+        labelled += [("perturbed", g, w) for g, w in zip(uniq, wrongs)]
+        agr = math_verify_agreement([(g, a) for _, g, a in labelled], verifier)
+        agr["period_both"] = sum(1 for (k, _, _), both in zip(labelled, agr.pop("graded")) if k == "period" and both)
+        agr["by_kind"] = {}
+        for j, g, a, ours, mv in agr["examples"]:
+            key = f"{labelled[j][0]}: ours {ours}, math-verify {mv}"
+            agr["by_kind"][key] = agr["by_kind"].get(key, 0) + 1
+        agr["examples"] = [(labelled[j][0], g, a, ours, mv) for j, g, a, ours, mv in agr["examples"]]
+        agr["seconds"] = time.perf_counter() - t1
+        out["agreement"] = agr
     return out
+
+
+def _record_id(records: list[dict], golds: list[str], gold: str):
+    i = golds.index(gold)
+    r = records[i]
+    return r.get("id", r.get("unique_id", i))
 
 
 def measure_overhead(data_dir: Path, n: int = 200, k: int = 8) -> dict:
@@ -188,35 +239,99 @@ def esc(s) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
-def render(results: list[dict], data_dir: Path, total_s: float, overhead: dict | None = None) -> str:
+def _kinds(by_kind: dict) -> str:
+    return ", ".join(f"{k} {by_kind.get(k, 0)}" for k in REWRITE_KINDS if by_kind.get(k, 0)) or "none"
+
+
+def render(results: list[dict], data_dir: Path, total_s: float, overhead: dict | None = None,
+           before: dict | None = None) -> str:
+    kinds = ", ".join(f"`{k}`" for k in REWRITE_KINDS)
     lines = [
         "# Data report: gold answers vs. `sara_trl.rewards.math_reward`",
         "",
         "Generated by `python -m benchmarks.data_report.data_report --data_dir DIR` (do not edit by hand).",
-        "Each gold answer is",
-        "written as a correct completion (`... The final answer is $\\boxed{<gold>}$`) and scored against itself",
-        "(**self**), and a clearly wrong answer derived from it (plain numbers + 1, otherwise the last digit changed)",
-        "is scored against it (**perturbed**, must be wrong). A self-verify failure means the verifier cannot grade",
-        "that record; a perturbed answer accepted as correct means the gold parses to something degenerate.",
         "",
-        f"Data: `{data_dir.name}/` files; Python {platform.python_version()}; total {total_s:.1f} s.",
+        "**Gold self-check** (`sara_trl.rewards.selfcheck`): every distinct gold answer is written as a correct",
+        "completion (`... The final answer is $\\boxed{<answer>}$.`) and graded against itself, once as it is and",
+        f"once per re-writing a model commonly produces (kinds {kinds}: without or with `\\text{{}}`,",
+        "`\\left(`/`\\right)` removed or added, `\\dfrac` <-> `\\frac`, a trailing period, a trailing `\\%` dropped",
+        "or written `%`). Every (gold, re-writing) pair must grade `correct`; every one that does not is listed below,",
+        "by kind. A gold that fails as it is (`self`) cannot be graded at all: `unparseable_gold` gives every rollout",
+        "of its prompt the reward None. **Perturbed**: a clearly wrong answer derived from the gold (plain numbers",
+        "+ 1, otherwise the last digit changed) must grade `wrong`; one accepted means the gold parses to something",
+        "degenerate. Countdown rows have no `answer`: their `target` is checked as a number gold (their own verifier,",
+        "`countdown_reward`, is checked by `tests/test_rewards_countdown.py`).",
         "",
-        "How to read the failure lists: `unparseable_gold` means math-verify cannot read the gold answer even after",
-        "`normalize_math_answer`, so `math_reward` returns None (unscorable; the allocator ignores such rollouts).",
+        f"Data: `{data_dir.name}/` files; Python {platform.python_version()}; math-verify {_mv_version()};"
+        f" total {total_s:.1f} s.",
+        "",
         "`timeout` means sympy needed more than the soft limit (5 s) for the comparison; the reward is None and the",
         "event is counted in `sara_trl.rewards.stats()`. A perturbed answer reported `correct` is a false positive",
         "unless the perturbation only changed a redundant second form of the answer (e.g. `\\dfrac23 \\approx 0.68`).",
         "",
-        "| dataset | records | self-verify correct | unparseable gold | timeout/error | perturbed rejected | seconds |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| dataset | records | distinct golds | (gold, re-writing) pairs | golds graded correct as they are |"
+        " golds failing a re-writing | failing pairs by kind | perturbed rejected | seconds |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     for r in results:
-        n = r["n"]
-        s, p = r["self"], r["perturbed"]
+        n, u = r["n"], r["unique"]
+        self_ok = u - r["by_kind"].get("self", 0)
+        pert = (f"{r['perturbed_rejected']} ({pct(r['perturbed_rejected'], u)})"
+                if "perturbed_rejected" in r else "not run")
         lines.append(
-            f"| {r['name']} | {n} | {s['correct']} ({pct(s['correct'], n)}) | {s['unparseable_gold']} | "
-            f"{s['timeout'] + s['error']} | {p['wrong']} ({pct(p['wrong'], n)}) | {r['seconds']:.1f} |"
+            f"| {r['name']} | {n} | {u} | {r['pairs']} | {self_ok} ({pct(self_ok, u)}) | {r['failing_golds']} | "
+            f"{_kinds(r['by_kind'])} | {pert} | {r['seconds']:.1f} |"
         )
+    if before:
+        lines += [
+            "",
+            "## Before and after this verifier version",
+            "",
+            f"Golds failing the self-check, by kind, with the verifier before ({before.get('label', 'before')}) and",
+            "now; the same self-check (same re-writings) on the same files.",
+            "",
+            "| dataset | golds failing, before | golds failing, now | failing pairs by kind, before |"
+            " failing pairs by kind, now |",
+            "| --- | ---: | ---: | --- | --- |",
+        ]
+        tb = tn = 0
+        for r in results:
+            b = before["datasets"].get(r["name"])
+            if b is None:
+                continue
+            tb += b["failing_golds"]
+            tn += r["failing_golds"]
+            lines.append(f"| {r['name']} | {b['failing_golds']} | {r['failing_golds']} | {_kinds(b['by_kind'])} | "
+                         f"{_kinds(r['by_kind'])} |")
+        lines.append(f"| **all** | **{tb}** | **{tn}** | | |")
+    if any("agreement" in r for r in results):
+        lines += [
+            "",
+            "## Agreement with math-verify on its own",
+            "",
+            f"The same pairs (every re-writing and the perturbed answer) graded by the installed math-verify"
+            f" ({_mv_version()}) as its README uses it, `verify(parse(\"$\\boxed{{gold}}$\"), parse(completion))`.",
+            "Counted where both can grade a pair (`math_reward` gives correct or wrong, math-verify parses the",
+            "gold). A change in either grader changes these numbers; the disagreements are listed per dataset below.",
+            "",
+            "math-verify cannot read a boxed answer with a trailing period (`\\boxed{204.}` extracts the string",
+            "`204.`), so every `period` pair whose gold it can parse is a disagreement; the last column leaves them",
+            "out.",
+            "",
+            "| dataset | pairs | both grade | disagree | rate | ours correct, math-verify wrong |"
+            " ours wrong, math-verify correct | gold unparsed by math-verify | disagree, `period` pairs left out |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for r in results:
+            a = r.get("agreement")
+            if a is None:
+                continue
+            k = a["kinds"]
+            lines.append(
+                f"| {r['name']} | {a['pairs']} | {a['both_grade']} | {a['disagree']} | {100 * a['rate']:.2f} % | "
+                f"{k['ours correct, math-verify wrong']} | {k['ours wrong, math-verify correct']} | "
+                f"{a['unparsed_by_math_verify']} | {_not_period(a)} |"
+            )
     if overhead:
         o = overhead
         lines += [
@@ -236,29 +351,52 @@ def render(results: list[dict], data_dir: Path, total_s: float, overhead: dict |
         ]
     for r in results:
         lines += ["", f"## {r['name']}", ""]
-        if r["self_failures"]:
+        if r["failures"]:
             lines += [
-                "Self-verify failures:",
+                f"Self-check failures ({len(r['failures'])} pairs, {r['failing_golds']} golds):",
                 "",
-                "| id | gold | normalized | status | reason |",
+                "| id | gold | kind | boxed answer | normalized answer | status | reason |",
+                "| --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            lines += [
+                f"| {esc(i)} | `{esc(g)}` | {k} | `{esc(p)}` | `{esc(nz)}` | {st} | {esc(rs)} |"
+                for i, g, k, p, nz, st, rs in r["failures"]
+            ]
+        else:
+            lines.append(f"All {r['unique']} distinct gold answers grade correct against themselves and every "
+                         "re-writing.")
+        if "perturbed_failures" in r:
+            lines.append("")
+            if r["perturbed_failures"]:
+                lines += [
+                    "Perturbed answers not rejected:",
+                    "",
+                    "| id | gold | perturbed | status |",
+                    "| --- | --- | --- | --- |",
+                ]
+                lines += [f"| {esc(a)} | `{esc(b)}` | `{esc(c)}` | {d} |" for a, b, c, d in r["perturbed_failures"]]
+            else:
+                lines.append(f"All {r['unique']} perturbed answers are rejected.")
+        a = r.get("agreement")
+        if a and a["examples"]:
+            lines += [
+                "",
+                f"Disagreements with math-verify on its own ({a['disagree']} of {a['both_grade']} pairs both grade; "
+                "by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(a["by_kind"].items())) + "):",
+                "",
+                "| kind | gold | boxed answer | math_reward | math-verify |",
                 "| --- | --- | --- | --- | --- |",
             ]
-            lines += [
-                f"| {esc(a)} | `{esc(b)}` | `{esc(c)}` | {d} | {esc(e)} |" for a, b, c, d, e in r["self_failures"]
-            ]
-        else:
-            lines.append(f"All {r['n']} gold answers verify against themselves.")
-        lines.append("")
-        if r["perturbed_failures"]:
-            lines += [
-                "Perturbed answers not rejected:",
-                "",
-                "| id | gold | perturbed | status |",
-                "| --- | --- | --- | --- |",
-            ]
-            lines += [f"| {esc(a)} | `{esc(b)}` | `{esc(c)}` | {d} |" for a, b, c, d in r["perturbed_failures"]]
-        else:
-            lines.append(f"All {r['n']} perturbed answers are rejected.")
+            shown: dict[str, int] = {}
+            for k, g, x, o, m in a["examples"]:
+                key = f"{k}: ours {o}, math-verify {m}"
+                shown[key] = shown.get(key, 0) + 1
+                if shown[key] <= _MAX_EXAMPLES:
+                    lines.append(f"| {k} | `{esc(g)}` | `{esc(x)}` | {o} | {m} |")
+            more = {k: n - _MAX_EXAMPLES for k, n in shown.items() if n > _MAX_EXAMPLES}
+            if more:
+                lines += ["", f"(the first {_MAX_EXAMPLES} of each kind are listed; not listed: "
+                          + ", ".join(f"{k} {n}" for k, n in sorted(more.items())) + ")"]
         if "alternatives" in r:
             a = r["alternatives"]
             lines += [
@@ -286,16 +424,62 @@ def render(results: list[dict], data_dir: Path, total_s: float, overhead: dict |
     return "\n".join(lines)
 
 
+_MAX_EXAMPLES = 25
+
+
+def _not_period(agreement: dict) -> str:
+    """Disagreements and pairs both grade, without the ``period`` re-writings (math-verify cannot read them)."""
+    n = sum(v for k, v in agreement["by_kind"].items() if not k.startswith("period:"))
+    both = agreement["both_grade"] - agreement.get("period_both", 0)
+    return f"{n} of {both} ({100 * n / both:.2f} %)" if both else "n/a"
+
+
+def _mv_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("math-verify")
+    except Exception:  # pragma: no cover
+        return "unknown"
+
+
+def summary(results: list[dict], label: str) -> dict:
+    """The self-check counts of a run, as ``--json`` writes them (``--before`` reads them back)."""
+    return {
+        "label": label,
+        "math_verify": _mv_version(),
+        "datasets": {
+            r["name"]: {
+                "records": r["n"], "distinct_golds": r["unique"], "pairs": r["pairs"],
+                "failing_golds": r["failing_golds"], "failing_records": r["failing_records"],
+                "by_kind": r["by_kind"],
+                **({"agreement": {k: r["agreement"][k] for k in ("pairs", "both_grade", "disagree", "rate", "kinds",
+                                                                  "unparsed_by_math_verify", "by_kind",
+                                                                  "period_both")}}
+                   if "agreement" in r else {}),
+            }
+            for r in results
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "DATA_REPORT.md"))
-    ap.add_argument("--include-train", action="store_true", help="also check MATH train (7,500 records)")
+    ap.add_argument("--no-train", action="store_true", help="leave out MATH train and MATH train 12k (minutes)")
     ap.add_argument("--timeout", type=float, default=5.0, help="soft verifier limit per comparison, seconds")
     ap.add_argument("--no-overhead", action="store_true", help="skip the verifier overhead measurement")
+    ap.add_argument("--no-agreement", action="store_true", help="skip the comparison with math-verify on its own")
+    ap.add_argument("--self-check-only", action="store_true",
+                    help="only the gold self-check (no perturbed answers, alternatives, agreement or overhead)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the self-check counts to this JSON file")
+    ap.add_argument("--label", default="this version", help="name of this run in the --json file")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a --json file of an earlier verifier version: the report compares its counts with this run")
     ap.add_argument("--data_dir", type=Path, default=None,
                     help="folder holding the full benchmark files (math500.jsonl, aime24.jsonl, ...; required)")
     args = ap.parse_args(argv)
-    todo = DATASETS + (TRAIN if args.include_train else [])
+    todo = DATASETS + ([] if args.no_train else TRAIN)
     if args.data_dir is None:
         ap.error("--data_dir DIR is required: the folder holding " + ", ".join(f for _, f in todo))
     data_dir = args.data_dir.resolve()
@@ -306,20 +490,28 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = []
     for name, fname in todo:
-        res = check(name, read(data_dir / fname), verifier)
-        s = res["self"]
+        res = check(name, read(data_dir / fname), verifier, self_check_only=args.self_check_only,
+                    agreement=not (args.self_check_only or args.no_agreement))
         print(
-            f"{name:15s} n={res['n']:5d} self-correct={s['correct']:5d} unparseable={s['unparseable_gold']:3d} "
-            f"timeout/error={s['timeout'] + s['error']:3d} perturbed-rejected={res['perturbed']['wrong']:5d} "
-            f"({res['seconds']:.1f} s)",
+            f"{name:28s} n={res['n']:5d} distinct={res['unique']:5d} pairs={res['pairs']:6d} "
+            f"failing golds={res['failing_golds']:4d} ({_kinds(res['by_kind'])}) "
+            + (f"perturbed-rejected={res['perturbed_rejected']} " if "perturbed_rejected" in res else "")
+            + (f"math-verify disagree={res['agreement']['disagree']}/{res['agreement']['both_grade']} "
+               if "agreement" in res else "")
+            + f"({res['seconds']:.1f} s)",
             flush=True,
         )
         results.append(res)
-    overhead = None if args.no_overhead else measure_overhead(data_dir)
+    overhead = None if (args.no_overhead or args.self_check_only) else measure_overhead(data_dir)
     if overhead:
         print("overhead:", {k: round(v, 4) if isinstance(v, float) else v for k, v in overhead.items()})
-    Path(args.out).write_text(render(results, data_dir, time.perf_counter() - t0, overhead), encoding="utf-8")
+    before = json.loads(args.before.read_text(encoding="utf-8")) if args.before else None
+    Path(args.out).write_text(render(results, data_dir, time.perf_counter() - t0, overhead, before),
+                              encoding="utf-8")
     print(f"wrote {args.out}")
+    if args.json:
+        args.json.write_text(json.dumps(summary(results, args.label), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
     return 0
 
 

@@ -16,7 +16,9 @@ import sys
 import mpmath
 from latex2sympy2_extended.latex2sympy2 import NormalizationConfig
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-from sympy import Basic, MatrixBase
+from sympy import Basic, MatrixBase, Mul, Rational, UnevaluatedExpr
+
+from .extract import percent_fraction
 
 __all__ = ["parse_answer", "check_answer", "warm_up"]
 
@@ -63,6 +65,13 @@ def parse_answer(answer: str) -> tuple:
     """
     if not answer:
         return ()
+    pct = percent_fraction(answer)
+    if pct is not None:
+        # "\frac{100}{3}\%" (a percentage with no exact decimal, as normalize_math_answer writes 33\frac{1}{3}\%):
+        # the object latex2sympy makes of a number followed by \% (12.5\% -> 12.5 * UnevaluatedExpr(1/100)), which
+        # math-verify compares as a percentage; latex2sympy reads \% only after a number token
+        value = Rational(pct.numerator, pct.denominator)
+        return (Mul(value, UnevaluatedExpr(Rational(1, 100)), evaluate=False), answer)
     parsed = parse("$\\boxed{" + answer + "}$", extraction_config=[_LATEX], parsing_timeout=None)
     if not any(_is_symbolic(x) for x in parsed) and _PLAIN_EXPR.match(answer):
         parsed_expr = parse(answer, extraction_config=[_EXPR], parsing_timeout=None)
@@ -96,9 +105,42 @@ def check_answer(pred: str, golds: tuple[str, ...]) -> str:
     if not p:
         return "wrong"
     for g in parsed_golds:
-        if verify(list(g), list(p), timeout_seconds=None) and not _small_number_mismatch(g, p):
+        q = _same_symbols(g, p)
+        if verify(list(g), list(q), timeout_seconds=None) and not _small_number_mismatch(g, q):
             return "correct"
     return "wrong"
+
+
+def _same_symbols(gold: tuple, pred: tuple) -> tuple:
+    """``pred`` with each symbol replaced by the gold's symbol of the same name where their assumptions differ.
+
+    math-verify parses a whole string with real symbols unless it looks complex (a standalone ``i``, ``\\mathbb{C}``,
+    ...): ``14 - i`` has a complex ``i``, while in ``14.0 - 1.0i`` (no standalone ``i``) every symbol, ``i``
+    included, is real. Two symbols of one name but different assumptions are different to sympy, so ``14 - i`` and
+    ``14.0 - 1.0i``, or ``x + i`` and ``x + 1i``, never compared equal. A name means one symbol on both sides.
+    """
+    names: dict[str, Basic] = {}
+    for x in gold:
+        if _is_symbolic(x):
+            for sym in getattr(x, "free_symbols", ()):
+                names.setdefault(getattr(sym, "name", None), sym)
+    if not names:
+        return pred
+    out = []
+    for x in pred:
+        if _is_symbolic(x):
+            try:
+                rep = {
+                    sym: names[sym.name]
+                    for sym in x.free_symbols
+                    if getattr(sym, "name", None) in names and names[sym.name] != sym
+                }
+                if rep:
+                    x = x.xreplace(rep)
+            except (AttributeError, TypeError, ValueError):  # pragma: no cover - an object without symbols
+                pass
+        out.append(x)
+    return tuple(out)
 
 
 _SMALL = 1.0  # below this magnitude math-verify's 6-decimal rounding hides relative differences

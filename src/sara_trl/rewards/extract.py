@@ -26,12 +26,26 @@ math-verify does not handle itself, symmetrically for gold and prediction:
   ``\frac\pi 2`` -> ``\frac{\pi}{2}``; ``\mbox``/``\textbf`` -> ``\text``; ``\left``/``\right`` sizing and
   ``\phantom{...}`` removed;
 * degree marks (``^\circ``, ``\text{ degrees}``); ``e``-notation numbers (``4.5e33`` -> ``4.5\times10^{33}``);
+* an answer label in front of the answer (``\text{Answer: G}`` -> ``\text{G}``, ``Final Answer: (G)``,
+  ``\text{Answer:} 5``, ``Option G``; :func:`strip_answer_label`): math-verify would read the label's letters as a
+  product of symbols;
 * choice letters (``\text{(C)}``, ``(C)``, ``\textbf{(C)}`` -> ``C``); a choice label followed by option text
-  (``(C) Plane``) is read by :func:`choice_letter`, which the math verifier applies when the gold is a letter;
+  (``(C) Plane``) is read by :func:`choice_letter`, which the math verifier applies when the gold is a letter, and
+  a list of letters (``\text{B, E, G}``, MATH's "enter the letters, separated by commas") by
+  :func:`choice_letters`, which it applies when the gold is such a list;
 * repeating decimals -> their exact fraction (``0.\overline{36}`` -> ``\frac{4}{11}``, ``0.1\overline{6}``,
   ``0.\dot{3}``, ``0.(3)``; :func:`rewrite_repeating_decimals`), and plain-text mixed numbers -> one fraction
   (``11 5/6`` -> ``\frac{71}{6}``; :func:`rewrite_mixed_numbers`): latex2sympy cannot read the first and misreads
   the second as ``(11+5)/6``;
+* a percentage written as a LaTeX fraction or mixed number, or a repeating decimal (``33\frac{1}{3}\%``,
+  ``\frac{1}{8}\%``, ``83.\overline{3}\%``) -> one number with ``\%`` (``\frac{100}{3}\%``, ``0.125\%``;
+  :func:`rewrite_fraction_percents`): latex2sympy reads ``\%`` only after a number token, so such a gold could
+  not be parsed even against itself; a plain ``%`` is written ``\%``;
+* a unit written as plain words after a number (``118 dollars``, ``2400 cm^2``, ``0.25\, cm``) is removed, as
+  math-verify removes one in ``\text{}``; a word counts as a unit when it has three or more letters or is a common
+  two-letter unit (``cm``, ``ft``, ``in``, ...), and is not a connective, ``am``/``pm`` or a function name
+  (``3 ab`` and ``12 sin`` stay); a subscript in text (``\lambda_{\text{red}}``) -> ``\lambda_{red}``;
+  ``\text {`` -> ``\text{``; a list's last separator ``, and`` -> ``,`` (``6, 8\text{, and }10`` -> ``6,8,10``);
 * spaces around operators (math-verify's unit stripping would cut a trailing `` c`` from ``a + b + c``);
 * ``\sin^2 t`` -> ``\sin^{2}(t)``; ``np.arcsin`` -> ``\arcsin`` (Minerva);
 * subscripts latex2sympy cannot read: ``m_{\max}`` -> ``m_{max}``, ``L_{\odot}`` -> ``L_{sun}``, ``E_{1}`` ->
@@ -74,6 +88,10 @@ __all__ = [
     "choice_letter",
     "rewrite_repeating_decimals",
     "rewrite_mixed_numbers",
+    "rewrite_fraction_percents",
+    "percent_fraction",
+    "strip_answer_label",
+    "choice_letters",
     "repeating_decimal_value",
 ]
 
@@ -278,6 +296,32 @@ _TRIG_POWER = re.compile(r"\\(sin|cos|tan|cot|sec|csc)\^\{?(\d)\}?\s*([A-Za-z]|\
 _ASSIGN = re.compile(r"^([A-Za-z])\s*=\s*(.+)$")
 _NUM_LIKE = r"(?:[-+]?\d+(?:\.\d+)?(?:\\?%)?|\\frac\{\d+\}\{\d+\})"
 _NUM_CHAIN = re.compile(rf"^{_NUM_LIKE}\s*=\s*({_NUM_LIKE})$")
+# a subscript in text: \lambda_{\text{red}}, x_\text{max} -> \lambda_{red}, x_{max} (latex2sympy cannot read it)
+_TEXT_SUBSCRIPT = re.compile(
+    r"_\s*(?:\{\s*\\(?:text|mathrm|textrm)\s*\{([^{}]*)\}\s*\}|\\(?:text|mathrm|textrm)\s*\{([^{}]*)\})"
+)
+_LIST_AND = re.compile(r"(?<=[\w}]),(?:and\s+|\\text\{\s*(?:,\s*)?and\s*\})|\\text\{\s*,\s*and\s*\}")
+_BARE_UNIT = re.compile(
+    r"^(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:\\sqrt\{\d+\})?)(?:\s|\\[,;: ]|~)+"
+    r"((?:[A-Za-z]{2,}\.?)(?:\s+[A-Za-z]{2,}\.?)*)(?:\^\{?\d\}?)?$"
+)
+# words after a number that are not a unit: connectives, times of day, words that change the value (function
+# names are excluded too)
+_NOT_UNITS = frozenset(
+    "and or am pm hundred hundreds thousand thousands million millions billion billions trillion dozen squared "
+    "cubed factorial half halves third thirds quarter quarters percent".split()
+)
+# two-letter words read as units; other two-letter words ("3 ab") may be a product of symbols and are kept
+_SHORT_UNITS = frozenset("cm mm km nm ft in yd mi kg mg lb oz ml hr sq".split())
+
+
+def _unit_word(word: str) -> bool:
+    w = word.lower().strip(".")
+    if w in _NOT_UNITS or w in _LATEX_FUNCS or w in _OTHER_FUNCS:
+        return False
+    return len(w) >= 3 or w in _SHORT_UNITS
+
+
 _PHANTOM = re.compile(r"\\phantom\s*(?:\{[^{}]*\}|[^\s{])")
 _BARE_FRAC = re.compile(r"\\frac(?![A-Za-z])\s*(?!\{)(\\[A-Za-z]+|[A-Za-z0-9])\s*(?!\{)(\\[A-Za-z]+|[A-Za-z0-9])")
 _SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])")
@@ -404,6 +448,153 @@ def rewrite_mixed_numbers(s: str) -> str:
     if "/" not in s:
         return s
     return _MIXED_NUMBER.sub(_mixed_number, s)
+
+
+# a percent sign after a LaTeX fraction, a LaTeX mixed number (33\frac{1}{3}\%) or a repeating decimal (which is a
+# fraction by then): latex2sympy reads a percent only after a number token, so these golds could not be parsed
+_FRACTION_PERCENT = re.compile(
+    r"(?<![\w.^_}\\])(?:(\d+)\s*)?\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}\s*\\%"
+)
+_WHOLE_FRACTION_PERCENT = re.compile(r"^-?\\frac\{(\d+)\}\{(\d+)\}\\%$")
+
+
+def _decimal(value: Fraction) -> str | None:
+    """The exact decimal form of ``value`` when it has one (denominator ``2^a 5^b``), else None."""
+    q, k = value.denominator, 0
+    while q % 2 == 0 or q % 5 == 0:
+        q //= 2 if q % 2 == 0 else 5
+        k += 1
+    if q != 1:
+        return None
+    if k == 0:
+        return str(value.numerator)
+    digits = str(abs(value.numerator) * 10**k // value.denominator).rjust(k + 1, "0")
+    return ("-" if value < 0 else "") + digits[:-k] + "." + digits[-k:]
+
+
+def _fraction_percent(m: re.Match) -> str:
+    whole, num, den = m.group(1), int(m.group(2)), int(m.group(3))
+    if den == 0:
+        return m.group(0)
+    value = int(whole or "0") + Fraction(num, den)
+    dec = _decimal(value)
+    return (dec if dec is not None else _fraction_latex(value)) + "\\%"
+
+
+def rewrite_fraction_percents(s: str) -> str:
+    r"""Write a percentage given as a LaTeX fraction or mixed number as one number latex2sympy reads as a percent.
+
+    latex2sympy reads ``\%`` only after a number token (``12.5\%`` is ``12.5 \cdot \frac{1}{100}``): a gold
+    ``33\frac{1}{3}\%``, ``\frac{1}{8}\%`` or ``83.\overline{3}\%`` (a fraction after
+    :func:`rewrite_repeating_decimals`) could not be parsed at all, so its prompt could never train. A fraction of
+    integers (with an optional whole part in front: a mixed number) followed by ``\%`` becomes its exact decimal when
+    it has one (``12\frac{1}{2}\%`` -> ``12.5\%``), else one reduced fraction (``33\frac{1}{3}\%`` ->
+    ``\frac{100}{3}\%``), which the math verifier's worker reads as a percentage (the same object latex2sympy makes
+    of ``12.5\%``) when it is the whole answer. A sign in front stays as it is.
+
+    Parameters
+    ----------
+    s : str
+        An answer string (LaTeX, without ``\boxed``).
+
+    Returns
+    -------
+    str
+        ``s`` with each such percentage rewritten.
+    """
+    if "\\%" not in s or "\\frac" not in s:
+        return s
+    return _FRACTION_PERCENT.sub(_fraction_percent, s)
+
+
+def percent_fraction(s: str) -> Fraction | None:
+    r"""The percentage of a whole answer ``\frac{p}{q}\%`` (as :func:`rewrite_fraction_percents` writes it), or None."""
+    m = _WHOLE_FRACTION_PERCENT.match(s)
+    if not m or int(m.group(2)) == 0:
+        return None
+    value = Fraction(int(m.group(1)), int(m.group(2)))
+    return -value if s.startswith("-") else value
+
+
+# a label in front of the answer: "Answer: G", "\text{Answer: G}", "\text{Final answer:} G", "**Answer:** G",
+# "The answer is G", "Option G", "Choice: (G)"; the label is removed, the answer kept
+_LABEL = (
+    r"(?:(?:the\s+)?(?:final\s+|correct\s+)?answer(?:\s+is\s*:?|\s*:)"
+    r"|(?:the\s+)?(?:correct\s+)?(?:option|choice)(?:\s+is\s*:?|\s*:|\s+(?=\(?[A-Z](?![A-Za-z]))))"
+)
+_LABEL_TEXT_ALONE = re.compile(
+    r"(?i)^\\text\s*\{\s*(?:\*\*)?" + _LABEL + r"\s*(?:\*\*)?\s*\}(?:\s|\\ |~|\\,|\\;)*(.+)$"
+)
+_LABEL_IN_TEXT = re.compile(r"(?i)^\\text\s*\{\s*(?:\*\*)?" + _LABEL + r"\s*(?:\*\*)?\s*([^{}]+)\}$")
+_LABEL_BARE = re.compile(r"(?i)^(?:\*\*)?" + _LABEL + r"\s*(?:\*\*)?(?:\s|\\ |~)*(.+)$")
+
+
+def strip_answer_label(s: str) -> str:
+    r"""``s`` without a leading answer label (``Answer:``, ``Final answer:``, ``The answer is``, ``Option``).
+
+    Models box a label with the answer: ``\boxed{\text{Answer: G}}``, ``\boxed{\text{Answer:}\ G}``,
+    ``\boxed{Final Answer: (G)}``; math-verify reads the label's letters as a product of symbols and grades the
+    answer wrong. The label is removed (``\text{Answer: G}`` -> ``\text{G}``, ``\text{Answer:} 5`` -> ``5``); the
+    rest of the answer is kept as written, so a wrong letter after a label stays wrong. ``Option``/``Choice``
+    without a colon count only before a choice letter (``Option G``).
+
+    Parameters
+    ----------
+    s : str
+        An answer string (``\textbf``/``\mbox`` already written as ``\text``).
+
+    Returns
+    -------
+    str
+        ``s`` without its label, or ``s`` when it has none (or nothing follows the label).
+    """
+    s = s.strip()
+    if not re.match(r"(?i)(?:\\text\s*\{\s*)?(?:\*\*)?(?:the|final|correct|answer|option|choice)", s):
+        return s
+    m = _LABEL_TEXT_ALONE.match(s)
+    if m and m.group(1).strip():
+        return m.group(1).strip()
+    m = _LABEL_IN_TEXT.match(s)
+    if m and m.group(1).strip():
+        return "\\text{" + m.group(1).strip() + "}"
+    m = _LABEL_BARE.match(s)
+    if m and m.group(1).strip():
+        return m.group(1).strip()
+    return s
+
+
+# a list of choice letters, MATH's "enter the letters, separated by commas": "\text{B, E, G}", "B, E, and G",
+# "(A), (C)", "\text{A}, \text{C}"
+_LIST_ITEM = re.compile(r"^(?:[A-Z]|\(\s*[A-Z]\s*\))$")
+_LIST_SEP = re.compile(r"\s*(?:,\s*(?:and\s+)?|;\s*|\s+and\s+|\\text\{\s*and\s*\})\s*")
+
+
+def choice_letters(s: str) -> frozenset[str] | None:
+    r"""The set of choice letters a letter-list answer names (``\text{B, E, G}`` -> ``{B, E, G}``), or None.
+
+    An answer is a letter list when, without ``\text{}``/``\textbf{}``/``\mathrm{}`` wrappers and markdown bold,
+    it is capital letters (each bare or in parentheses) separated by commas, semicolons or "and". A single letter
+    gives a one-element set. Order does not matter (MATH asks for the letters of the true statements); a repeated
+    letter counts once.
+
+    Parameters
+    ----------
+    s : str
+        An answer string (raw or normalized).
+
+    Returns
+    -------
+    frozenset of str or None
+        The letters, or None when ``s`` is not a letter list.
+    """
+    t = s.strip().strip("$").replace("**", "")
+    t = re.sub(r"\\(?:text|textbf|mathrm|mathbf|mbox|textrm)\s*\{([^{}]*)\}", r"\1", t).strip()
+    if not t or len(t) > 200:
+        return None
+    items = [x.strip() for x in _LIST_SEP.split(t)]
+    if not items or not all(_LIST_ITEM.match(x) for x in items):
+        return None
+    return frozenset(x.strip("() ") for x in items)
 
 
 # a leading choice label: "(E) text", "\text{(E) text}", "\textbf{(E)}\ text", "E: text", "E) text", "E. text",
@@ -551,9 +742,13 @@ def normalize_math_answer(s: str) -> str:
     s = s.replace("\\$", "").replace("$", "")
     s = s.replace(",\\!", "").replace("\\!", "").replace("{,}", "")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = re.sub(r"(?<!\\)%", r"\\%", s)  # a plain-text percent sign (12.5%) as LaTeX writes it
     s = s.replace("\\mbox", "\\text").replace("\\textbf", "\\text").replace("\\mathrm{~", "\\mathrm{")
+    s = re.sub(r"\\(text|mathrm|textrm|operatorname)\s+\{", r"\\\1{", s)  # "\text { cm}" -> "\text{ cm}"
+    s = strip_answer_label(s)
     s = _UPRIGHT.sub(_upright, s)
     s = _SIZING.sub("", s)
+    s = _TEXT_SUBSCRIPT.sub(lambda m: "_{" + (m.group(1) if m.group(1) is not None else m.group(2)).strip() + "}", s)
     s = _DEGREES.sub("", s)
     s = _PHANTOM.sub("", s)
     s = _BARE_FRAC.sub(lambda m: "\\frac{" + m.group(1) + "}{" + m.group(2) + "}", s)
@@ -567,6 +762,7 @@ def normalize_math_answer(s: str) -> str:
     # repeating decimals and plain-text mixed numbers -> exact fractions (latex2sympy misreads both)
     s = rewrite_repeating_decimals(s)
     s = rewrite_mixed_numbers(s)
+    s = rewrite_fraction_percents(s)
     # spaces around operators: math-verify's unit stripping removes a trailing " c" or " m" after a space
     # ("a + b + c" would become "a +"); no LaTeX command ends in an operator character, so this is safe
     s = _OP_SPACES.sub(lambda m: m.group(1), s)
@@ -578,6 +774,13 @@ def normalize_math_answer(s: str) -> str:
     # "0.56=56\%": two forms of one number; keep the last, as math-verify does for a chain of equalities
     m = _NUM_CHAIN.match(s)
     if m:
+        s = m.group(1)
+    # "6, 8, and 10" / "6, 8\text{, and }10": a list's last separator (latex2sympy reads "and" as a product)
+    s = _LIST_AND.sub(",", s)
+    # a unit written as plain words after a number ("118 dollars", "2400 cm^2"): math-verify strips a unit in
+    # \text{} but reads bare words as a product of one-letter symbols
+    m = _BARE_UNIT.match(s)
+    if m and all(_unit_word(w) for w in m.group(2).split()):
         s = m.group(1)
     # \sin^2 t -> \sin^{2}(t), which latex2sympy can read
     s = _TRIG_POWER.sub(lambda m: "\\" + m.group(1) + "^{" + m.group(2) + "}(" + m.group(3) + ")", s)

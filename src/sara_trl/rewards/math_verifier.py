@@ -32,6 +32,23 @@ Judgement rules:
   ``\textbf{(B)}\ 3(1+r/10)^x=7``), is its letter (:func:`~sara_trl.rewards.extract.choice_letter`), compared with
   the gold letter without math-verify (reason ``"choice_letter"``); a label followed by another label
   (``(A) or (B)``) is not one letter.
+* **Letter lists** (``\text{B, E, G}``, ``D, E``: MATH's "enter the letters, separated by commas"): the set of
+  letters decides, in any order and with or without ``\text{}`` or parentheses (``B, E, G``, ``(B), (E), (G)``,
+  ``B, E, and G``); a missing, extra or wrong letter is ``WRONG`` (reason ``"choice_letter"``). A label in front
+  (``\text{Answer: G}``) is removed by the normalization, so a wrong letter after it stays wrong.
+* **Text in golds** (``\text{October 30}``, ``\text{1:03 PM}``, ``8\!:\!34 \text{ p.m.}``): the same text
+  without ``\text{}`` (case, spaces, ``\!`` and a trailing period aside) is ``CORRECT`` (reason
+  ``"text_answer"``); anything else goes to math-verify as before.
+* **Percentages**: a gold ``12.5\%`` or ``33\frac{1}{3}\%`` accepts the percentage in any exact form, its
+  fraction (``0.125``, ``\frac{1}{3}``: math-verify's reading) and, for a prediction without a percent sign, the
+  number with the sign dropped (``12.5``; math-verify accepts that only for whole numbers). A percentage with no
+  exact decimal (``\frac{100}{3}\%``) is built by the worker as the object latex2sympy makes of ``12.5\%``.
+* **One name, one symbol**: math-verify parses a string with complex symbols when it has a standalone ``i`` and
+  with real ones otherwise, so ``14 - i`` and ``14.0 - 1.0i`` held two different ``i`` and never matched; the
+  prediction's symbols are replaced by the gold's symbols of the same name before comparing (``14.0 - 2.0i``
+  stays wrong).
+* **Base notation** (``52_8``, ``0.0011_{2}``): math-verify drops the subscript, so the digits and the base are
+  compared here (``52_9`` and ``0.0011_{3}`` are ``WRONG``; reason ``"base_notation"``).
 * **Numbers too small or too large for float64** (``1/2004!``, ``10^{-400}``, ``2006!``): math-verify's numeric check
   chops tiny differences to zero, so two different tiny numbers would match. When both numbers are below 1 in
   magnitude, or either lies outside float64's range, a math-verify match must also agree to a relative 1e-4,
@@ -56,7 +73,14 @@ from fractions import Fraction
 from typing import Any
 
 from . import pool as _pool
-from .extract import choice_letter, extract_math_answers, is_prose_answer, normalize_math_answer
+from .extract import (
+    choice_letter,
+    choice_letters,
+    extract_math_answers,
+    is_prose_answer,
+    normalize_math_answer,
+    percent_fraction,
+)
 from .stats import count
 from .verdict import Status, Verdict, VerdictReward, all_answers_verdict, completion_text
 
@@ -173,17 +197,21 @@ def _fast_path(pred: str, golds: tuple[str, ...]) -> Status | None:
     return Status.CORRECT if any(Fraction(g) == p for g in golds) else Status.WRONG
 
 
-_BASE_NUMBER = re.compile(r"^(-?)(?:\\text\{)?\s*([0-9A-Za-z]+)\s*\}?\s*_\s*\{?\s*(\d+)\s*\}?$")
+_BASE_NUMBER = re.compile(r"^(-?)(?:\\text\{)?\s*([0-9A-Za-z]*\.?[0-9A-Za-z]+)\s*\}?\s*_\s*\{?\s*(\d+)\s*\}?$")
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def _base_number(s: str) -> tuple[str, int] | None:
-    """``("52", 8)`` for ``52_8`` / ``52_{8}``: digits (lower case) and base, when every digit is valid in the base."""
+    """``("52", 8)`` for ``52_8`` / ``52_{8}``: digits (lower case) and base, when every digit is valid in the base.
+
+    A radix point is kept with the digits (``0.0011_{2}`` -> ``("0.0011", 2)``): math-verify drops the subscript, so
+    without this ``0.0011_{3}`` matched ``0.0011_{2}``.
+    """
     m = _BASE_NUMBER.match(s)
     if not m:
         return None
     sign, digits, base = m.group(1), m.group(2).lower(), int(m.group(3))
-    if not 2 <= base <= 36 or any(_DIGITS.find(c) < 0 or _DIGITS.find(c) >= base for c in digits):
+    if not 2 <= base <= 36 or any(_DIGITS.find(c) < 0 or _DIGITS.find(c) >= base for c in digits.replace(".", "")):
         return None
     if not any(c.isdigit() for c in digits):
         return None
@@ -209,18 +237,37 @@ def _base_rule(pred: str, golds: tuple[str, ...]) -> Status | None:
 
 
 def _choice_rule(raw: str | None, pred: str, golds: tuple[str, ...]) -> Status | None:
-    r"""Multiple-choice golds (one capital letter, e.g. ``E`` or ``\text{(E)}``): the letter of the prediction decides.
+    r"""Multiple-choice golds: one capital letter (``E``, ``\text{(E)}``) or a list of letters (``\text{B, E, G}``).
 
     Models often repeat the option's text after its letter (``\boxed{E: A polygenic risk score}``,
     ``\text{(C) Plane}``); math-verify reads that as an expression and grades it wrong. When a gold answer is a
     single choice letter and the prediction is a choice label, with or without option text
     (:func:`~sara_trl.rewards.extract.choice_letter`), the prediction is that letter: ``CORRECT`` when it equals a
-    gold letter, ``WRONG`` when it does not and every gold is a letter. Returns None when no gold is a letter, the
-    prediction is not a label (e.g. the option text alone, a lower-case letter, a hedge ``(A) or (B)``), or a
-    non-letter gold remains to be compared by math-verify.
+    gold letter, ``WRONG`` when it does not and every gold is a letter. A gold that lists letters (MATH's "enter the
+    letters, separated by commas", often written ``\text{B, E, G}``, which math-verify reads as one text and never
+    matches ``B, E, G``) is the set of its letters (:func:`~sara_trl.rewards.extract.choice_letters`): a prediction
+    naming the same set, in any order and with or without ``\text{}`` or parentheses, is ``CORRECT``, a missing,
+    extra or wrong letter ``WRONG``. Returns None when no gold is a letter or a letter list, the prediction is not a
+    label or a letter list (e.g. the option text alone, a lower-case letter, a hedge ``(A) or (B)``), or a gold of
+    another kind remains to be compared by math-verify.
     """
     letters = [choice_letter(g) for g in golds]
     gold_letters = {x for x in letters if x is not None}
+    lists = [
+        choice_letters(g) if x is None else None for x, g in zip(letters, golds)
+    ]
+    gold_sets = {x for x in lists if x is not None and len(x) > 1}
+    if not gold_letters and not gold_sets:
+        return None
+    all_choice = all(x is not None or (y is not None and len(y) > 1) for x, y in zip(letters, lists))
+    if gold_sets:
+        named = choice_letters(pred)
+        if named is None and raw is not None:
+            named = choice_letters(raw)
+        if named is not None:
+            if named in gold_sets or (len(named) == 1 and next(iter(named)) in gold_letters):
+                return Status.CORRECT
+            return Status.WRONG if all_choice else None
     if not gold_letters:
         return None
     letter = choice_letter(raw, option_text=True) if raw is not None else None
@@ -230,7 +277,55 @@ def _choice_rule(raw: str | None, pred: str, golds: tuple[str, ...]) -> Status |
         return None
     if letter in gold_letters:
         return Status.CORRECT
-    return Status.WRONG if all(x is not None for x in letters) else None
+    return Status.WRONG if all_choice else None
+
+
+_TEXT_GROUP = re.compile(r"\\(?:text|mathrm|textrm)\s*\{([^{}]*[A-Za-z][^{}]*)\}")
+
+
+def _canon_text(s: str) -> str:
+    s = re.sub(r"\\(?:text|mathrm|textrm)\s*\{([^{}]*)\}", r"\1", s)
+    s = s.replace("\\ ", " ").replace("~", " ").replace("\\,", " ").replace("\\!", "").replace("\\;", " ")
+    return "".join(s.lower().split()).rstrip(".")
+
+
+def _text_rule(pred: str, golds: tuple[str, ...]) -> Status | None:
+    r"""A gold with text in ``\text{...}`` (``\text{October 30}``, ``\text{1:03 PM}``, ``8\!:\!34 \text{ p.m.}``,
+    ``144 \text{ m}^3``) equals the same text written without ``\text{}``.
+
+    math-verify reads ``October 30`` or ``8:34 p.m.`` as a product of one-letter symbols and never matches the text.
+    The prediction is ``CORRECT`` when its text, without ``\text{}`` wrappers, spaces, ``\!``, case and a trailing
+    period, is the gold's; else None (math-verify decides, as before).
+    """
+    for g in golds:
+        if _TEXT_GROUP.search(g) and _canon_text(pred) == _canon_text(g):
+            return Status.CORRECT
+    return None
+
+
+_PERCENT_GOLD = re.compile(r"^(-?(?:\d+(?:\.\d+)?|\.\d+))\\%$")
+
+
+def _percent_dropped(pred: str, golds: tuple[str, ...]) -> tuple[str, ...]:
+    r"""``golds`` plus, for a prediction without a percent sign, each percentage gold without its ``\%``.
+
+    A gold ``12.5\%`` is answered ``12.5`` as often as ``12.5\%``; math-verify accepts the dropped sign only for
+    whole numbers (``25\%`` and ``25``) and rejects ``12.5``. Its reading of a percentage as a fraction (``0.125``)
+    stays. The dropped form is offered only to predictions without ``%``, so ``1250\%`` does not equal ``12.5\%``.
+    """
+    if "%" in pred:
+        return golds
+    extra = []
+    for g in golds:
+        m = _PERCENT_GOLD.match(g)
+        if m:
+            extra.append(m.group(1))
+        else:
+            value = percent_fraction(g)
+            if value is not None:
+                extra.append(("-" if value < 0 else "") + f"\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}")
+    extra = [x for x in extra if x not in golds]
+    return golds + tuple(dict.fromkeys(extra)) if extra else golds
 
 
 @dataclass
@@ -316,6 +411,9 @@ class MathReward(VerdictReward):
             choice = _choice_rule(raw, pred, golds)
             if choice is not None:
                 return Verdict(choice, raw, "choice_letter")
+            text = _text_rule(pred, golds)
+            if text is not None:
+                return Verdict(text, raw, "text_answer")
         cached = _RESULTS.get((pred, golds))
         if cached is not None:
             count("math/cache_hit")
@@ -390,10 +488,11 @@ class MathReward(VerdictReward):
                 if pred in seen:  # the same answer stated twice is one answer
                     continue
                 seen.add(pred)
-                local = self._local(raw, pred, golds)
+                pred_golds = _percent_dropped(pred, golds)
+                local = self._local(raw, pred, pred_golds)
                 answers[i].append(local)
                 if local is None:
-                    todo.setdefault((pred, golds), []).append((i, len(answers[i]) - 1, raw))
+                    todo.setdefault((pred, pred_golds), []).append((i, len(answers[i]) - 1, raw))
         if todo:
             keys = list(todo)
             for key, (status, reason) in zip(keys, self._compare(keys)):
