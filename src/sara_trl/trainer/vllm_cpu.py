@@ -37,18 +37,24 @@ from collections.abc import Iterator
 # Platform detection lives below both the trainer and evaluation (sara_trl.utils); re-exported here.
 from sara_trl.utils.vllm_platform import DEFAULT_CPU_KVCACHE_GIB, vllm_cpu_platform
 
-__all__ = ["DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "kv_cache_bytes", "repack_after_sync",
-           "vllm_cpu_platform"]
+__all__ = ["CPU_KV_BLOCK_TOKENS", "DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "kv_cache_bytes",
+           "repack_after_sync", "vllm_cpu_platform"]
+
+
+#: KV-cache block size (tokens) of vLLM's CPU platform when none is given (``vllm.platforms.cpu``, vLLM 0.31).
+CPU_KV_BLOCK_TOKENS = 128
 
 
 def kv_cache_bytes(model: str, dtype_bytes: int, max_model_len: int | None, max_num_seqs: int | None) -> int | None:
-    """The KV cache the colocated CPU engine needs: every sequence it may run at once, at full length, never more
-    than :data:`DEFAULT_CPU_KVCACHE_GIB` GiB (and never less than one sequence of ``max_model_len`` tokens, which vLLM
-    requires), in bytes.
+    """The KV cache the colocated CPU engine needs: every sequence it may run at once, at full length, in bytes;
+    never more than :data:`DEFAULT_CPU_KVCACHE_GIB` GiB, never less than one sequence of ``max_model_len`` tokens
+    (vLLM refuses to start with less).
 
-    ``max_num_seqs x max_model_len x 2 (key and value) x layers x KV heads x head dim x dtype_bytes``, the layer and
-    head counts read from the checkpoint's ``config.json``. E.g. SmolLM2-135M (30 layers, 3 KV heads of 64) in float32
-    holds 46,080 bytes per token: the quickstart's 32 sequences of 128 tokens need 189 MB, where the former fixed
+    ``(max_num_seqs x ceil(max_model_len / 128) + 2) blocks x 128 tokens x 2 (key and value) x layers x KV heads x
+    head dim x dtype_bytes``: vLLM's CPU engine allocates the cache in blocks of :data:`CPU_KV_BLOCK_TOKENS` tokens
+    and keeps one block back (its null block); one more is slack for rounding. The layer and head counts are read
+    from the checkpoint's ``config.json``. E.g. SmolLM2-135M (30 layers, 3 KV heads of 64) in float32 holds 46,080
+    bytes per token: the quickstart's 32 sequences of 128 tokens take 34 blocks, 200 MB, where the former fixed
     1 GiB was resident in full (vLLM zero-fills it at start).
 
     Returns None (the caller then keeps the fixed default) when ``max_model_len`` or ``max_num_seqs`` is unset or
@@ -65,8 +71,10 @@ def kv_cache_bytes(model: str, dtype_bytes: int, max_model_len: int | None, max_
         return None
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    one_sequence = max_model_len * 2 * layers * kv_heads * head_dim * dtype_bytes
-    return max(one_sequence, min(max_num_seqs * one_sequence, DEFAULT_CPU_KVCACHE_GIB << 30))
+    block = CPU_KV_BLOCK_TOKENS * 2 * layers * kv_heads * head_dim * dtype_bytes
+    blocks_per_sequence = -(-max_model_len // CPU_KV_BLOCK_TOKENS)
+    one_sequence = (blocks_per_sequence + 2) * block
+    return max(one_sequence, min((max_num_seqs * blocks_per_sequence + 2) * block, DEFAULT_CPU_KVCACHE_GIB << 30))
 
 
 def _keep_weight_dispatch(original):
