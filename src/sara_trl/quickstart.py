@@ -810,7 +810,7 @@ def _train_pass(script_args: ScriptArguments, training_args, clock: _Clock) -> d
     warm = None
     if script_args.warmup:
         # the last B prompts of the (shuffled) dataset, the same in every pass
-        prompts = train_dataset.select(range(len(train_dataset) - num_groups, len(train_dataset)))["prompt"]
+        prompts = train_dataset.select(range(max(0, len(train_dataset) - num_groups), len(train_dataset)))["prompt"]
         clock.say(f"warming the engine up, untimed: {len(prompts)} prompts x {k} completions, then x 1...")
         warm = warm_up(trainer, prompts, k)
     bars = "" if training_args.disable_tqdm else ("; the bar shows the time left once a step is done, the round bar "
