@@ -167,6 +167,7 @@ def run_seeds(seeds: list[int], logs: Path) -> None:
             raise SystemExit(f"seed {seed}: the quickstart failed (exit status {status}); see {log.name}")
         doc = json.loads(target.read_text())
         doc["processes"], doc["peak_total_rss_gib"] = processes, total
+        target.with_suffix(".png").unlink(missing_ok=True)  # the run's plot: not kept here
         target.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"seed {seed}: done in {time.perf_counter() - started:.0f} s, time ratio "
               f"{ratios(doc)['time']:.3f}, load {os.getloadavg()[0]:.1f}", flush=True)
