@@ -137,8 +137,8 @@ the kernel's high-water mark.
 
 {body}
 
-Regenerate: `{COMMAND} --run 0 1 2 3 4` (about 10 minutes a seed on an idle 2-core machine), or `{COMMAND}` for the
-report from the saved runs.
+Regenerate: `{COMMAND} --run 0 1 2 3 4` (one full quickstart a seed, one after the other; on an otherwise idle
+machine, since the seconds are the point), or `{COMMAND}` for the report from the saved runs.
 
 ## Before the warm-up (issue #57)
 
