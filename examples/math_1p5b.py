@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sara_trl import SaraConfig, SaraGRPOTrainer, cli
-from sara_trl.data import DataUnavailableError, load_dataset_by_name
-from sara_trl.rewards import math_reward
-from sara_trl.trainer.distributed import end_distributed
+from sara_trl import cli  # torch-free: --help and flag mistakes are answered before torch and TRL load
+
+if TYPE_CHECKING:
+    from sara_trl import SaraConfig, SaraGRPOTrainer
 
 PROG = "examples/math_1p5b.py"
 
@@ -114,6 +115,8 @@ def build_dataset(script_args: ScriptArguments):
     Raises ``SystemExit`` with one line naming ``--data_dir`` / ``--dataset_path`` when the data is given by neither
     and the Hub cannot serve it (offline or unreachable).
     """
+    from sara_trl.data import DataUnavailableError, load_dataset_by_name
+
     kwargs = {"data_dir": script_args.data_dir} if script_args.data_dir is not None else {}
     try:
         dataset = load_dataset_by_name(script_args.dataset_name, path=script_args.dataset_path, **kwargs)
@@ -125,12 +128,18 @@ def build_dataset(script_args: ScriptArguments):
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, SaraConfig]:
-    """Command line -> (ScriptArguments, SaraConfig); PAPER_DEFAULTS apply unless a flag overrides them."""
-    return cli.parse_args((ScriptArguments, SaraConfig), argv, defaults=PAPER_DEFAULTS)
+    """Command line -> (ScriptArguments, SaraConfig); PAPER_DEFAULTS apply unless a flag overrides them.
+
+    ``--help`` and flag mistakes are answered from the torch-free preview of SaraConfig's flags (``sara_trl.cli``),
+    in about a second; SaraConfig itself (torch, TRL) is imported only for a valid command line."""
+    return cli.parse_args((ScriptArguments, "sara_trl:SaraConfig"), argv, defaults=PAPER_DEFAULTS)
 
 
 def main(argv: list[str] | None = None) -> SaraGRPOTrainer:
     script_args, training_args = parse_args(argv)
+    from sara_trl import SaraGRPOTrainer  # torch and TRL: loaded once the command line is valid
+    from sara_trl.rewards import math_reward
+
     train_dataset = build_dataset(script_args)  # before the model: missing data fails in seconds
 
     trainer = SaraGRPOTrainer(
@@ -148,4 +157,6 @@ def main(argv: list[str] | None = None) -> SaraGRPOTrainer:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+    from sara_trl.trainer.distributed import end_distributed
+
     end_distributed()  # frees the process group before exit (docs/multiprocess.md, "Ending the script")

@@ -148,6 +148,27 @@ def _run_code(code: str) -> subprocess.CompletedProcess:
     return _run("-c", wrapped)
 
 
+@pytest.mark.parametrize("example", ["math_1p5b", "countdown_3b"])
+@pytest.mark.parametrize(("flags", "code", "message"), [
+    (["--help"], 0, None),
+    (["--num_generation", "4"], 2, "unknown flag --num_generation (did you mean --num_generations?)"),
+    (["--n0", "9"], 2, "invalid configuration: SaraConfig: n0=9 must satisfy 1 <= n0 <= k=8"),
+])
+def test_gpu_examples_answer_help_and_mistakes_before_torch(example, flags, code, message):
+    """``examples/<name>.py --help`` and a flag mistake: answered from the preview, torch and TRL never imported."""
+    path = ROOT / "examples" / f"{example}.py"
+    result = _run_code("import importlib.util, sys\n"
+                       f"spec = importlib.util.spec_from_file_location('ex', {str(path)!r})\n"
+                       "module = sys.modules['ex'] = importlib.util.module_from_spec(spec)\n"
+                       f"spec.loader.exec_module(module)\nmodule.parse_args({[*CPU, *flags]!r})")
+    assert f"EXIT {code}" in result.stdout and "HEAVY []" in result.stdout, result.stdout[-2000:] + result.stderr
+    if message is None:
+        assert "SARA options (SaraConfig):" in result.stdout and "--allocator" in result.stdout
+    else:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0] and lines[0].endswith("(--help lists every flag)"), lines
+
+
 def test_help_lists_sara_flags_first_without_importing_torch():
     result = _run_code("from sara_trl.quickstart import parse_args\nparse_args(['--help'])")
     out = result.stdout

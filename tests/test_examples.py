@@ -84,18 +84,28 @@ def test_quickstart_defaults_and_overrides():
     assert (args.max_steps, args.allocator, script_args.dataset) == (1, "dynamic_sampling", "x.jsonl")
 
 
-def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys):
-    """One SARA step on the tiny model, then the measured dynamic-sampling pass in a second process."""
+@pytest.mark.parametrize(("seed", "first"), [(0, "sara"), (1, "dynamic_sampling")])
+def test_quickstart_smoke_tiny_model(tmp_path, tiny_model_dir, capsys, seed, first):
+    """One SARA step on the tiny model and the measured dynamic-sampling pass, one of them in a second process:
+    SARA first for an even seed, DS first for an odd one; the summary is SARA's either way."""
     quickstart = load_example("quickstart_cpu")
     summary_file = tmp_path / "summary.json"
     summary = quickstart.main([
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "out"), "--max_steps", "1",
         "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
         "--max_completion_length", "4", "--num_prompts", "24", "--torch_threads", "1", "--use_vllm", "False",
-        "--summary_file", str(summary_file),
+        "--summary_file", str(summary_file), "--seed", str(seed),
     ])
-    out = capsys.readouterr().out
-    assert "SARA step  1 |" in out and "1 step," in out and "SARA / DS" in out and "For 1 step x 2" in out
+    out = capsys.readouterr().out  # this process's lines: the second pass prints from its own process
+    in_process = "SARA" if first == "sara" else "  DS"
+    assert f"{in_process} step  1 |" in out and "1 step," in out and "SARA / DS" in out and "For 1 step x 2" in out
+    assert summary["allocator"] == "sara" and summary["first_pass"] == first
+    # each pass warmed its engine with the same untimed requests: B = 2 prompts x (k = 4, then 1)
+    assert summary["warmup"]["requests"] == summary["dynamic_sampling"]["warmup"]["requests"] == 2 * (4 + 1)
+    assert "the same 10 untimed warm-up requests" in " ".join(out.split())
+    assert f"{'SARA' if first == 'sara' else 'DS'} ran first." in " ".join(out.split())
+    assert summary["peak_rss_gib"] > 0.1 and summary["dynamic_sampling"]["peak_rss_gib"] > 0.1
+    assert "peak resident memory (trainer and engine, one process per pass): SARA pass" in out
     assert summary["steps"] == 1 and len(summary["per_step"]) == 1
     step = summary["per_step"][0]
     assert summary["rollouts"] == step["rollouts_generated"] > 0 and step["collect_seconds"] > 0
@@ -131,6 +141,57 @@ def test_quickstart_comparison_lines():
                               "the machine was busy")
     one = quickstart.comparison_lines(sara, dict(ds, rounds=1), k=8, num_groups=4)
     assert "  1 round    20.0 s" in one[2] and "  8 rounds   15.0 s" in one[1]
+
+
+def test_quickstart_comparison_says_what_ran_first_the_warmup_and_when_sara_is_not_faster():
+    quickstart = load_example("quickstart_cpu")
+    sara = dict(steps=4, rollouts=150, tokens=1500, rounds=0, collect_seconds=15.0, collection="streaming",
+                warmup={"requests": 36, "seconds": 12.5})
+    ds = dict(sara, rollouts=200, tokens=2000, rounds=4, collect_seconds=20.0, collection="rounds",
+              warmup={"requests": 36, "seconds": 3.25})
+    lines = quickstart.comparison_lines(sara, ds, k=8, num_groups=4, first="SARA", max_completion_length=16)
+    assert len(lines) == 5 and " ".join(lines[4].split()) == (
+        "Seconds of the timed steps only: before them each pass sent its engine the same 36 untimed warm-up "
+        "requests (SARA 12.5 s, DS 3.2 s); SARA ran first.")
+    slower = quickstart.comparison_lines(sara, dict(ds, collect_seconds=15.0), k=8, num_groups=4, first="DS",
+                                         max_completion_length=16)
+    assert lines[3].split()[-4] == "0.75" and slower[3].split()[-4] == "1.00"
+    assert slower[4].endswith("DS ran first.")
+    text = " ".join(slower[5].split())
+    assert text.startswith("SARA was not faster here, though it generated 0.75 of DS's tokens: answers on this task "
+                           "are at most 16 tokens")
+    no_warmup = quickstart.comparison_lines(dict(sara, warmup=None), ds, k=8, num_groups=4, first="SARA")
+    assert no_warmup[4] == ("  SARA ran first; no warm-up (--warmup False): each pass's first step includes the "
+                            "engine's first-use costs.")
+
+
+def test_quickstart_order_alternates_by_seed():
+    quickstart = load_example("quickstart_cpu")
+    assert [quickstart.dynamic_sampling_first("auto", seed) for seed in range(4)] == [False, True, False, True]
+    assert not quickstart.dynamic_sampling_first("allocator", 1) and quickstart.dynamic_sampling_first(
+        "dynamic_sampling", 0)
+    with pytest.raises(ValueError, match="first_pass must be 'auto', 'allocator' or 'dynamic_sampling'"):
+        quickstart.dynamic_sampling_first("sara", 0)
+    _, args = quickstart.parse_args([])
+    assert args.vllm_max_model_length == 128  # the task mix's 44-46 prompt tokens + 16: the KV cache's length
+
+
+def test_progress_bars_only_on_a_terminal(monkeypatch):
+    """A file or a pipe on stdout or stderr turns the bars off (one line per step is printed either way)."""
+    import io
+
+    from sara_trl.trainer.progress import RoundProgress
+    from sara_trl.utils.quiet import on_terminal
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert on_terminal() and RoundProgress(1, True).enabled and not RoundProgress(1, False).enabled
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # `> log`, `| tee`
+    assert not on_terminal() and not RoundProgress(1, True).enabled
 
 
 def test_quickstart_step_line_records_the_load_and_counts_rounds():

@@ -57,3 +57,18 @@ def test_applies_on_glibc_and_large_frees_leave_no_heap_behind():
     assert _run_check("apply")[1] < 16 << 20
     # without it (glibc's raised dynamic threshold), the same blocks came from the heap and stayed resident
     assert _run_check("none")[1] > 100 << 20
+
+
+def test_cpu_engine_kv_cache_is_sized_to_the_run(tiny_model_dir):
+    """KV cache = (max_num_seqs x blocks per sequence + 2) blocks of 128 tokens x 2 x layers x KV heads x head dim x
+    dtype bytes, capped at the former fixed 1 GiB, never under one full-length sequence; None when unbounded."""
+    from sara_trl.trainer.vllm_cpu import DEFAULT_CPU_KVCACHE_GIB, kv_cache_bytes
+
+    block = 128 * 2 * 2 * 2 * (64 // 4) * 4  # the tiny Llama: 2 layers, 2 KV heads of 16, float32 -> 64 KiB a block
+    assert kv_cache_bytes(tiny_model_dir, 4, 128, 32) == (32 + 2) * block == 34 << 16
+    assert kv_cache_bytes(tiny_model_dir, 4, 129, 32) == (32 * 2 + 2) * block  # 129 tokens take two blocks
+    assert kv_cache_bytes(tiny_model_dir, 2, 128, 32) == (32 + 2) * block // 2  # bfloat16: half
+    cap = DEFAULT_CPU_KVCACHE_GIB << 30
+    assert kv_cache_bytes(tiny_model_dir, 4, 1 << 16, 64) == cap  # 4 GiB needed: capped
+    assert kv_cache_bytes(tiny_model_dir, 4, 1 << 22, 8) == ((1 << 22) // 128 + 2) * block > cap  # the floor
+    assert kv_cache_bytes(tiny_model_dir, 4, None, 32) is None and kv_cache_bytes(tiny_model_dir, 4, 128, None) is None

@@ -185,7 +185,10 @@ print("ok")
     assert "NUMA binding" not in proc.stderr, proc.stderr[-2000:]
 
 
-def test_warnings_and_log_lines_print_above_the_bar(capsys):
+def test_warnings_and_log_lines_print_above_the_bar(capsys, monkeypatch):
+    import sara_trl.trainer.progress as progress_module
+
+    monkeypatch.setattr(progress_module, "on_terminal", lambda: True)  # a bar is drawn on a terminal only
     previous = warnings.showwarning
     with RoundProgress(step=3, enabled=True) as progress:
         progress(1, 8, np.array([1.0, 0.0, np.nan, 1.0, 0.0, 0.0, 1.0, 1.0]))

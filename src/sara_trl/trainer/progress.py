@@ -14,6 +14,8 @@ import numpy as np
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from sara_trl.utils.quiet import on_terminal
+
 __all__ = ["RoundProgress", "console_logs", "hide_renamed_checkpointing_warnings", "quiet_progress_logs",
            "use_numeric_logs"]
 
@@ -52,7 +54,9 @@ ALLOCATOR_LABELS = {"sara": "SARA", "dynamic_sampling": "DS", "uniform": "unifor
 class RoundProgress:
     """tqdm line counting rounds: ``SARA step 12: 3 rounds [rollouts=40, success=0.42]``.
 
-    Disabled when ``enabled`` is False (not the main process, or ``args.disable_tqdm``). Use as a context manager
+    Disabled when ``enabled`` is False (not the main process, or ``args.disable_tqdm``) and when the output is not a
+    terminal (:func:`sara_trl.utils.quiet.on_terminal`: in a file or a pipe the bar's redraws would split the lines
+    printed beside it). Use as a context manager
     around one step's collection; call the instance after each round (it is the ``on_round`` hook of
     :func:`sara_trl.trainer.rollout.make_rollout_fn`). While the bar is shown, warnings and log records are printed
     above it (``tqdm.write``) rather than into it.
@@ -68,7 +72,7 @@ class RoundProgress:
     """
 
     def __init__(self, step: int, enabled: bool, label: str = "SARA"):
-        self.enabled = enabled
+        self.enabled = enabled and on_terminal()
         self.step = step
         self.label = label
         self.rollouts = 0
@@ -130,14 +134,15 @@ def _numeric_callbacks():
 
     class NumericProgressCallback(ProgressCallback):
         """transformers' progress bar over the optimizer steps (with the time left), printing each log as a dict
-        of numbers above the bar; ``write_logs = False`` keeps the bar and drops the dicts."""
+        of numbers above the bar; ``write_logs = False`` keeps the bar and drops the dicts. The bar is drawn on a
+        terminal only (:func:`sara_trl.utils.quiet.on_terminal`); elsewhere only the dicts are printed, one a line."""
 
         write_logs = True
 
         def on_train_begin(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
                 self.training_bar = tqdm(total=state.max_steps, desc="optimizer steps", unit="step",
-                                         dynamic_ncols=True)
+                                         dynamic_ncols=True, disable=not on_terminal())
             self.current_step = 0
 
         def on_log(self, args, state, control, logs=None, **kwargs):

@@ -37,8 +37,44 @@ from collections.abc import Iterator
 # Platform detection lives below both the trainer and evaluation (sara_trl.utils); re-exported here.
 from sara_trl.utils.vllm_platform import DEFAULT_CPU_KVCACHE_GIB, vllm_cpu_platform
 
-__all__ = ["DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "engine_context", "repack_after_sync",
-           "vllm_cpu_platform"]
+__all__ = ["CPU_KV_BLOCK_TOKENS", "DEFAULT_CPU_KVCACHE_GIB", "colocated_engine_on_cpu", "engine_context",
+           "kv_cache_bytes", "repack_after_sync", "vllm_cpu_platform"]
+
+
+#: KV-cache block size (tokens) of vLLM's CPU platform when none is given (``vllm.platforms.cpu``, vLLM 0.31).
+CPU_KV_BLOCK_TOKENS = 128
+
+
+def kv_cache_bytes(model: str, dtype_bytes: int, max_model_len: int | None, max_num_seqs: int | None) -> int | None:
+    """The KV cache the colocated CPU engine needs: every sequence it may run at once, at full length, in bytes;
+    never more than :data:`DEFAULT_CPU_KVCACHE_GIB` GiB, never less than one sequence of ``max_model_len`` tokens
+    (vLLM refuses to start with less).
+
+    ``(max_num_seqs x ceil(max_model_len / 128) + 2) blocks x 128 tokens x 2 (key and value) x layers x KV heads x
+    head dim x dtype_bytes``: vLLM's CPU engine allocates the cache in blocks of :data:`CPU_KV_BLOCK_TOKENS` tokens
+    and keeps one block back (its null block); one more is slack for rounding. The layer and head counts are read
+    from the checkpoint's ``config.json``. E.g. SmolLM2-135M (30 layers, 3 KV heads of 64) in float32 holds 46,080
+    bytes per token: the quickstart's 32 sequences of 128 tokens take 34 blocks, 200 MB, where the former fixed
+    1 GiB was resident in full (vLLM zero-fills it at start).
+
+    Returns None (the caller then keeps the fixed default) when ``max_model_len`` or ``max_num_seqs`` is unset or
+    the config lacks a layer or head count.
+    """
+    if not max_model_len or not max_num_seqs:
+        return None
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model)
+    config = getattr(config, "get_text_config", lambda: config)()
+    layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
+    if not layers or not heads:
+        return None
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    block = CPU_KV_BLOCK_TOKENS * 2 * layers * kv_heads * head_dim * dtype_bytes
+    blocks_per_sequence = -(-max_model_len // CPU_KV_BLOCK_TOKENS)
+    one_sequence = (blocks_per_sequence + 2) * block
+    return max(one_sequence, min((max_num_seqs * blocks_per_sequence + 2) * block, DEFAULT_CPU_KVCACHE_GIB << 30))
 
 
 def _keep_weight_dispatch(original):
@@ -103,10 +139,11 @@ def colocated_engine_on_cpu(dtype) -> Iterator[None]:
     -----
     Patches, for the duration of the ``with`` block only: ``vllm.model_executor.layers.utils.
     dispatch_cpu_unquantized_gemm`` (see the module docstring, item 1) and the ``LLM`` name TRL's
-    ``trl.generation.vllm_generation`` module calls (adds ``dtype`` and ``enforce_eager=True`` unless given). Sets
-    ``VLLM_CPU_KVCACHE_SPACE`` to :data:`DEFAULT_CPU_KVCACHE_GIB` and ``VLLM_CPU_OMP_THREADS_BIND`` to ``nobind`` if
-    unset, and gives the process back its torch thread count and ``torch.set_num_threads`` afterwards (vLLM's CPU
-    worker pins threads for a dedicated serving process; here it shares the process with training). A no-op off the
+    ``trl.generation.vllm_generation`` module calls (adds ``dtype`` and ``enforce_eager=True`` unless given, and,
+    unless ``VLLM_CPU_KVCACHE_SPACE`` is set, a KV cache sized to the run: :func:`kv_cache_bytes`, else
+    :data:`DEFAULT_CPU_KVCACHE_GIB` GiB). Sets ``VLLM_CPU_OMP_THREADS_BIND`` to ``nobind`` if unset, and gives the
+    process back its torch thread count and ``torch.set_num_threads`` afterwards (vLLM's CPU worker pins threads for
+    a dedicated serving process; here it shares the process with training). A no-op off the
     CPU platform.
     """
     if not vllm_cpu_platform():
@@ -116,18 +153,23 @@ def colocated_engine_on_cpu(dtype) -> Iterator[None]:
     import trl.generation.vllm_generation as trl_vllm
     import vllm.model_executor.layers.utils as vllm_layer_utils
 
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_CPU_KVCACHE_GIB))
+    sized_by_user = bool(os.environ.get("VLLM_CPU_KVCACHE_SPACE"))  # vLLM then reads it (GiB) and ignores ours
     # vLLM's CPU worker pins the process's OpenMP threads to cores, drops torch to 1 thread and then replaces
     # torch.set_num_threads with a no-op, process-wide. In colocate mode that process is the trainer: keep its threads.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
     dtype_name = str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else str(dtype)
+    dtype_bytes = torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 4
     original_dispatch = vllm_layer_utils.dispatch_cpu_unquantized_gemm
     original_llm = trl_vllm.LLM
 
     def llm_in_training_dtype(*args, **kwargs):
         kwargs.setdefault("dtype", dtype_name)
         kwargs.setdefault("enforce_eager", True)
+        if not sized_by_user and "kv_cache_memory_bytes" not in kwargs:
+            needed = kv_cache_bytes(kwargs.get("model"), dtype_bytes, kwargs.get("max_model_len"),
+                                    kwargs.get("max_num_seqs"))
+            kwargs["kv_cache_memory_bytes"] = needed or DEFAULT_CPU_KVCACHE_GIB << 30
         return original_llm(*args, **kwargs)
 
     vllm_layer_utils.dispatch_cpu_unquantized_gemm = _keep_weight_dispatch(original_dispatch)

@@ -40,7 +40,8 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 
-__all__ = ["LOG_NOTICES", "NUMA_NOTICE", "WARNING_NOTICES", "hide_third_party_notices", "quiet_numa_binding_note"]
+__all__ = ["LOG_NOTICES", "NUMA_NOTICE", "WARNING_NOTICES", "hide_third_party_notices", "on_terminal",
+           "quiet_numa_binding_note"]
 
 #: logger name -> regular expression matching the start of the one message hidden on it
 LOG_NOTICES: dict[str, str] = {
@@ -68,6 +69,13 @@ class _HideMessage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.pattern.match(record.getMessage()) is None
+
+
+def on_terminal() -> bool:
+    """Whether both stdout and stderr are terminals: only then are progress bars drawn. A bar redraws its line with
+    carriage returns on stderr; in a file (``> log 2>&1``) or a pipe (``| tee``) those updates would land between
+    the lines printed on stdout."""
+    return all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
 
 
 def hide_third_party_notices() -> None:
