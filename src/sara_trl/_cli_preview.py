@@ -15,7 +15,7 @@ Two sources, neither of which imports torch:
   read from their source files with :mod:`ast` (name, annotation, literal default and help text), then turned into
   flags by the same :meth:`transformers.HfArgumentParser._parse_dataclass_field` the real parser uses. Annotations
   naming a class the reader does not know (``IntervalStrategy``, ``SchedulerType``) become ``str``: such values are
-  checked by the real parser afterwards. When a source file or class is not where TRL 1.16 / transformers 5 keep
+  checked by the real parser afterwards. When a source file or class is not where the supported TRL / transformers keep
   it, the preview is skipped.
 
 The flags of the preview equal the real parser's (``tests/test_newcomer.py`` checks both configs).
