@@ -517,7 +517,7 @@ def warm_up(trainer, prompts: list, k: int) -> dict:
     ----------
     trainer : SaraGRPOTrainer
         Built, not yet trained; with ``use_vllm`` its colocated engine (``trainer.vllm_generation``) is used with
-        the sampling parameters of a real step (:func:`sara_trl.trainer.streaming.colocate_sampling_params`).
+        the sampling parameters of a real step (the port's ``colocate_sampling_params``, :mod:`sara_trl.trainer.trl`).
     prompts : list
         Conversational prompts (lists of chat messages) or plain strings.
     k : int
@@ -535,9 +535,9 @@ def warm_up(trainer, prompts: list, k: int) -> dict:
     batches = ([text for text in texts for _ in range(k)], texts)
     args = trainer.args
     if args.use_vllm:
-        from sara_trl.trainer.streaming import colocate_sampling_params
+        from sara_trl.trainer.trl import port
 
-        params = colocate_sampling_params(trainer.vllm_generation)
+        params = port.colocate_sampling_params(trainer.vllm_generation)
         for batch in batches:
             trainer.vllm_generation.llm.generate(batch, params, use_tqdm=False)
     else:
