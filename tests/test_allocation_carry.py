@@ -4,8 +4,7 @@ generated twice, nothing is lost, and the allocator state (checkpoint) carries t
 import numpy as np
 import pytest
 
-from benchmarks.simulator import SimulatedTask, u_shaped_gammas
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
 
 
 class Recording(SimulatedTask):

@@ -7,8 +7,15 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks.simulator import SimulatedTask, phi, u_shaped_gammas
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, RoundOutcome
+from sara_trl.allocation import (
+    AllocationConfig,
+    Allocator,
+    PromptStream,
+    RoundOutcome,
+    SimulatedTask,
+    phi,
+    u_shaped_gammas,
+)
 
 ALLOCATORS = ["sara", "dynamic_sampling", "uniform"]
 

@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 import sara_trl.allocation.prompt_stream as stream_module
-from benchmarks.simulator import SimulatedTask, u_shaped_gammas
-from sara_trl.allocation import AllocationConfig, Allocator, IterablePromptStream, PromptStream
+from sara_trl.allocation import (
+    AllocationConfig,
+    Allocator,
+    IterablePromptStream,
+    PromptStream,
+    SimulatedTask,
+    u_shaped_gammas,
+)
 
 LOGGER = "sara_trl.allocation.prompt_stream"
 

@@ -16,8 +16,7 @@ import time
 
 import numpy as np
 
-from benchmarks.simulator import u_shaped_gammas
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, RoundOutcome
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, RoundOutcome, u_shaped_gammas
 
 __all__ = ["PrecomputedSource", "measure", "summarize", "summarize_finish", "TARGETS"]
 
