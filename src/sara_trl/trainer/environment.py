@@ -1,6 +1,6 @@
 """TRL's ``environment_factory`` (GRPO) in SARA's rounds, and in the replay.
 
-A round does for its rows what TRL's ``GRPOTrainer._generate_and_score_completions`` does for a batch before it
+A round does for its rows what TRL's GRPO generation batch does for a batch before it
 generates (:func:`reset_environments`): it draws one instance per rollout from TRL's pool
 (the port's ``environment_pool``, grown by the factory when a round needs more instances than exist), records each
 row's environment name (the port's ``set_batch_environments``, which TRL's tokenization and tool loop read for the
@@ -63,7 +63,7 @@ def check_environment_names(trainer: RoundTrainer, names: list) -> None:
 def draw_environments(trainer: RoundTrainer, rows: list[dict]) -> list:
     """Draw one environment instance per row from TRL's pool, as TRL does for a batch.
 
-    Sets ``trainer._batch_environments`` (each row's environment name) and ``trainer.environments`` (the drawn
+    Records each row's environment name (the port's ``set_batch_environments``) and ``trainer.environments`` (the drawn
     instances, what ``_calculate_rewards`` hands the reward functions); the pool grows by one factory call for each
     instance a name lacks.
 

@@ -151,7 +151,8 @@ quantization_config, peft_config
 
     # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)
     def _sara_generate_round(self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict):
-        """ONE batched generation call: ``GRPOTrainer._generate_single_turn`` with ``num_generations=1``.
+        """ONE batched generation call through GRPO's backend, one completion per entry (the port's
+        ``grpo_generate_round``).
 
         Returns
         -------
@@ -163,7 +164,7 @@ quantization_config, peft_config
         return port.grpo_generate_round(self, prompt_ids, images, multimodal_fields)
 
     def _sara_decode(self, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list:
-        """Decode completions exactly as ``GRPOTrainer._generate`` does (what reward functions receive; the port's
+        """Decode completions exactly as GRPO's generation step does (what reward functions receive; the port's
         ``grpo_decode``): with ``environment_factory``, each with the tools its prompt was rendered with."""
         return port.grpo_decode(self, prompts, prompt_ids, completion_ids)
 

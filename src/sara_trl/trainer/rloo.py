@@ -101,12 +101,12 @@ quantization_config, peft_config
 
     # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)
     def _sara_generate_round(self, prompt_ids: list[list[int]], images: Any, multimodal_fields: dict):
-        """ONE batched generation call: ``RLOOTrainer._generate_single_turn``, one completion per entry (the port's
+        """ONE batched generation call through RLOO's backend, one completion per entry (the port's
         ``rloo_generate_round``). Returns ``(completion_ids (R,), None)``: RLOO generation returns no log-probs."""
         return port.rloo_generate_round(self, prompt_ids, images, multimodal_fields)
 
     def _sara_decode(self, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list:
-        """Decode completions exactly as ``RLOOTrainer._generate`` does (the port's ``rloo_decode``)."""
+        """Decode completions exactly as RLOO's generation step does (the port's ``rloo_decode``)."""
         return port.rloo_decode(self, prompts, prompt_ids, completion_ids)
 
     def _sara_row_metrics(self) -> tuple[str, ...]:

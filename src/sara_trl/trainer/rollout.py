@@ -55,7 +55,7 @@ __all__ = ["RolloutCache", "Trajectory", "call_rollout_func", "keep_observations
            "make_success_rule", "reward_score", "run_tool_loop", "score_source", "success_rule", "trainer_scores",
            "uses_tools"]
 
-# The keys every ``rollout_func`` output must hold (TRL's ``GRPOTrainer._generate``); the others are extra fields.
+# The keys every ``rollout_func`` output must hold (TRL's GRPO generation step); the others are extra fields.
 ROLLOUT_FUNC_KEYS = ("prompt_ids", "completion_ids", "logprobs")
 
 
@@ -335,7 +335,7 @@ def trainer_scores(trainer: RoundTrainer, rewards: torch.Tensor) -> np.ndarray:
 def call_rollout_func(trainer: RoundTrainer, prompts: list) -> tuple[list, list, list | None, list[Trajectory]]:
     """One call of the trainer's custom ``rollout_func`` for a round's prompts, checked as SARA needs it.
 
-    The contract is TRL's (``GRPOTrainer._generate``): ``rollout_func(prompts, trainer)`` receives this process's
+    The contract is TRL's (GRPO's generation step): ``rollout_func(prompts, trainer)`` receives this process's
     prompts as they are (a copy; each prompt repeated once per rollout SARA asks of it, as TRL's sampler repeats it
     ``num_generations`` times) and returns a dict with ``prompt_ids``, ``completion_ids`` and ``logprobs`` (one entry
     per prompt; ``logprobs`` may be None), and optionally ``env_mask`` (one 0/1 list per completion, 0 = tokens not
@@ -473,7 +473,7 @@ def run_tool_loop(
     trainer: RoundTrainer, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]],
     completions: list, logprobs: list | None, images: Any, multimodal_fields: dict,
 ) -> tuple[list[list[int]], list | None, list, list[Trajectory]]:
-    """TRL's multi-turn tool loop (``GRPOTrainer._tool_call_loop``) over one round's first generation.
+    """TRL's multi-turn tool loop (the port's ``run_tool_call_loop``) over one round's first generation.
 
     As TRL's ``_generate_and_score_completions`` does before it generates, one tool dict per rollout is built (the
     standalone ``tools``, then the methods of the rollout's environment instance with ``environment_factory``,
