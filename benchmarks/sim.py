@@ -17,19 +17,10 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from sara_trl.allocation import (
-    AllocationConfig,
-    Allocator,
-    PromptStream,
-    SimulatedTask,
-    abandon_point_uniform,
-    p_eff,
-    phi,
-    psi,
-    u_shaped_gammas,
-)
-from sara_trl.allocation.latency import DecodeEngine
-from sara_trl.allocation.simulate import run_streaming_step
+from benchmarks.simulator import SimulatedTask, phi, psi, u_shaped_gammas
+from benchmarks.simulator.latency import DecodeEngine
+from benchmarks.simulator.simulate import run_streaming_step
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, abandon_point_uniform, p_eff
 from sara_trl.allocation.types import FATE_ABANDONED, FATE_SURPLUS, FATE_TRAINED
 
 __all__ = [
@@ -197,7 +188,7 @@ def run_steps(source, config: AllocationConfig, B: int, steps: int, seed: int, t
     Round collection (``config.collection == "rounds"``) calls :meth:`Allocator.collect`; streaming collection
     runs the allocator's :class:`~sara_trl.allocation.streaming.StreamingCollector` on a simulated
     continuous-batching engine of ``max_in_flight`` concurrent requests
-    (:func:`sara_trl.allocation.simulate.run_streaming_step`; only rollouts and tokens matter here, not time).
+    (:func:`benchmarks.simulator.simulate.run_streaming_step`; only rollouts and tokens matter here, not time).
 
     Args:
         source: a rollout source with ``__call__``, ``start_step()`` and ``would_mix(...)`` (see :class:`SimSource`).

@@ -4,7 +4,8 @@ generated twice, nothing is lost, and the allocator state (checkpoint) carries t
 import numpy as np
 import pytest
 
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
+from benchmarks.simulator import SimulatedTask, u_shaped_gammas
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream
 
 
 class Recording(SimulatedTask):

@@ -10,9 +10,10 @@ import warnings
 import numpy as np
 import pytest
 
-from sara_trl.allocation import ALLOCATORS, STRATEGIES, AllocationConfig, Allocator, PromptStream, SimulatedTask
+from benchmarks.simulator import SimulatedTask
+from benchmarks.simulator.simulate import u_shaped_gammas
+from sara_trl.allocation import ALLOCATORS, STRATEGIES, AllocationConfig, Allocator, PromptStream
 from sara_trl.allocation.config import PAPER_TAU_LOW, ROUND_TO_DECISION, STOPPING_RULES, AllocationConfigError
-from sara_trl.allocation.simulate import u_shaped_gammas
 
 
 def _new(**kwargs) -> AllocationConfig:

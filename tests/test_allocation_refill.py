@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask
+from benchmarks.simulator import SimulatedTask
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream
 from sara_trl.allocation.ledger import Ledger
 from sara_trl.allocation.predictor import abandon_point_uniform
 from sara_trl.allocation.refill import (

@@ -9,11 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
+from benchmarks.simulator import SimulatedTask, u_shaped_gammas
+from benchmarks.simulator.latency import DecodeEngine
+from benchmarks.simulator.simulate import SimulatedEngine, run_streaming_step
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream
 from sara_trl.allocation.event_loop import Finished, drive_streaming_engine
 from sara_trl.allocation.labels import allocator_labels
-from sara_trl.allocation.latency import DecodeEngine
-from sara_trl.allocation.simulate import SimulatedEngine, run_streaming_step
 from sara_trl.allocation.types import RoundOutcome
 
 OPTIONS = [

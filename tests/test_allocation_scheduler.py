@@ -7,15 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from sara_trl.allocation import (
-    AllocationConfig,
-    Allocator,
-    PromptStream,
-    RoundOutcome,
-    SimulatedTask,
-    phi,
-    u_shaped_gammas,
-)
+from benchmarks.simulator import SimulatedTask, phi, u_shaped_gammas
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, RoundOutcome
 
 ALLOCATORS = ["sara", "dynamic_sampling", "uniform"]
 

@@ -8,14 +8,8 @@ import numpy as np
 import pytest
 
 import sara_trl.allocation.prompt_stream as stream_module
-from sara_trl.allocation import (
-    AllocationConfig,
-    Allocator,
-    IterablePromptStream,
-    PromptStream,
-    SimulatedTask,
-    u_shaped_gammas,
-)
+from benchmarks.simulator import SimulatedTask, u_shaped_gammas
+from sara_trl.allocation import AllocationConfig, Allocator, IterablePromptStream, PromptStream
 
 LOGGER = "sara_trl.allocation.prompt_stream"
 

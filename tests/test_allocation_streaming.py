@@ -5,17 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sara_trl.allocation import (
-    AllocationConfig,
-    AllocationConfigError,
-    Allocator,
-    PromptStream,
-    SimulatedTask,
-    StreamingCollector,
-    u_shaped_gammas,
-)
-from sara_trl.allocation.latency import DecodeCost, DecodeEngine, call_cost
-from sara_trl.allocation.simulate import run_streaming_step
+from benchmarks.simulator import SimulatedTask, u_shaped_gammas
+from benchmarks.simulator.latency import DecodeCost, DecodeEngine, call_cost
+from benchmarks.simulator.simulate import run_streaming_step
+from sara_trl.allocation import AllocationConfig, AllocationConfigError, Allocator, PromptStream, StreamingCollector
 from sara_trl.allocation.streaming import StreamActions
 from sara_trl.allocation.types import ABANDON, CONTINUE, RoundOutcome
 

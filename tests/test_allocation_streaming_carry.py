@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from benchmarks.simulator import DecodeEngine, SimulatedTask
+from benchmarks.simulator.simulate import run_streaming_step
 from sara_trl.allocation import (
     AllocationConfig,
     Allocator,
-    DecodeEngine,
     Finished,
     PromptStream,
     ShardStream,
-    SimulatedTask,
     drive_streaming_engine,
     merge_step_results,
 )
-from sara_trl.allocation.simulate import run_streaming_step
 from sara_trl.allocation.types import Fate
 
 

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from benchmarks.gpu import engine_trace as et
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
-from sara_trl.allocation import streaming as streaming_module
+from benchmarks.simulator import SimulatedTask, u_shaped_gammas
+from benchmarks.simulator.latency import DecodeEngine
+from benchmarks.simulator.simulate import run_streaming_step
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream
 from sara_trl.allocation.event_loop import drive_streaming_engine
-from sara_trl.allocation.latency import DecodeEngine
 from sara_trl.allocation.refill import fresh_affordable
-from sara_trl.allocation.simulate import run_streaming_step
+from sara_trl.allocation.strategies.sara import SaraStreaming
 
 SIZES = et.capture_sizes(et.MAX_NUM_SEQS)
 
@@ -135,11 +136,12 @@ def test_toy_decoder_and_eager_steps_on_cpu():
 
 
 def test_the_affordable_shortcut_equals_the_exact_reserve(monkeypatch):
-    """StreamingCollector._affordable skips the per-prompt reserve only where its upper bound already affords the
-    wanted prompts; under a tight budget cap (where the reserve binds) every call equals the exact formula."""
+    """SARA's streaming policy (SaraStreaming.affordable) skips the per-prompt reserve only where its upper bound
+    already affords the wanted prompts; under a tight budget cap (where the reserve binds) every call equals the exact
+    formula."""
     calls, reserved_calls = [], [0]
-    original = streaming_module.StreamingCollector._affordable
-    reserved = streaming_module.StreamingCollector._reserved
+    original = SaraStreaming.affordable
+    reserved = SaraStreaming.reserved
 
     def counted(self):
         reserved_calls[0] += 1
@@ -149,12 +151,12 @@ def test_the_affordable_shortcut_equals_the_exact_reserve(monkeypatch):
         before = reserved_calls[0]
         got = original(self, left, wanted)
         shortcut = reserved_calls[0] == before
-        exact = wanted if wanted <= 0 else min(wanted, fresh_affordable(left, reserved(self), self._fresh_cost()))
+        exact = wanted if wanted <= 0 else min(wanted, fresh_affordable(left, reserved(self), self.c.fresh_cost()))
         calls.append((got, exact, wanted, shortcut and wanted > 0))
         return got
 
-    monkeypatch.setattr(streaming_module.StreamingCollector, "_reserved", counted)
-    monkeypatch.setattr(streaming_module.StreamingCollector, "_affordable", checked)
+    monkeypatch.setattr(SaraStreaming, "reserved", counted)
+    monkeypatch.setattr(SaraStreaming, "affordable", checked)
     for cap in (1.5, 6.0):
         alloc = Allocator(AllocationConfig(k=8, allocator="sara", collection="streaming", budget_cap=cap))
         task = SimulatedTask(u_shaped_gammas(4096, seed=1), tokens_pass=20, tokens_fail=40, seed=1)

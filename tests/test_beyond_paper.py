@@ -12,17 +12,8 @@ import numpy as np
 import pytest
 from scipy.special import betaln
 
-from sara_trl.allocation import (
-    ABANDON,
-    COMMIT,
-    CONTINUE,
-    AllocationConfig,
-    Allocator,
-    PromptStream,
-    SimulatedTask,
-    decide,
-    u_shaped_gammas,
-)
+from benchmarks.simulator import SimulatedTask, u_shaped_gammas
+from sara_trl.allocation import ABANDON, COMMIT, CONTINUE, AllocationConfig, Allocator, PromptStream, decide
 from sara_trl.allocation.beyond_paper import Extensions
 from sara_trl.allocation.empirical_bayes import OutcomeTable, PredictiveBuffer, fit_prior, fit_prior_counts
 from sara_trl.allocation.history import PromptHistory, select_candidates

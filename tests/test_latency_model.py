@@ -1,4 +1,4 @@
-"""The latency model's terms (sara_trl.allocation.latency) against closed forms worked by hand: the per-step
+"""The latency model's terms (benchmarks.simulator.latency) against closed forms worked by hand: the per-step
 overhead, the finish events of a round call, the reward-pass cost, blocking and overlapped scoring (free-running
 scorer and the trainer's fixed-lag protocol), and TRL's colocate max_num_seqs."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sara_trl.allocation.latency import (
+from benchmarks.simulator.latency import (
     CallTrace,
     DecodeCost,
     DecodeEngine,
@@ -245,8 +245,8 @@ def test_math_example_settings_give_512():
 
 def test_simulated_engine_refuses_a_request_id_added_twice():
     """A request id names one rollout within a step: adding it again, queued or finished, is a collector bug."""
-    from sara_trl.allocation import SimulatedTask
-    from sara_trl.allocation.simulate import SimulatedEngine
+    from benchmarks.simulator import SimulatedTask
+    from benchmarks.simulator.simulate import SimulatedEngine
 
     sim = SimulatedEngine(SimulatedTask(np.array([0.5]), seed=0), DecodeEngine(2))
     sim.add(0, [0])

@@ -231,8 +231,8 @@ def test_vllm_comparison_statistics_without_vllm():
 
 
 def test_streaming_small_batch_quick_run(tmp_path):
+    from benchmarks.simulator.latency import call_cost
     from benchmarks.streaming_small_batch import streaming_small_batch as ssb
-    from sara_trl.allocation.latency import call_cost
 
     # one call of lengths 2, 10, 3: 10 decode steps for 15 tokens; spread over 3 slots: 5, over 2 slots: 7.5
     call = np.array([2, 10, 3])

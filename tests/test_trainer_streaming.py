@@ -3,7 +3,7 @@
 The scripted engine decodes one token per running request per step; request ``rid`` runs ``length[rid]`` steps and
 its first completion token says whether it succeeded. The scenarios are small enough to follow by hand (each test
 says why its numbers are what they are), and one check replays random scenarios through the allocation core's own
-simulated driver (``sara_trl.allocation.simulate.run_streaming_step``), which must make identical decisions.
+simulated driver (``benchmarks.simulator.simulate.run_streaming_step``), which must make identical decisions.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.simulator.latency import DecodeEngine
+from benchmarks.simulator.simulate import run_streaming_step as simulated_step
 from sara_trl.allocation import (
     AllocationConfig,
     Allocator,
@@ -23,8 +25,6 @@ from sara_trl.allocation import (
     StreamingCollector,
     merge_step_results,
 )
-from sara_trl.allocation.latency import DecodeEngine
-from sara_trl.allocation.simulate import run_streaming_step as simulated_step
 from sara_trl.allocation.types import RoundOutcome
 from sara_trl.trainer.config import SaraConfig
 from sara_trl.trainer.rollout import RolloutCache

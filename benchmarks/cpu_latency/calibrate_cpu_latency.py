@@ -1,5 +1,5 @@
 # Copyright 2026 The sara_trl developers. Licensed under the Apache License, Version 2.0.
-"""Calibrate the decode-step latency model (``sara_trl.allocation.latency``) on the vLLM-CPU engine.
+"""Calibrate the decode-step latency model (``benchmarks.simulator.latency``) on the vLLM-CPU engine.
 
     python -m benchmarks.cpu_latency.calibrate_cpu_latency [--concurrency 1,2,4,8,16,32,64] [--tokens 48] [--repeats 2]
 

@@ -24,7 +24,7 @@ What is real and what is not:
   attention: the host work per engine step is this loop's own.
 
 Each configuration's per-step wall-clock is compared with DS in rounds on the same seed (same prompt pool and outcome
-seed), and the latency model (:mod:`sara_trl.allocation.latency`) is checked on the same runs: the per-bucket graph
+seed), and the latency model (:mod:`benchmarks.simulator.latency`) is checked on the same runs: the per-bucket graph
 times measured here, summed over each run's engine steps, against the measured wall-clock.
 """
 from __future__ import annotations
@@ -41,10 +41,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import git_commit
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
+from benchmarks.simulator import SimulatedTask, u_shaped_gammas
+from benchmarks.simulator.latency import DecodeEngine
+from benchmarks.simulator.simulate import SimulatedEngine
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream
 from sara_trl.allocation.event_loop import Finished, drive_streaming_engine
-from sara_trl.allocation.latency import DecodeEngine
-from sara_trl.allocation.simulate import SimulatedEngine
 
 HERE = Path(__file__).resolve().parent
 B, K = 64, 8
@@ -213,8 +214,8 @@ class GraphSteps:
 class GPUTraceEngine(SimulatedEngine):
     """A :class:`~sara_trl.allocation.event_loop.StreamingEngine` whose every :meth:`step` is one real decode step.
 
-    :class:`~sara_trl.allocation.simulate.SimulatedEngine` (outcomes and lengths from the task, one call per batch of
-    additions; lengths cut at ``max_tokens``) over a :class:`~sara_trl.allocation.latency.DecodeEngine` of
+    :class:`~benchmarks.simulator.simulate.SimulatedEngine` (outcomes and lengths from the task, one call per batch of
+    additions; lengths cut at ``max_tokens``) over a :class:`~benchmarks.simulator.latency.DecodeEngine` of
     ``max_running`` (admission first in, first out; an aborted request reports the tokens it had decoded), stepped
     one decode step at a time (:meth:`DecodeEngine.step_once`): a request of length L admitted before engine step s
     finishes after step s + L - 1. Each step first runs ``steps`` at the running count (the GPU call) and counts the

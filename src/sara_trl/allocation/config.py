@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from sara_trl.allocation.labels import DS_FILTERS
-from sara_trl.allocation.strategies import STRATEGIES
-from sara_trl.allocation.types import STREAMING_ALLOCATORS
+from sara_trl.allocation.registry import REGISTRY, accepts, owner, spec_of, streaming_allocators
 
 __all__ = [
     "ALLOCATORS",
@@ -40,21 +39,21 @@ __all__ = [
 
 
 class _RegisteredAllocators(Sequence):
-    """The names registered in :data:`~sara_trl.allocation.strategies.STRATEGIES`, read from the registry at each use
+    """The names registered in :data:`~sara_trl.allocation.registry.REGISTRY`, read from the registry at each use
     (so a strategy registered after this module was imported is a valid ``allocator`` and a ``--allocator``
     choice); compares equal to the tuple of those names."""
 
     def __getitem__(self, index):
-        return tuple(STRATEGIES)[index]
+        return tuple(REGISTRY)[index]
 
     def __len__(self) -> int:
-        return len(STRATEGIES)
+        return len(REGISTRY)
 
     def __contains__(self, name) -> bool:
-        return isinstance(name, str) and name in STRATEGIES
+        return isinstance(name, str) and name in REGISTRY
 
     def __iter__(self):
-        return iter(tuple(STRATEGIES))
+        return iter(tuple(REGISTRY))
 
     def __eq__(self, other) -> bool:
         return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _RegisteredAllocators)) else other)
@@ -304,15 +303,17 @@ class AllocationConfig:
     def _check_collection(self) -> None:
         if self.collection not in COLLECTIONS:
             _fail(f"collection={self.collection!r} must be one of {COLLECTIONS}")
-        if self.streaming_speculate and (self.collection != "streaming" or self.allocator != "sara"):
+        if self.streaming_speculate and (self.collection != "streaming"
+                                         or not accepts(self.allocator, "streaming_speculate")):
             _fail(f"streaming_speculate=True fills a streaming engine's free slots with SARA's continuations; it needs "
-                  f"collection='streaming' and allocator='sara' (got collection={self.collection!r}, "
+                  f"collection='streaming' and allocator={owner('streaming_speculate')!r} (got "
+                  f"collection={self.collection!r}, "
                   f"allocator={self.allocator!r}): rounds have no free slots between decisions to fill")
         if self.collection != "streaming":
             return
-        if self.allocator not in STREAMING_ALLOCATORS:
+        if REGISTRY[self.allocator].streaming is None:
             _fail(f"collection='streaming' decides prompts one completion at a time; allocator={self.allocator!r} "
-                  f"has nothing to decide (use one of {STREAMING_ALLOCATORS})")
+                  f"has nothing to decide (use one of {streaming_allocators()})")
         first = streaming_abandons_every_prompt(self)
         if first is not None:
             _fail(f"collection='streaming' decides a prompt after each of its completions, and with k={self.k} and "
@@ -383,14 +384,10 @@ class AllocationConfig:
                   ">= 0 (standard deviations)")
         if not isinstance(self.carry_over, bool):
             _fail(f"carry_over={self.carry_over!r} must be True or False")
-        if self.carry_over and self.allocator != "sara":
-            _fail(f"carry_over is a SARA option (it carries undecided prompts); allocator={self.allocator!r} decides "
-                  "every prompt within its step")
+        self._check_owned("carry_over")
         if self.ds_filter not in DS_FILTERS:
             _fail(f"ds_filter={self.ds_filter!r} must be one of {DS_FILTERS}")
-        if self.ds_filter != "success" and self.allocator != "dynamic_sampling":
-            _fail(f"ds_filter={self.ds_filter!r} is a dynamic-sampling option; allocator={self.allocator!r} "
-                  "decides from the binary success labels")
+        self._check_owned("ds_filter")
 
     def _check_beyond_paper(self) -> None:
         def unit(name, lo_open=False, none_ok=False):
@@ -412,9 +409,7 @@ class AllocationConfig:
             _fail(f"cost_unit={self.cost_unit!r} must be one of {COST_UNITS}")
         if self.cost_unit == "tokens" and self.stopping_rule != "bayes_optimal":
             _fail("cost_unit='tokens' needs stopping_rule='bayes_optimal': the fixed threshold rule has no cost model")
-        if self.allocator != "sara" and self.stopping_rule == "bayes_optimal":
-            _fail(f"stopping_rule='bayes_optimal' is a SARA stopping rule; allocator={self.allocator!r} never stops "
-                  "a group early")
+        self._check_owned("stopping_rule")
         unit("history_decay", none_ok=True)
         if self.selection is not None:
             if self.selection not in SELECTIONS:
@@ -427,6 +422,14 @@ class AllocationConfig:
         unit("selection_floor", lo_open=True)
         if isinstance(self.selection_seed, bool) or not isinstance(self.selection_seed, int):
             _fail(f"selection_seed={self.selection_seed!r} must be an integer")
+
+    def _check_owned(self, option: str) -> None:
+        """``option`` away from its default needs an allocator that owns it (:attr:`AllocatorSpec.owns`)."""
+        value = getattr(self, option)
+        if value == _DEFAULTS[option] or accepts(self.allocator, option):
+            return
+        head, tail = next(spec.owns[option] for spec in REGISTRY.values() if option in spec.owns)
+        _fail(f"{head.format(value=value)}; allocator={self.allocator!r} {tail}")
 
     @property
     def commit_floor(self) -> int:
@@ -450,9 +453,7 @@ class AllocationConfig:
         return STREAMING_REFILL_MARGIN if self.collection == "streaming" else ROUNDS_REFILL_MARGIN
 
 
-# Options each allocator never reads (beyond the ones whose non-default values it rejects). SARA reads them all.
-_SARA_RULE_OPTIONS = ("n0", "tau_low", "commit_min", "round_increment", "continue_to_decision", "auto_prior",
-                      "auto_prior_decay", "auto_min_prompts", "auto_loss_cap")
+_DEFAULTS = {f.name: f.default for f in fields(AllocationConfig)}
 
 
 def inert_options(config: AllocationConfig) -> tuple[str, ...]:
@@ -477,16 +478,10 @@ def inert_options(config: AllocationConfig) -> tuple[str, ...]:
         Field names, in field order; empty for SARA, for allocators registered beyond the three, and whenever the
         ignored options keep their defaults (``commit_min`` counts as default when it resolves to k).
     """
-    if config.allocator == "dynamic_sampling":
-        names = set(_SARA_RULE_OPTIONS) | ({"refill_margin"} if config.collection == "rounds" else set())
-        if config.collection == "streaming":
-            names -= {"n0", "commit_min"}
-    elif config.allocator == "uniform":
-        names = set(_SARA_RULE_OPTIONS) | {"budget_cap", "max_rounds", "yield_decay", "refill_margin"}
-        if config.selection is None:
-            names |= {"prior_alpha", "prior_beta"}
-    else:
+    spec = spec_of(config.allocator)
+    if spec is None or spec.ignores is None:
         return ()
+    names = spec.ignores(config)
     out = []
     for f in fields(config):
         if f.name not in names:
@@ -510,7 +505,8 @@ def streaming_abandons_every_prompt(config: AllocationConfig) -> float | None:
     """
     from sara_trl.allocation.predictor import p_eff
 
-    if config.allocator != "sara" or config.stopping_rule != "threshold" or config.k < 2:
+    spec = spec_of(config.allocator)
+    if spec is None or "stopping_rule" not in spec.owns or config.stopping_rule != "threshold" or config.k < 2:
         return None
     first = max(float(p_eff(1, s, config.k, config.prior_alpha, config.prior_beta)) for s in (0, 1))
     return first if first < config.tau_low else None

@@ -9,7 +9,7 @@ events (``start``, ``complete``, ``aborted``, ``withdrawn``) and expose ``done``
 
 :func:`drive_streaming_engine` is shared by every driver: the trainer (``collection="streaming"`` on TRL's colocated
 vLLM engine, :mod:`sara_trl.trainer.streaming`), the benchmarks on the real engine, and the simulator
-(:func:`sara_trl.allocation.simulate.run_streaming_step` on a decode-step engine model). What it needs is two small
+(:func:`benchmarks.simulator.simulate.run_streaming_step` on a decode-step engine model). What it needs is two small
 protocols: an engine (:class:`StreamingEngine`: ``add`` / ``step`` / ``abort`` / ``pending``) and a scorer
 (:class:`Scorer`: ``score`` one reward pass, ``keep`` the completions the collector recorded).
 
@@ -203,17 +203,30 @@ def drive_streaming_engine(collector: StreamingCollector | RoundCollector, engin
     """
     if isinstance(reward_lag, bool) or not isinstance(reward_lag, int) or reward_lag < 0:
         raise ValueError(f"reward_lag must be an integer number of engine steps >= 0, got {reward_lag!r}")
-    run = StreamRun()
-    prompt_of: dict[int, int] = {}
-    finished: set[int] = set()  # requests the engine reported finished (never aborted in the engine again)
-    window: list[Finished] = []  # finished, not yet in a reward pass
-    passes: deque[_Pass] = deque()  # reward passes whose labels are not yet applied, oldest first
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sara-reward") if reward_lag else None
-    by_prompt = bool(getattr(engine, "needs_prompt_id", False))
+    return _EngineLoop(collector, engine, prompt_tokens, scorer, reward_lag).run()
 
-    def apply(submit, abort) -> None:
+
+class _EngineLoop:
+    """One step of :func:`drive_streaming_engine`: its state (requests' prompts, finished requests, the window of
+    unscored completions, the pending reward passes, the scoring thread) and the four things it does with them."""
+
+    def __init__(self, collector, engine: StreamingEngine, prompt_tokens, scorer: Scorer, reward_lag: int):
+        self.collector, self.engine, self.prompt_tokens, self.scorer = collector, engine, prompt_tokens, scorer
+        self.lag = reward_lag
+        self.stats = StreamRun()
+        self.prompt_of: dict[int, int] = {}
+        self.finished: set[int] = set()  # requests the engine reported finished (never aborted in the engine again)
+        self.window: list[Finished] = []  # finished, not yet in a reward pass
+        self.passes: deque[_Pass] = deque()  # reward passes whose labels are not yet applied, oldest first
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sara-reward") if reward_lag else None
+        self.by_prompt = bool(getattr(engine, "needs_prompt_id", False))
+
+    def apply(self, submit, abort) -> None:
+        """Apply the collector's requests: abort what the engine still runs, withdraw what never reached it, add
+        the rest."""
+        collector, engine = self.collector, self.engine
         submit_ids = {req.rid for req in submit}
-        live = [rid for rid in abort if rid not in finished and rid not in submit_ids]
+        live = [rid for rid in abort if rid not in self.finished and rid not in submit_ids]
         if live:
             for rid, tokens in zip(live, engine.abort(live)):
                 collector.aborted(rid, tokens)
@@ -223,47 +236,48 @@ def drive_streaming_engine(collector: StreamingCollector | RoundCollector, engin
         aborted = set(abort)
         for req in submit:
             if req.rid not in aborted:
-                prompt_of[req.rid] = req.prompt_id
-                if by_prompt:
+                self.prompt_of[req.rid] = req.prompt_id
+                if self.by_prompt:
                     engine.add_prompt(req.rid, req.prompt_id)
                 else:
-                    engine.add(req.rid, prompt_tokens(req.prompt_id))
+                    engine.add(req.rid, self.prompt_tokens(req.prompt_id))
 
-    def score(batch: list[Finished]) -> tuple[np.ndarray, np.ndarray | None]:
+    def score(self, batch: list[Finished]) -> tuple[np.ndarray, np.ndarray | None]:
+        """ONE reward pass (on the scoring thread when the passes overlap generation)."""
+        run = self.stats
         start = time.perf_counter()
-        out = scorer.score([prompt_of[f.rid] for f in batch], batch)
+        out = self.scorer.score([self.prompt_of[f.rid] for f in batch], batch)
         labels, scores = out if isinstance(out, tuple) else (out, None)
         run.reward_seconds += time.perf_counter() - start
         run.reward_passes += 1
         run.scored += len(batch)
         return np.asarray(labels, dtype=np.float64), None if scores is None else np.asarray(scores, np.float64)
 
-    def start_pass(due: int) -> None:
+    def start_pass(self, due: int) -> None:
         """Send the window to a reward pass; completions of requests already given up are surplus at once."""
-        nonlocal window
-        given_up = collector.aborting
-        batch = [f for f in window if f.rid not in given_up]
-        for f in window:
+        given_up = self.collector.aborting
+        batch = [f for f in self.window if f.rid not in given_up]
+        for f in self.window:
             if f.rid in given_up:
-                collector.complete(f.rid, float("nan"), len(f.completion_ids))
-        window = []
+                self.collector.complete(f.rid, float("nan"), len(f.completion_ids))
+        self.window = []
         if not batch:
             return
-        if pool is None:
-            labels = score(batch)
-            run.reward_wait_seconds = run.reward_seconds
+        if self.pool is None:
+            labels = self.score(batch)
+            self.stats.reward_wait_seconds = self.stats.reward_seconds
         else:
-            labels = pool.submit(score, batch)
-        passes.append(_Pass(due, batch, labels))
+            labels = self.pool.submit(self.score, batch)
+        self.passes.append(_Pass(due, batch, labels))
 
-    def finish_pass(p: _Pass) -> None:
+    def finish_pass(self, p: _Pass) -> None:
         """Wait for a pass if it still runs, then decide its completions in the engine's order."""
-        labels = p.labels
-        if pool is not None:
+        collector, labels = self.collector, p.labels
+        if self.pool is not None:
             if not labels.done():
                 start = time.perf_counter()
                 labels.result()
-                run.reward_wait_seconds += time.perf_counter() - start
+                self.stats.reward_wait_seconds += time.perf_counter() - start
             labels = labels.result()
         labels, scores = labels
         if labels.shape != (len(p.batch),) or (scores is not None and scores.shape != labels.shape):
@@ -277,43 +291,47 @@ def drive_streaming_engine(collector: StreamingCollector | RoundCollector, engin
                 kept.append(i)
             submit.extend(step_actions.submit)
             abort.extend(step_actions.abort)
-        scorer.keep(kept)
-        apply(submit, abort)
+        self.scorer.keep(kept)
+        self.apply(submit, abort)
 
-    try:
-        actions = collector.start()
-        apply(actions.submit, actions.abort)
-        while not collector.done:
-            if passes and (passes[0].due <= run.engine_steps or engine.pending == 0):
-                finish_pass(passes.popleft())
-                continue
-            if engine.pending == 0:
-                if window:  # nothing left to overlap with: score now
-                    start_pass(run.engine_steps)
+    def run(self) -> StreamRun:
+        """The loop: apply due passes, step the engine, start a pass per window; see :func:`drive_streaming_engine`."""
+        collector, engine, run, passes = self.collector, self.engine, self.stats, self.passes
+        try:
+            actions = collector.start()
+            self.apply(actions.submit, actions.abort)
+            while not collector.done:
+                if passes and (passes[0].due <= run.engine_steps or engine.pending == 0):
+                    self.finish_pass(passes.popleft())
                     continue
-                raise RuntimeError(f"the engine holds no request while the collector waits for {collector.in_flight}")
-            batch = engine.step()
-            run.engine_steps += 1
-            finished.update(f.rid for f in batch)
-            window.extend(batch)
-            if window and (reward_lag == 0 or run.engine_steps % reward_lag == 0):
-                start_pass(run.engine_steps + reward_lag)
-        # The batch is full: completions still unscored or in a pass are surplus (the collector gave them up).
-        for f in [f for p in passes for f in p.batch] + window:
-            collector.complete(f.rid, float("nan"), len(f.completion_ids))
-    except BaseException:
-        if engine.pending:  # leave the engine empty for whatever runs next (evaluation, the next step)
-            with contextlib.suppress(Exception):
-                engine.abort(list(prompt_of))
-        raise
-    finally:
-        if pool is not None:  # no reward pass may outlive the step (the trainer's buffers are reused)
-            start = time.perf_counter()
-            pool.shutdown(wait=True, cancel_futures=True)
-            run.reward_wait_seconds += time.perf_counter() - start
-    for p in passes:  # passes that ran after the batch was full: nothing of theirs is kept
-        if pool is not None and not p.labels.cancelled() and p.labels.exception() is None:
-            scorer.keep([])
-    if engine.pending:
-        raise RuntimeError(f"{engine.pending} requests are still in the engine after the step ended")
-    return run
+                if engine.pending == 0:
+                    if self.window:  # nothing left to overlap with: score now
+                        self.start_pass(run.engine_steps)
+                        continue
+                    raise RuntimeError(f"the engine holds no request while the collector waits for "
+                                       f"{collector.in_flight}")
+                batch = engine.step()
+                run.engine_steps += 1
+                self.finished.update(f.rid for f in batch)
+                self.window.extend(batch)
+                if self.window and (self.lag == 0 or run.engine_steps % self.lag == 0):
+                    self.start_pass(run.engine_steps + self.lag)
+            # The batch is full: completions still unscored or in a pass are surplus (the collector gave them up).
+            for f in [f for p in passes for f in p.batch] + self.window:
+                collector.complete(f.rid, float("nan"), len(f.completion_ids))
+        except BaseException:
+            if engine.pending:  # leave the engine empty for whatever runs next (evaluation, the next step)
+                with contextlib.suppress(Exception):
+                    engine.abort(list(self.prompt_of))
+            raise
+        finally:
+            if self.pool is not None:  # no reward pass may outlive the step (the trainer's buffers are reused)
+                start = time.perf_counter()
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                run.reward_wait_seconds += time.perf_counter() - start
+        for p in passes:  # passes that ran after the batch was full: nothing of theirs is kept
+            if self.pool is not None and not p.labels.cancelled() and p.labels.exception() is None:
+                self.scorer.keep([])
+        if engine.pending:
+            raise RuntimeError(f"{engine.pending} requests are still in the engine after the step ended")
+        return run

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sara_trl.allocation.registry import spec_of
+
 __all__ = [
     "DEFAULT_SUCCESS_THRESHOLD",
     "DS_FILTERS",
@@ -294,7 +296,8 @@ class SuccessRule:
       :meth:`end_step` raises if the step's scores do not fit. The ``ValueError`` names the score's source, the
       values seen and the two fixes (a binary ``success_reward_func``, or an explicit ``success_threshold``);
     - with a threshold the user set, the scores are binarized at it (paper App. F) and :meth:`end_step` warns once;
-    - with ``allocator="uniform"`` or ``ds_filter="score"`` (the allocation does not depend on the labels; only the
+    - with an allocator that keeps every group (``allocator="uniform"``, ``AllocatorSpec.keeps_every_group``) or
+      ``ds_filter="score"`` (the allocation does not depend on the labels; only the
       ``sara/*`` success metrics do) :meth:`end_step` warns once with the default threshold, and is silent with an
       explicit one.
 
@@ -329,7 +332,8 @@ class SuccessRule:
     @property
     def binding(self) -> bool:
         """The allocator decides which groups to train from these labels."""
-        return self.allocator != "uniform" and self.ds_filter == "success"
+        spec = spec_of(self.allocator)
+        return not (spec is not None and spec.keeps_every_group) and self.ds_filter == "success"
 
     @property
     def strict(self) -> bool:

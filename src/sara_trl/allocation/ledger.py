@@ -129,6 +129,32 @@ class Ledger:
         self.size = need
         return slots
 
+    def compact(self) -> tuple[np.ndarray, np.ndarray]:
+        """Forget the decided slots (a continuous collector's window, which keeps no batch): the undecided ones are
+        renumbered ``0 .. A - 1`` in slot order and keep their rollouts, in id order; the commit order is emptied.
+
+        Returns
+        -------
+        new : ndarray of int64, shape (size before,)
+            Each old slot's new number, -1 for a forgotten one.
+        kept : ndarray of int64, shape (R',)
+            The old ids of the rollouts kept (they become ids ``0 .. R' - 1``).
+        """
+        keep = self.active()
+        new = np.full(self.size, -1, np.int64)
+        new[keep] = np.arange(len(keep))
+        rs, success, tokens = self.rollouts()
+        kept = np.flatnonzero(new[rs] >= 0)
+        for name in _SLOT_ARRAYS:
+            arr = getattr(self, name)
+            moved = arr[keep]
+            arr[: self.size] = 1.0 if name == "p" else Fate.ACTIVE if name == "status" else 0
+            arr[: len(keep)] = moved
+        self.size = len(keep)
+        self.r_slot, self.r_success, self.r_tokens = [new[rs[kept]]], [success[kept]], [tokens[kept]]
+        self.kept_order = []
+        return new, kept
+
     def prompt_ids(self) -> np.ndarray:
         """Dataset indices of every prompt in the step so far, ``(size,)`` int64 (a copy)."""
         return self.pid[: self.size].copy()

@@ -15,9 +15,6 @@ import numpy as np
 
 from sara_trl.allocation.labels import is_mixed
 
-STREAMING_ALLOCATORS = ("sara", "dynamic_sampling")
-"""Allocators that decide per completion (``collection="streaming"``); uniform sampling has nothing to decide."""
-
 
 class Fate(IntEnum):
     """Where a drawn prompt (and every rollout of it) stands within one step.
@@ -215,6 +212,40 @@ class Group:
         """Mixed outcomes (:func:`~sara_trl.allocation.labels.is_mixed`): non-zero GRPO advantage (paper Def. 1)."""
         scored = self.success[~np.isnan(self.success)]
         return bool(is_mixed(int(np.sum(scored == 1.0)), scored.size))
+
+
+@dataclass
+class WindowStats:
+    """A continuous collector's accounting for one window (:meth:`StreamingCollector.window`), in rollouts and tokens.
+
+    Invariant (asserted by :meth:`check`), for rollouts and for tokens:
+    ``generated == emitted + abandoned + aborted + (active at the end - active at the start)``. ``generated``
+    counts the completions recorded in the window plus the requests aborted in it (reported in it); ``emitted``
+    the rollouts of the ``groups_emitted`` groups committed in it (earlier windows' rollouts of those prompts
+    included); ``abandoned`` those of the prompts abandoned in it; ``*_active`` the rollouts recorded on undecided
+    prompts at the window's start and end; ``in_flight`` the requests still running into the next window.
+    """
+
+    rollouts_generated: int
+    tokens_generated: int
+    groups_emitted: int
+    rollouts_emitted: int
+    tokens_emitted: int
+    rollouts_abandoned: int
+    tokens_abandoned: int
+    rollouts_aborted: int
+    tokens_aborted: int
+    rollouts_active: tuple[int, int]
+    tokens_active: tuple[int, int]
+    in_flight: int
+
+    def check(self) -> None:
+        """Raise ``AssertionError`` when the invariant fails, for rollouts or for tokens."""
+        for unit in ("rollouts", "tokens"):
+            start, end = getattr(self, f"{unit}_active")
+            out = sum(getattr(self, f"{unit}_{fate}") for fate in ("emitted", "abandoned", "aborted")) + end - start
+            assert getattr(self, f"{unit}_generated") == out, f"{unit}: generated != emitted + abandoned + aborted + " \
+                f"change in active ({self})"
 
 
 @dataclass

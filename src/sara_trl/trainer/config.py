@@ -30,6 +30,7 @@ from sara_trl.allocation.config import (
     upgrade_spellings,
 )
 from sara_trl.allocation.labels import DEFAULT_SUCCESS_THRESHOLD
+from sara_trl.allocation.registry import spec_of
 
 __all__ = ["COLLECTION_CHOICES", "STOPPING_RULES", "SaraConfig", "SaraRLOOConfig"]
 
@@ -334,7 +335,8 @@ class _SaraArguments(_SaraFields):
         real engine over seeds; dynamic sampling was not), where streaming runs (the rules :meth:`_check_streaming`
         and :class:`AllocationConfig` enforce for it)."""
         return (bool(self.use_vllm) and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size == 1
-                and self.allocator == "sara" and not _SaraArguments._abandons_every_prompt(self))
+                and getattr(spec_of(self.allocator), "auto_streams", False)
+                and not _SaraArguments._abandons_every_prompt(self))
 
     def _abandons_every_prompt(self) -> bool:
         """Whether SARA's rule would abandon every prompt at its first outcome in streaming

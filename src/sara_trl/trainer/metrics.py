@@ -311,7 +311,7 @@ def round_barrier_metrics(round_index: np.ndarray, tokens: np.ndarray) -> dict[s
 
     Each round is one batched generation call, and a call runs until its longest completion ends: it takes as many
     decode steps as that completion has tokens, while its shorter completions have already finished. Under the
-    linear per-step latency model ``step time = a + b x sequences still running`` (:mod:`sara_trl.allocation.latency`,
+    linear per-step latency model ``step time = a + b x sequences still running`` (:mod:`benchmarks.simulator.latency`,
     calibrated in ``benchmarks/cpu_latency/cpu_latency.json``), a call of ``n`` completions with lengths ``L_1..L_n``
     (``n`` at most the engine's concurrent sequences, vLLM's ``max_num_seqs``) takes ``a max(L) + b sum(L)`` seconds of
     decoding, and the same tokens decoded in lockstep (every completion as long as the mean) take ``a mean(L) + b

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from benchmarks.simulator.latency import DecodeEngine
 from sara_trl.allocation.event_loop import Finished, drive_streaming_engine
-from sara_trl.allocation.latency import DecodeEngine
 from sara_trl.allocation.rounds import RoundCollector
 from sara_trl.allocation.streaming import StreamingCollector
 from sara_trl.allocation.types import RoundOutcome, StepResult
