@@ -286,8 +286,8 @@ class StreamingCollector:
         if not self._started or self._finished:
             raise RuntimeError("complete() needs a started, unfinished step")
         success = _check_outcome(rid, success, tokens)
-        if rid in self._rq.aborting:  # finished in the same engine step as its abort: surplus
-            self.aborted(rid, tokens)
+        if rid in self._rq.aborting:  # finished in the same engine step as its abort: surplus (a finish, not an
+            self._surplus(rid, tokens)  # abort: the driver reports it once, here, and never through aborted())
             return StreamActions()
         if rid not in self._rq.flight:
             why = "was never submitted" if not 0 <= rid < self._rq.next_rid else "has already finished or been aborted"
@@ -311,6 +311,10 @@ class StreamingCollector:
         if rid not in self._rq.aborting:
             raise ValueError(f"request {rid} was not asked to abort, or its abort was already reported")
         _check_outcome(rid, None, tokens)
+        self._surplus(rid, tokens)
+
+    def _surplus(self, rid: int, tokens: int) -> None:
+        """Account request ``rid``, given up by the collector, as one surplus rollout of ``tokens`` tokens."""
         self._rq.aborting.discard(rid)
         self.aborted_rollouts += 1
         self.aborted_tokens += int(tokens)
