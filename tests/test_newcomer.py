@@ -237,6 +237,40 @@ def test_cached_conversion_is_silent(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_concurrent_first_conversions_convert_once(tmp_path, monkeypatch):
+    """The ranks of a first ``accelerate launch`` convert at once: one converts, the others wait and reuse its
+    folder (before the lock, a late process removed the finished folder and left a checkpoint with no config)."""
+    import threading
+    import time
+
+    from sara_trl.utils import convert_gguf_checkpoint
+    from sara_trl.utils import gguf as gguf_module
+    from sara_trl.utils.gguf import _MARKER
+
+    source = tmp_path / "tiny.gguf"
+    source.write_bytes(b"GGUF")
+    calls = []
+
+    def slow_convert(gguf_path, target, digest, dtype, progress):
+        calls.append(threading.get_ident())
+        time.sleep(0.3)  # long enough for every other thread to reach the lock
+        target.mkdir()
+        (target / "config.json").write_text("{}")
+        (target / _MARKER).write_text("{}")
+
+    monkeypatch.setattr(gguf_module, "_convert", slow_convert)
+    monkeypatch.setattr(gguf_module.importlib.util, "find_spec", lambda name: object())  # `gguf` "installed"
+    paths = []
+    threads = [threading.Thread(target=lambda: paths.append(convert_gguf_checkpoint(source, cache_dir=tmp_path / "c")))
+               for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and len(set(paths)) == 1 and len(paths) == 3
+    assert sorted(p.name for p in Path(paths[0]).iterdir()) == ["config.json", _MARKER]
+
+
 @pytest.mark.slow
 def test_first_conversion_shows_each_stage(tmp_path, capsys):
     from sara_trl.utils import smollm2_checkpoint

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,7 +116,36 @@ def convert_gguf_checkpoint(
     target = root / f"{gguf_path.stem}-{dtype}-{digest[:12]}"
     if (target / _MARKER).is_file() and not force:
         return str(target)
+    from filelock import FileLock  # imported here: the cached path above stays as light as before
 
+    root.mkdir(parents=True, exist_ok=True)
+    # Processes converting the same file at once (e.g. the ranks of a first `accelerate launch`) take turns: the
+    # first converts, the others then find its marker and reuse its folder (without the lock, a late process removed
+    # the folder of the one that had just finished and left a checkpoint without its config).
+    with FileLock(str(root / f".{target.name}.lock")):
+        if (target / _MARKER).is_file() and not force:
+            return str(target)
+        if _distributed():
+            # transformers' save_pretrained writes a model only on rank 0 of an initialized process group, so a
+            # rank converting first would cache a folder with no weights: convert in a fresh interpreter instead
+            subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from sara_trl.utils.gguf "
+                            "import _convert; _convert(Path(sys.argv[1]), Path(sys.argv[2]), *sys.argv[3:5], "
+                            "sys.argv[5] == '1')", str(gguf_path), str(target), digest, dtype, str(int(progress))],
+                           check=True)
+        else:
+            _convert(gguf_path, target, digest, dtype, progress)
+    return str(target)
+
+
+def _distributed() -> bool:
+    """Whether this process is in an initialized torch.distributed process group (torch is not imported here)."""
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def _convert(gguf_path: Path, target: Path, digest: str, dtype: str, progress: bool) -> None:
+    """Convert ``gguf_path`` into ``target`` (written in a temporary folder beside it, then renamed into place)."""
+    root = target.parent
     stage = _Stages(progress)
     stage.header(f"converting {gguf_path.name} ({gguf_path.stat().st_size / 2**20:.0f} MB) into a Hugging Face "
                  f"checkpoint, once (later runs reuse it): about 30-60 s on 2 CPU cores -> {target}")
@@ -124,7 +154,6 @@ def convert_gguf_checkpoint(
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
     try:
         stage("reading the tokenizer from the GGUF file")
@@ -142,6 +171,8 @@ def convert_gguf_checkpoint(
         stage(f"writing the {dtype} checkpoint ({size / 2**20:.0f} MB)")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if not (tmp / "config.json").is_file():  # never cache a folder without its model
+            raise RuntimeError(f"transformers wrote no model into {tmp} (a rank other than 0 of a process group?)")
         info = {
             "source": str(gguf_path),
             "sha256": digest,
@@ -151,18 +182,12 @@ def convert_gguf_checkpoint(
         }
         (tmp / _MARKER).write_text(json.dumps(info, indent=2) + "\n")
         if target.exists():  # forced re-conversion, or a stale folder without its marker
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            # Another process finished the same conversion first: keep its folder if it is complete.
-            if not (target / _MARKER).is_file():
-                raise
+            shutil.rmtree(target)
+        os.replace(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     stage(f"done: {target}")
-    return str(target)
 
 
 class _Stages:
