@@ -100,6 +100,12 @@ def convert_gguf_checkpoint(
         ``gguf_path`` is not a ``.gguf`` file, or ``dtype`` is not one of the three above.
     ImportError
         The ``gguf`` package (needed by transformers to read GGUF) is not installed.
+    RuntimeError
+        transformers wrote no model (nothing is cached then).
+    subprocess.CalledProcessError
+        Inside an initialized process group the conversion runs in a fresh interpreter (transformers saves a model
+        only on rank 0 there), and that interpreter failed; concurrent callers take turns under a file lock beside
+        the cache folder, so only the first converts.
     """
     gguf_path = Path(gguf_path).expanduser().resolve()
     if not gguf_path.is_file():
