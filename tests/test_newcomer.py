@@ -239,7 +239,7 @@ def test_cached_conversion_is_silent(tmp_path, capsys):
 
 def test_concurrent_first_conversions_convert_once(tmp_path, monkeypatch):
     """The ranks of a first ``accelerate launch`` convert at once: one converts, the others wait and reuse its
-    folder (before the lock, a late process removed the finished folder and left a checkpoint with no config)."""
+    folder (without the lock each thread would convert: three calls)."""
     import threading
     import time
 

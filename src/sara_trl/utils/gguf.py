@@ -126,8 +126,8 @@ def convert_gguf_checkpoint(
 
     root.mkdir(parents=True, exist_ok=True)
     # Processes converting the same file at once (e.g. the ranks of a first `accelerate launch`) take turns: the
-    # first converts, the others then find its marker and reuse its folder (without the lock, a late process removed
-    # the folder of the one that had just finished and left a checkpoint without its config).
+    # first converts, the others then find its marker and reuse its folder (without the lock each would convert,
+    # and a late one could remove the folder another had just finished).
     with FileLock(str(root / f".{target.name}.lock")):
         if (target / _MARKER).is_file() and not force:
             return str(target)
