@@ -85,8 +85,12 @@ def check_steps(result: dict, steps: int, effective: bool = True) -> None:
             assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
 
 
-@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
-@pytest.mark.parametrize("allocator", ["sara", "dynamic_sampling"])
+# CI runs each trainer and each allocator once (grpo + sara, rloo + dynamic sampling); the crossed pairs are `long`.
+@pytest.mark.parametrize("trainer,allocator", [
+    ("grpo", "sara"), ("rloo", "dynamic_sampling"),
+    pytest.param("rloo", "sara", marks=pytest.mark.long),
+    pytest.param("grpo", "dynamic_sampling", marks=pytest.mark.long),
+])
 def test_colocate_rounds_through_the_engine(tmp_path, trainer, allocator):
     result = run_case(tmp_path, "--trainer", trainer, "--allocator", allocator)
     check_steps(result, 2)
@@ -254,7 +258,7 @@ def test_rounds_with_overlapped_scoring_through_the_engine(tmp_path):
         assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
 
 
-@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
+@pytest.mark.parametrize("trainer", ["grpo", pytest.param("rloo", marks=pytest.mark.long)])  # rloo streams: `long`
 def test_streaming_collection_through_the_engine(tmp_path, trainer):
     result = run_case(tmp_path, "--trainer", trainer, "--collection", "streaming")
     check_streaming(result, 2, logprobs=trainer == "grpo")
@@ -279,6 +283,7 @@ def test_streaming_with_the_bayes_optimal_stopping_rule_and_carry_over(tmp_path)
     assert 2 <= second["sara/abandon_at_fail"] <= 4 and "sara/prior_a" in second  # between n0 = 2 and k = 4
 
 
+@pytest.mark.long  # CI: the 2-process carry_over + resume test below streams on both shards too
 def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
     """Each process collects B / 2 groups on its own engine and shard, with no collective until the step's end:
     the run finishes (no hang), the merged batch has B groups, and both processes log the same accounting."""
@@ -298,6 +303,7 @@ def test_two_processes_streaming_each_on_its_own_shard(tmp_path):
     assert ranks[0]["total_rollouts"] == ranks[1]["total_rollouts"] == requests
 
 
+@pytest.mark.long  # CI: the 2-process carry_over + resume test below resumes a streaming run mid-run too
 def test_streaming_resumes_mid_run_from_a_checkpoint(tmp_path):
     """Streaming SARA, 2 steps with a checkpoint after step 1; a second run resumes from that checkpoint and runs
     step 2 only. The resumed step starts from the saved prompt stream (its first fresh probes are the prompts the
