@@ -182,7 +182,8 @@ def _trace(res) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_steps(source, config: AllocationConfig, B: int, steps: int, seed: int, trace: bool = False,
-              stream: PromptStream | None = None, max_in_flight: int = 256) -> tuple[list[dict], list]:
+              stream: PromptStream | None = None, max_in_flight: int = 256,
+              on_result: Callable | None = None) -> tuple[list[dict], list]:
     """Run ``steps`` consecutive steps of one allocator against ``source``.
 
     Round collection (``config.collection == "rounds"``) calls :meth:`Allocator.collect`; streaming collection
@@ -201,6 +202,8 @@ def run_steps(source, config: AllocationConfig, B: int, steps: int, seed: int, t
         stream: use this stream instead of a fresh seeded one (e.g. a finite stream for the no-reallocation
             ablation).
         max_in_flight: concurrent requests of the simulated engine (streaming collection only), >= k.
+        on_result: called as ``on_result(step, result)`` with each step's
+            :class:`~sara_trl.allocation.StepResult` (e.g. to read its ``prompt_table``); it must not change it.
 
     Returns:
         ``(rows, traces)``: one dict per step with the keys of :data:`STEP_KEYS` plus ``step``; ``traces`` is empty
@@ -223,6 +226,8 @@ def run_steps(source, config: AllocationConfig, B: int, steps: int, seed: int, t
             res = alloc.collect(source, stream, B)
         row = _step_metrics(res, source, config.k, rng)
         row["step"] = step
+        if on_result is not None:
+            on_result(step, res)
         rows.append(row)
         if trace:
             traces.append(_trace(res))

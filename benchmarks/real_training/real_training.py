@@ -67,10 +67,14 @@ ALLOCATORS = {
 }
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--allocators", default=",".join(ALLOCATORS),
-                    help="comma-separated subset of " + ",".join(ALLOCATORS))
+def parse_args(argv=None, allocators: dict = ALLOCATORS, defaults: dict | None = None,
+               description: str | None = None) -> argparse.Namespace:
+    """The command line; ``allocators`` (run name -> SaraConfig fields), ``defaults`` (argparse defaults by
+    destination, e.g. ``{"steps": 8}``) and ``description`` let another study reuse it (issue 56's
+    ``benchmarks/selection_training``)."""
+    ap = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
+    ap.add_argument("--allocators", default=",".join(allocators),
+                    help="comma-separated subset of " + ",".join(allocators))
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds")
     ap.add_argument("--steps", type=int, default=12, help="optimizer steps per run (same for every allocator)")
     ap.add_argument("--groups", type=int, default=8, help="B: groups per step")
@@ -84,10 +88,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--engine", choices=["vllm", "transformers"], default="vllm")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="before each run wait (at most 5 minutes) until the 1-minute load average is at most this "
+                         "(0: do not wait); the load at each run's start is recorded in its file")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 steps, B=2, k=4, budget cap 2, 4 held-out prompts x 2, DS and SARA, seed 0, "
                          "transformers engine, into a temporary folder unless --out-dir is given")
     ap.add_argument("--worker", nargs=2, metavar=("ALLOCATOR", "SEED"), help=argparse.SUPPRESS)
+    if defaults:
+        ap.set_defaults(**defaults)
     args = ap.parse_args(argv)
     if args.quick:
         given = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}
@@ -154,8 +163,13 @@ def heldout_pass_at_1(trainer, data, samples: int, engine: str) -> tuple[float, 
     return float(per_prompt.mean()), by_family
 
 
-def worker(allocator: str, seed: int, args) -> dict:
-    """Train one run in this process and return its record."""
+def worker(allocator: str, seed: int, args, allocators: dict = ALLOCATORS, on_step=None) -> dict:
+    """Train one run in this process and return its record.
+
+    ``allocators``: run name -> SaraConfig fields. ``on_step(trainer, step_record, logs)``, when given, is called
+    after each optimizer step's record is appended (before that step's evaluation), with the trainer's logs of the
+    step; it may add keys to ``step_record`` and must not change training (issue 56 records each step's prompt
+    table with it)."""
     import torch
     from transformers import AutoTokenizer, TrainerCallback
 
@@ -167,7 +181,7 @@ def worker(allocator: str, seed: int, args) -> dict:
     checkpoint = smollm2_checkpoint()
     train = make_real_task(args.prompts, "train")
     heldout = make_real_task(args.eval_prompts, "heldout")
-    rec = {"allocator": allocator, "seed": seed, "steps": [], "evals": []}
+    rec = {"allocator": allocator, "seed": seed, "steps": [], "evals": [], "load_average_start": os.getloadavg()[0]}
     use_vllm = args.engine == "vllm"
     cfg = SaraConfig(
         output_dir=tempfile.mkdtemp(prefix=f"real_training_{allocator}_"), use_cpu=True, bf16=False,
@@ -184,7 +198,7 @@ def worker(allocator: str, seed: int, args) -> dict:
             {"vllm_mode": "colocate", "vllm_enable_sleep_mode": False, "vllm_max_model_length": 512}
             if use_vllm else {}
         ),
-        **ALLOCATORS[allocator],
+        **allocators[allocator],
     )
     t_build = time.perf_counter()
     trainer = SaraGRPOTrainer(model=checkpoint, reward_funcs=numeric_reward, args=cfg, train_dataset=train,
@@ -223,6 +237,8 @@ def worker(allocator: str, seed: int, args) -> dict:
             for name in ("round_longest_tokens", "round_tail_tokens"):  # the round barriers (absent before Dec 1)
                 if f"sara/{name}" in logs:
                     rec["steps"][-1][name] = float(logs[f"sara/{name}"])
+            if on_step is not None:
+                on_step(trainer, rec["steps"][-1], logs)
             s = rec["steps"][-1]
             print(f"[{allocator} seed {seed}] step {s['step']}: {s['rollouts']:.0f} rollouts, {s['tokens']:.0f} "
                   f"tokens, {s['rounds']:.0f} rounds, generation {gen:.1f} s, training {s['training_seconds']:.1f} s",
@@ -261,13 +277,29 @@ def environment(args) -> dict:
     return env
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def settle(target: float, limit_s: float = 300.0) -> float:
+    """Wait until the 1-minute load average is at most ``target`` (or ``limit_s`` seconds have passed) and return
+    it: a run started right after the previous one inherits its load for a minute or so."""
+    deadline = time.monotonic() + limit_s
+    while (load := os.getloadavg()[0]) > target and time.monotonic() < deadline:
+        time.sleep(5)
+    return load
+
+
+def main(argv=None, *, allocators: dict = ALLOCATORS, module: str = MODULE, worker_fn=None,
+         defaults: dict | None = None, description: str | None = None) -> int:
+    """Run the (allocator, seed) runs one subprocess each (``--worker`` in that subprocess).
+
+    Another study reuses it with its own ``allocators`` (run name -> SaraConfig fields), ``module`` (the module
+    whose ``--worker`` runs one run; it must call this ``main`` with the same arguments), ``worker_fn`` (default
+    :func:`worker`; called as ``worker_fn(allocator, seed, args)``), argparse ``defaults`` and ``description``.
+    """
+    args = parse_args(argv, allocators, defaults, description)
     raw_argv = argv if argv is not None else sys.argv[1:]
     if args.worker:
         allocator, seed = args.worker[0], int(args.worker[1])
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        rec = worker(allocator, seed, args)
+        rec = worker_fn(allocator, seed, args) if worker_fn else worker(allocator, seed, args, allocators)
         out = run_path(args.out_dir, allocator, seed)
         rec["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         rec["load_average_after"] = os.getloadavg()[0]
@@ -280,9 +312,9 @@ def main(argv=None) -> int:
         tmp.replace(out)  # a run's file appears only complete
         return 0
     names = [n.strip() for n in args.allocators.split(",") if n.strip()]
-    bad = [n for n in names if n not in ALLOCATORS]
+    bad = [n for n in names if n not in allocators]
     if bad:
-        raise SystemExit(f"unknown allocator(s) {bad}; choose from {list(ALLOCATORS)}")
+        raise SystemExit(f"unknown allocator(s) {bad}; choose from {list(allocators)}")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.eval_every < 1 or args.steps < 1:
         raise SystemExit("--steps and --eval-every must be >= 1")
@@ -298,11 +330,11 @@ def main(argv=None) -> int:
                              "same settings, so that every run in the folder is comparable")
     else:
         meta_path.write_text(json.dumps({
-            "settings": settings, "allocators": {n: ALLOCATORS[n] for n in ALLOCATORS},
+            "settings": settings, "allocators": {n: allocators[n] for n in allocators},
             "task": {"style": REAL_TASK.style, "temperature": REAL_TASK.temperature,
                      "max_completion_length": REAL_TASK.max_completion_length, "weights": REAL_TASK.weights},
             "environment": environment(args),
-            "command": f"python -m {MODULE} " + " ".join(shlex.quote(a) for a in raw_argv)}, indent=1))
+            "command": f"python -m {module} " + " ".join(shlex.quote(a) for a in raw_argv)}, indent=1))
     forwarded = [f"--{k}={v}" for k, v in settings.items()] + [f"--out-dir={args.out_dir}"]
     for seed in seeds:  # seed-major: every allocator of a seed before the next seed
         for name in names:
@@ -310,8 +342,9 @@ def main(argv=None) -> int:
             if out.exists():
                 print(f"[real_training] {out.name} exists: skipped", flush=True)
                 continue
-            print(f"[real_training] {name} seed {seed} (load average {os.getloadavg()[0]:.1f})", flush=True)
-            cmd = [sys.executable, "-m", MODULE, "--worker", name, str(seed), *forwarded]
+            load = settle(args.settle) if args.settle > 0 else os.getloadavg()[0]
+            print(f"[real_training] {name} seed {seed} (load average {load:.1f})", flush=True)
+            cmd = [sys.executable, "-m", module, "--worker", name, str(seed), *forwarded]
             proc = subprocess.run(cmd, cwd=ROOT)
             if proc.returncode != 0:
                 raise SystemExit(f"run {name} seed {seed} failed (exit {proc.returncode}): {' '.join(cmd)}")
