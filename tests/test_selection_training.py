@@ -164,3 +164,36 @@ def test_estimate_adds_process_build_steps_and_evaluations():
                    process_seconds=60.0)
     assert est["per_run"]["DS"] == pytest.approx(60.0 + 5.0 + 8 * 100.0 + 3 * 50.0)
     assert est["total"] == pytest.approx(3 * 1015.0)
+
+
+def test_replay_pool_has_the_task_shares_and_distinct_rows_of_each_family():
+    from benchmarks.real_task import REAL_TASK
+    from benchmarks.selection_training.selection_replay import pool_rows
+
+    names = list(REAL_TASK.weights)
+    task_index = np.repeat(np.arange(4), 50)  # 50 bank rows per family, in weights order
+    rows = pool_rows(task_index, names, 32, seed=3)
+    counts = np.bincount(task_index[rows], minlength=4).tolist()
+    assert counts == [17, 5, 5, 5] and len(set(rows.tolist())) == 32  # 17.6, 4.8, 4.8, 4.8 by largest remainder
+    assert rows.tolist() == pool_rows(task_index, names, 32, seed=3).tolist()
+    with pytest.raises(ValueError, match="family mul_10_99 has 50 bank rows, the pool needs 55"):
+        pool_rows(task_index, names, 100, seed=0)
+
+
+def test_selection_replay_quick_run_and_the_committed_report(tmp_path):
+    """DS is its own reference, a run's draws per prompt are its fresh draws over the pool, and the committed report
+    is what its committed JSON renders to."""
+    from benchmarks.selection_training import selection_replay as sr
+
+    assert sr.main(["--quick", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "selection_replay.json").read_text())
+    cell = doc["cells"]["B=4,P=32,steps=2"]
+    assert cell["summary"]["DS"]["rollouts_ratio"] == [1.0, 1.0, 1.0, 2]
+    for by_seed in cell["per_seed"].values():
+        for run in by_seed.values():
+            assert run["draws_per_prompt"] == pytest.approx(run["prompts_drawn"] / 32)
+            assert 0.0 <= run["draw_share_bank"] <= 1.0 and run["steps"] == 2
+    committed = sr.HERE
+    (tmp_path / "again").mkdir()
+    sr.main(["--render-only", str(committed / "selection_replay.json"), "--out", str(tmp_path / "again")])
+    assert (tmp_path / "again" / "SELECTION_REPLAY.md").read_text() == (committed / "SELECTION_REPLAY.md").read_text()

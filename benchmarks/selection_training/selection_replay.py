@@ -198,6 +198,24 @@ def _iv(v, digits=3, pct=False) -> str:
     return fmt_ci(Interval(*v), digits, pct)
 
 
+def paired_rows(cell: dict) -> list[list]:
+    """Per history decay with both rules in the cell: greedy - Thompson per seed, for rollouts x DS and the share
+    of draws on never-mixing prompts (bank)."""
+    ps = cell["per_seed"]
+    if REFERENCE not in ps:
+        return []
+    ref, rows = ps[REFERENCE], []
+    for decay in sorted({c.split()[2] for c in ps if c.startswith("+ history") and c.endswith(("greedy", "thompson"))}):
+        g, t = ps.get(f"+ history {decay} + greedy"), ps.get(f"+ history {decay} + thompson")
+        if g is None or t is None:
+            continue
+        seeds = sorted(set(g) & set(t))
+        r = mean_ci([g[s]["rollouts"] / ref[s]["rollouts"] - t[s]["rollouts"] / ref[s]["rollouts"] for s in seeds])
+        n = mean_ci([g[s]["draw_share_bank"] - t[s]["draw_share_bank"] for s in seeds])
+        rows.append([decay, fmt_ci(r), fmt_ci(n, 1, pct=True)])
+    return rows
+
+
 def render(doc: dict, command: str) -> str:
     st = doc["settings"]
     lines = [
@@ -234,6 +252,12 @@ def render(doc: dict, command: str) -> str:
                             "rollouts / effective group x DS", "effective fraction", "never-mixing draws (bank)",
                             "(run)", "draws / prompt", "repeats in step", "would mix", "trained success",
                             "steps filled"], rows), ""]
+        paired = paired_rows(cell)
+        if paired:
+            lines += ["Greedy - Thompson on the same seed (rollouts x DS and never-mixing draws (bank), differences "
+                      "per seed, mean [95% interval]):", "",
+                      md_table(["history decay", "rollouts x DS: greedy - Thompson",
+                                "never-mixing draws: greedy - Thompson"], paired), ""]
     lines += [environment_lines(command, ", ".join(map(str, st["seeds"])), doc["environment"]), ""]
     return "\n".join(lines)
 
@@ -242,13 +266,20 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 seeds, 2 steps, 3 configurations (seconds)")
     ap.add_argument("--out", type=Path, default=HERE, help="folder for selection_replay.json and SELECTION_REPLAY.md")
+    ap.add_argument("--render-only", type=Path, metavar="JSON",
+                    help="rewrite SELECTION_REPLAY.md from a saved selection_replay.json (no replay)")
     args = ap.parse_args(argv)
+    if args.render_only:
+        doc = json.loads(args.render_only.read_text())
+        (args.out / "SELECTION_REPLAY.md").write_text(render(doc, doc["command"]))
+        print(f"wrote {args.out / 'SELECTION_REPLAY.md'}")
+        return 0
     settings = QUICK if args.quick else FULL
     doc = run_all(settings)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "selection_replay.json").write_text(json.dumps(doc, indent=1))
     command = "python -m benchmarks.selection_training.selection_replay" + (" --quick" if args.quick else "")
     doc["command"] = command
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "selection_replay.json").write_text(json.dumps(doc, indent=1))
     (args.out / "SELECTION_REPLAY.md").write_text(render(doc, command))
     print(f"wrote {args.out / 'SELECTION_REPLAY.md'}")
     return 0

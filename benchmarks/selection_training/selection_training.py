@@ -11,8 +11,8 @@ with ``SaraGRPOTrainer`` on the real-training task through TRL's colocated vLLM 
 a run's file written when it ends (rerunning the command resumes at the first missing run). What this study changes:
 
 * a training pool of ``--prompts`` 32 prompts (``make_real_task(32, "train")``), so that prompts come back: at
-  B = 4 DS draws about 18.6 prompts a step (half its 37.2 per step at B = 8 in ``benchmarks/real_training/runs``),
-  149 draws over 8 steps, 4.6 per prompt;
+  B = 4 DS draws about 19.3 prompts a step (half its 38.7 per step at B = 8 over the 40 steps of
+  ``benchmarks/real_training/runs/DS_seed*.json``), 155 draws over 8 steps, 4.8 per prompt;
 * B = 4 groups of k = 8 (``--groups 4``), 8 optimizer steps, learning rate 2e-5, budget cap 8 x B k, held-out pass@1
   from 64 prompts x 4 samples at steps 0, 4 and 8;
 * the configurations of :data:`CONFIGS`: DS, SARA-auto45 (issue 56's in-step setting, the entry of
