@@ -140,7 +140,8 @@ def test_report_renders_exact_figures_from_a_run_folder(tmp_path):
     assert ("| SARA-auto45-sel | 3.0 | 1.50 | 1-2 | 50.0% | 66.7% | 44.8% | 66.7% | 16.7% | 0.625 | 0.25 |"
             in text)
     assert "Study-wide never-mixing prompts: 2 of 4." in text
-    assert "| SARA-auto45-sel | 2 | Intel | 2026-12-08 | 0.4 | 1.9 | abcdef0 | yes |" in text
+    assert "| SARA-auto45-sel | 2 | Intel | 2026-12-08 | no | 0.4 | 1.9 | abcdef0 | yes |" in text
+    assert "| SARA-auto45-sel | 1 | AMD EPYC | 2026-12-08 | yes | 0.4 | 1.9 | abcdef0 | yes |" in text
 
 
 def test_driver_defaults_are_the_studys_and_the_selection_config_adds_history_and_a_rule():

@@ -242,12 +242,16 @@ def render(meta: dict, runs: dict, runs_rel: str = "benchmarks/selection_trainin
     for name, by_seed in runs.items():
         for seed, rec in by_seed.items():
             load = rec.get("load_average_start")
-            rows.append([name, seed, machine_of(rec, meta), finished_day(rec),
+            ds = runs.get(REFERENCE, {}).get(seed)
+            paired = "-" if name == REFERENCE else "no DS run" if ds is None else (
+                "yes" if (machine_of(ds, meta), finished_day(ds)) == (machine_of(rec, meta), finished_day(rec))
+                else "no")
+            rows.append([name, seed, machine_of(rec, meta), finished_day(rec), paired,
                          "?" if load is None else f"{load:.1f}", f"{rec.get('load_average_after', float('nan')):.1f}",
                          (rec.get("commit") or "?")[:7], "yes" if metrics[name][seed]["tables_match"] else "NO"])
     lines += ["## Runs", "", "Load: the 1-minute load average at the run's start and end (2 cores).", "",
-              md_table(["configuration", "seed", "machine", "finished", "load at start", "load at end", "commit",
-                        "prompt tables match the logged rollouts"], rows), ""]
+              md_table(["configuration", "seed", "machine", "finished", "same day and machine as DS", "load at start",
+                        "load at end", "commit", "prompt tables match the logged rollouts"], rows), ""]
     return "\n".join(lines)
 
 
