@@ -53,7 +53,7 @@ CONFIGS = {
 DEFAULTS = {"allocators": "DS,SARA-auto45,SARA-auto45-sel", "seeds": "0,1,2", "steps": 8, "groups": 4, "k": 8,
             "lr": 2e-5, "budget_cap": 8.0, "prompts": 32, "eval_every": 4, "eval_prompts": 64, "eval_samples": 4,
             "engine": "vllm", "out_dir": OUT_DIR}
-#: the smoke run: every configuration of the study but uniform on the real engine, 3 steps of B = 2, k = 4
+#: the smoke run: DS (rounds) and the selection configuration (streaming) on the real engine, 3 steps of B = 2, k = 4
 QUICK = ["--allocators=DS,SARA-auto45-sel", "--seeds=0", "--steps=3", "--groups=2", "--k=4", "--prompts=8",
          "--eval-every=3", "--eval-prompts=4", "--eval-samples=2", "--budget-cap=2.0", "--engine=vllm"]
 
