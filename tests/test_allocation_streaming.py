@@ -151,6 +151,29 @@ def test_streaming_with_auto_threshold_feeds_the_prior_and_decides_on_its_bounda
     assert all(n == at[outcome] for outcome, n in abandoned)
 
 
+def test_streaming_records_every_decided_prompt_in_the_history_and_fits_the_prior_without_truncated_ones():
+    """history_decay with the Bayes-optimal rule, streaming: after a step, the history holds every prompt of the step
+    at decay x (successes, failures) of its finished rollouts, those with an aborted request included (their only
+    evidence: left out, the selector would draw an abandoned prompt again as unseen); the prior fit's records (the
+    predictive buffer's anchors, columns s, f) are exactly the prompts without an aborted request."""
+    k, B, decay = 8, 16, 0.5
+    script = _script(4000, k, seed=3)
+    alloc = Allocator(AllocationConfig(k=k, stopping_rule="bayes_optimal", auto_min_prompts=32, round_increment=1,
+                                       history_decay=decay, collection="streaming"))
+    collector = alloc.streaming(PromptStream(4000, seed=1), B, max_in_flight=64)
+    table = run_streaming_step(collector, Scripted(script), DecodeEngine(64)).prompt_table
+    cut = collector.truncated
+    assert ((table["n"] > 0) & cut).sum() >= 5  # truncated prompts with finished rollouts: the case at stake
+    state = alloc.state_dict()["extensions"]
+    history = state["history"]
+    succ = np.asarray(history["succ"]) * history["scale"]
+    fail = np.asarray(history["fail"]) * history["scale"]
+    np.testing.assert_allclose(succ[table["prompt_id"]], decay * table["s"], rtol=1e-12)
+    np.testing.assert_allclose(fail[table["prompt_id"]], decay * (table["n"] - table["s"]), rtol=1e-12)
+    anchors = sorted(map(tuple, np.asarray(state["buffer"]["anchors"]).tolist()))
+    assert anchors == sorted(zip(table["s"][~cut].astype(float), (table["n"] - table["s"])[~cut].astype(float)))
+
+
 def test_streaming_sara_accounting_with_aborts_and_exactly_B_groups():
     k, B = 8, 64
     cfg = AllocationConfig(k=k, collection="streaming")

@@ -195,13 +195,15 @@ class Allocator:
         def on_finish(result: StepResult) -> None:
             # Prompts with an aborted request are left out of the prior fit: their recorded completions are the
             # first to finish, the short ones, which would tilt the fit towards successes where failures run longer.
-            # With carry_over, a carried prompt is fed once, in the step that decides it (as with rounds).
-            fed = ~collector.truncated
+            # The per-prompt history still records them (what finished is that prompt's only evidence; without it
+            # the selector would draw an abandoned prompt again as if unseen). With carry_over, a carried prompt is
+            # fed once, in the step that decides it (as with rounds).
+            fed = np.ones(collector.ledger.size, bool)
             if self.config.carry_over:
                 fate = result.prompt_table["fate"]
                 fed &= ~((fate == Fate.SURPLUS) | (fate == Fate.ACTIVE))
                 self._carry = collector.carry
-            self._feed_extensions(collector.ledger, fed)
+            self._feed_extensions(collector.ledger, fed, fit=fed & ~collector.truncated)
             self._account(result)
 
         carry, self._carry = self._carry, None
@@ -213,16 +215,18 @@ class Allocator:
         self.refill.decay()
         return collector
 
-    def _feed_extensions(self, ledger: Ledger, fed: np.ndarray | None = None) -> None:
-        """Feed the step's outcomes to the beyond-paper options (prior fit, history, token means): every prompt of
-        ``ledger``, or those where ``fed`` ((size,) bool) is true, and their rollouts. A no-op when all are off."""
+    def _feed_extensions(self, ledger: Ledger, fed: np.ndarray | None = None, fit: np.ndarray | None = None) -> None:
+        """Feed the step's outcomes to the beyond-paper options: every prompt of ``ledger``, or those where ``fed``
+        ((size,) bool) is true, to the history; of those, the ones where ``fit`` ((size,) bool, default ``fed``) is
+        true, and their rollouts, to the prior fit and the token means. A no-op when all options are off."""
         if self._ext is None:
             return
         if fed is None:
             fed = np.ones(ledger.size, bool)
+        fit = fed if fit is None else fit & fed
         rs, success, tokens = ledger.rollouts()
         self._ext.end_step(ledger.pid[: ledger.size][fed], ledger.nsc[: ledger.size][fed],
-                           ledger.s[: ledger.size][fed], success[fed[rs]], tokens[fed[rs]])
+                           ledger.s[: ledger.size][fed], success[fit[rs]], tokens[fit[rs]], fit=fit[fed])
 
     # ----------------------------------------------------------------------------------------------- rounds
     def collect(self, rollout_fn: RolloutFn, stream: PromptStream, B: int) -> StepResult:

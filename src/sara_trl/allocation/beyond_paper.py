@@ -322,24 +322,28 @@ class Extensions:
         priors = self.prompt_priors(pids) if per_prompt else self.prior_now()
         return self.stopping.decide(priors, n, n_scored, s, per_prompt)
 
-    def end_step(self, pids, n_scored, s, success, tokens) -> None:
-        """Feed the step's outcomes to the prior fit, the history and the token means; decay all three.
+    def end_step(self, pids, n_scored, s, success, tokens, fit=None) -> None:
+        """Feed the step's outcomes to the history, the prior fit and the token means; decay all three.
 
         Parameters
         ----------
         pids, n_scored, s
-            ``(P,)`` per drawn prompt of the step (every fate).
+            ``(P,)`` per drawn prompt of the step (every fate), all recorded in the history.
         success, tokens
-            ``(R,)`` per generated rollout (success NaN = unscorable).
+            ``(R,)`` per generated rollout of the prompts ``fit`` keeps (success NaN = unscorable).
+        fit : (P,) bool, optional
+            The prompts the prior fit takes (default all): streaming leaves out those with an aborted request.
         """
         pids = np.asarray(pids, np.int64)
         n_scored = np.asarray(n_scored, np.int64)
         s = np.asarray(s, np.int64)
+        fit = np.ones(len(pids), bool) if fit is None else np.asarray(fit, bool)
         hs = hf = None
         if self.history is not None:
             hs, hf = self.prior.observe(pids, n_scored, s)
+            hs, hf = hs[fit], hf[fit]
         if self.stopping is not None:
-            self.stopping.feed(n_scored, s, success, tokens, hs, hf)
+            self.stopping.feed(n_scored[fit], s[fit], success, tokens, hs, hf)
 
     # ------------------------------------------------------------------------------------------- reporting
     def diagnostics(self) -> dict:
