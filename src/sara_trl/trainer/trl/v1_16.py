@@ -9,8 +9,9 @@ Three parts:
   calls TRL, or hands TRL's method to the mixin (collect, loss, checkpoints).
 - Operations on a trainer that reach a private member (tokenizer, metric sink, prompt tokenization, one generation
   round, one reward pass, the tool loop, environments, the weight-sync marker, the checkpoint folder).
-- Mirrors of TRL code (decoding, the colocated engine's sampling parameters, one tool turn of TRL's loop), each
-  citing the TRL function it follows; a TRL upgrade re-reads exactly these.
+- Mirrors of TRL code (decoding, the colocated engine's sampling parameters, one tool turn of TRL's loop; for the
+  asynchronous worker, the request body, prompt rendering, reward sum, advantages and sample layout of TRL's default
+  rollout worker), each citing the TRL function it follows; a TRL upgrade re-reads exactly these.
 
 What TRL must keep doing for SARA to be correct is written in :data:`REPLAY_HOOKS`: during the replay of one
 generation batch, TRL's ``_generate_and_score_completions`` calls each listed hook exactly once (the environments'
@@ -27,12 +28,15 @@ from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import trl
 from trl.chat_template_utils import parse_response
 from trl.data_utils import is_conversational
 from trl.extras.profiling import profiling_context
 
 __all__ = [
+    "ASYNC_ADVANTAGE_EPS", "async_completion_payload", "async_group_advantages", "async_group_rewards",
+    "async_prompt_ids", "async_request_model", "async_rollout_sample",
     "REPLAY_HOOKS", "TRL_LINE", "TRL_MEMBERS", "TRL_VERSION", "TrlHooks", "calculate_rewards",
     "captured_extra_logs", "checkpoint_folder", "colocate_sampling_params", "env_tools", "environment_pool",
     "grpo_decode", "grpo_generate_round", "has_tool_loop", "is_vlm", "local_reward_pass", "log_completion_extra",
@@ -482,3 +486,116 @@ def env_tools(trainer: Any, name: Any) -> list:
     """The tool schema TRL renders for environment ``name`` (``_env_tools[name]``)."""
     return trainer._env_tools[name]
 
+
+
+# ------------------------------------------------------------------------- the asynchronous trainer (experimental)
+# Mirrors of TRL 1.16's default rollout worker (trl/experimental/async_grpo/async_rollout_worker.py,
+# `_AsyncRolloutLoop`), used by sara_trl.trainer.async_worker so that a SARA worker and TRL's own worker build the
+# same requests, rewards, advantages and samples. No private member is named: the worker's loop is re-implemented,
+# these are the pieces of it that must stay identical to TRL's.
+ASYNC_ADVANTAGE_EPS = 1e-8
+"""The ``1e-8`` of TRL 1.16's asynchronous advantage ``(r - mean) / (std + 1e-8)`` (``_score_group``)."""
+
+
+def async_prompt_ids(tokenizer: Any, prompt: list, chat_template_kwargs: dict | None = None) -> list[int]:
+    """A conversational prompt's token ids as TRL 1.16's ``_AsyncRolloutLoop._generate_one`` renders them (no tools):
+    ``apply_chat_template(messages, return_dict=False, add_generation_prompt=True, **chat_template_kwargs)``.
+
+    Raises
+    ------
+    ValueError
+        ``prompt`` is not a list of messages (TRL's asynchronous worker takes conversational prompts only).
+    """
+    if not (isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt)):
+        raise ValueError("the asynchronous worker takes conversational prompts (a list of {'role', 'content'} "
+                         f"messages, as TRL's AsyncGRPOTrainer does), got {type(prompt).__name__}")
+    ids = tokenizer.apply_chat_template(list(prompt), return_dict=False, add_generation_prompt=True,
+                                        **(chat_template_kwargs or {}))
+    return [int(t) for t in ids]
+
+
+def async_completion_payload(*, model: str, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float,
+                             top_k: int, min_p: float | None, repetition_penalty: float, seed: int) -> dict:
+    """The ``/v1/completions`` body of one rollout, field for field TRL 1.16's
+    ``_AsyncRolloutLoop._generate_one_turn`` (``n=1``, the prompt as token ids, ``return_token_ids``, ``logprobs=0``
+    (the sampled token's log-prob), a 63-bit ``seed`` per request, ``min_p`` only when set), plus ``stream: true`` so
+    that the tokens of a request cancelled part-way are known (each chunk carries its new ``token_ids``)."""
+    payload = {"model": model, "prompt": list(prompt_ids), "max_tokens": int(max_tokens),
+               "temperature": temperature, "top_p": top_p, "top_k": top_k, "repetition_penalty": repetition_penalty,
+               "n": 1, "return_token_ids": True, "logprobs": 0, "seed": int(seed), "stream": True}
+    if min_p is not None:
+        payload["min_p"] = min_p
+    return payload
+
+
+def async_request_model(model_name: str, lora_name: str | None, model_version: int) -> str:
+    """The ``model`` a request names, as TRL 1.16's ``_AsyncRolloutLoop._request_model``: the base model, or with
+    LoRA sync the adapter of the current policy version, ``f"{lora_name}-v{model_version}"``."""
+    return model_name if lora_name is None else f"{lora_name}-v{model_version}"
+
+
+def async_group_rewards(columns: list[list[float | None]]) -> np.ndarray:
+    """One reward per completion from ``(F, m)`` reward columns (one per reward function, None: cannot judge), as
+    TRL 1.16's ``_AsyncRolloutLoop._score_group``: ``nansum`` over the functions (each with weight 1), NaN where
+    every function returned None.
+
+    Returns
+    -------
+    ndarray of float64, shape (m,)
+    """
+    arr = np.array([[np.nan if r is None else r for r in row] for row in columns], dtype=float)
+    rewards = np.nansum(arr, axis=0)
+    rewards[np.all(np.isnan(arr), axis=0)] = np.nan
+    return rewards
+
+
+def async_group_advantages(rewards: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """GRPO advantages of one group as TRL 1.16's asynchronous worker computes them (``_score_group``):
+    ``A_i = (r_i - mean(r)) / (std(r) + 1e-8)`` over the scorable completions, with numpy's population std
+    (``ddof=0``; the synchronous GRPOTrainer uses Bessel's correction and 1e-4), and ``A_i = 0`` where ``r_i`` is NaN.
+
+    Parameters
+    ----------
+    rewards : ndarray of float64, shape (m,)
+        The group's rewards (:func:`async_group_rewards`), NaN: unscorable.
+
+    Returns
+    -------
+    advantages : ndarray of float64, shape (m,)
+    reward_mean, reward_std : float
+        Over the scorable completions (NaN when there is none).
+    """
+    rewards = np.asarray(rewards, dtype=float)
+    scored = ~np.isnan(rewards)
+    advantages = np.zeros_like(rewards)
+    if not scored.any():
+        return advantages, float("nan"), float("nan")
+    values = rewards[scored]
+    advantages[scored] = (values - values.mean()) / (values.std() + ASYNC_ADVANTAGE_EPS)
+    return advantages, float(values.mean()), float(values.std())
+
+
+def async_rollout_sample(*, prompt: list, completion: list, prompt_ids: list[int], completion_ids: list[int],
+                         logprobs: list[float], advantage: float, model_version: int, group_id: int,
+                         metrics: dict[str, float]) -> Any:
+    """One TRL 1.16 ``RolloutSample`` (trl/experimental/async_grpo/async_rollout_worker.py) for a single-turn
+    completion, laid out as ``_chain_to_sequences`` lays out one clean turn: ``input_ids`` = prompt then completion
+    (int64), ``completion_mask`` 0 on the prompt and 1 on the completion (int64), ``old_log_probs`` 0 on the prompt
+    then the sampled log-probs (float32), all of length ``len(prompt_ids) + len(completion_ids)``.
+
+    Raises
+    ------
+    ValueError
+        ``logprobs`` is not one value per completion token.
+    """
+    from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+
+    if len(logprobs) != len(completion_ids):
+        raise ValueError(f"{len(logprobs)} log-probs for {len(completion_ids)} completion tokens")
+    p, c = len(prompt_ids), len(completion_ids)
+    return RolloutSample(
+        prompt=prompt, completion=completion,
+        input_ids=np.asarray(list(prompt_ids) + list(completion_ids), dtype=np.int64),
+        completion_mask=np.asarray([0] * p + [1] * c, dtype=np.int64),
+        old_log_probs=np.asarray([0.0] * p + [np.nan if x is None else float(x) for x in logprobs], dtype=np.float32),
+        advantage=float(advantage), model_version=int(model_version), group_id=int(group_id), metrics=dict(metrics))
