@@ -226,9 +226,12 @@ def test_port_advantages_equal_trls_own_score_group():
     import asyncio
     from types import SimpleNamespace
 
+    from accelerate import PartialState
     from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, _AsyncRolloutLoop
 
     from sara_trl.trainer.trl import port
+
+    PartialState()  # TRL's worker logs through accelerate's logger, which needs the state
 
     columns = [[1.0, 0.0, None, 0.5, None], [0.25, None, 0.0, 0.0, None]]
     funcs = [lambda col=col, **kw: list(col) for col in columns]
@@ -263,6 +266,7 @@ def test_an_abandoned_prompts_requests_in_flight_are_cancelled():
     worker, client = make_worker(script, allocation, max_inflight_tasks=8)
     worker.start()
     wait_for(lambda: len(client.of("cancelled")) >= 5 and worker.metrics_queue.qsize() >= 3, what="cancellations")
+    time.sleep(1.2)  # the cancellations seen so far are then more than 1 s before stop (checked below)
     t_stop = time.monotonic()
     before_stop = {s.request_id for s in client.of("cancelled")}
     worker.stop()
@@ -390,7 +394,8 @@ def test_stop_cancels_every_request_and_ends_the_thread():
 
     worker, client = make_worker(script, AllocationConfig(k=4, collection="streaming"), max_inflight_tasks=8)
     worker.start()
-    wait_for(lambda: sum(s.state == "running" for s in client.served) == 8, what="8 requests held")
+    wait_for(lambda: sum(s.state == "running" and s.prompt >= 10 and s.tokens == 2 for s in client.served) == 8,
+             what="8 requests held")
     worker.stop()
     assert no_worker_thread() and client.closed
     running_at_stop = client.of("cancelled")
@@ -404,7 +409,7 @@ def test_stop_cancels_every_request_and_ends_the_thread():
 
 # ----------------------------------------------------------------------------------------------- bad arguments
 @pytest.mark.parametrize("allocation,config,match", [
-    (dict(allocator="uniform", collection="streaming"), {}, "runs"),
+    (dict(allocator="uniform"), {}, "runs"),
     (dict(collection="rounds"), {}, "collection='streaming'"),
     (dict(collection="streaming", carry_over=True), {}, "carry_over"),
     (dict(collection="streaming", stopping_rule="bayes_optimal"), {}, "beyond-paper"),

@@ -39,12 +39,14 @@ __all__ = ["RolloutLoop"]
 
 @dataclass
 class _Request:
-    """A request in flight: its prompt, the policy version it was sent under, what it streamed so far, its task."""
+    """A request in flight: its prompt, the policy version it was sent under, what it streamed so far, its task, and
+    whether that task has started (a task cancelled before its first step never reaches the client or server)."""
 
     prompt_id: int
     version: int
     out: Completion
-    task: asyncio.Future
+    task: asyncio.Future | None = None
+    started: bool = False
 
 
 @dataclass
@@ -155,9 +157,13 @@ class RolloutLoop:
             model=port.async_request_model(cfg.model_name, cfg.lora_name, version), prompt_ids=prompt.ids,
             max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
             min_p=cfg.min_p, repetition_penalty=cfg.repetition_penalty, seed=self.rng.getrandbits(63))
-        out = Completion()
-        task = asyncio.ensure_future(self.client.complete(payload, out, f"{self.tag}-{req.rid}"))
-        self.requests[req.rid] = _Request(req.prompt_id, version, out, task)
+        entry = self.requests[req.rid] = _Request(req.prompt_id, version, Completion())
+
+        async def run() -> None:
+            entry.started = True
+            await self.client.complete(payload, entry.out, f"{self.tag}-{req.rid}")
+
+        entry.task = asyncio.ensure_future(run())
 
     def apply(self, actions: StreamActions, finishing: set[int]) -> None:
         """Cancel what the collector gives up (reporting the tokens each had streamed), then send its new requests.
@@ -172,7 +178,11 @@ class RolloutLoop:
             if rid in finishing:
                 continue
             req = self.requests.pop(rid)
-            if req.task.done() and not req.task.cancelled() and req.task.exception() is None:
+            if not req.started:  # cancelled before its task ran: it never reached the server, no rollout
+                req.task.cancel()
+                self.cancelled.append(req.task)
+                collector.withdrawn(rid)
+            elif req.task.done() and not req.task.cancelled() and req.task.exception() is None:
                 collector.complete(rid, float("nan"), len(req.out.token_ids))
             else:
                 req.task.cancel()
