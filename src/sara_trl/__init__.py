@@ -14,12 +14,17 @@ _LAZY = {
     "SaraRLOOConfig": "sara_trl.trainer",
     "SaraGRPOTrainer": "sara_trl.trainer",
     "SaraRLOOTrainer": "sara_trl.trainer",
+    # TRL's asynchronous trainer (trl.experimental.async_grpo), imported only when asked for
+    "SaraAsyncGRPOConfig": "sara_trl.trainer.async_config",
+    "SaraAsyncGRPOTrainer": "sara_trl.trainer.async_grpo",
 }
 
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer  # noqa: F401
+    from sara_trl.trainer.async_config import SaraAsyncGRPOConfig  # noqa: F401
+    from sara_trl.trainer.async_grpo import SaraAsyncGRPOTrainer  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

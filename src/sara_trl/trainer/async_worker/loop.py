@@ -136,6 +136,47 @@ class RolloutLoop:
         self.rng = random.Random(config.seed)
         self.next_group_id = 0
         self.windows_closed = 0
+        self.event_loop: asyncio.AbstractEventLoop | None = None  # set when run() starts
+
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """The worker's own state, as plain Python values (JSON-serializable), for a checkpoint:
+
+        - ``stream``: the prompt stream's position (:meth:`PromptStream.state_dict`), with the prompts still
+          undecided now put first among the ids it owes, so that a resumed worker draws them again (their rollouts
+          so far are not saved);
+        - ``refill``: the refill model (:meth:`RefillModel.state_dict`: learned mix rates and fresh-prompt cost);
+        - ``rng``: the state of the generator of per-request sampling seeds;
+        - ``next_group_id``: the next pushed group's ``group_id``.
+
+        Call it on the loop's own thread (:meth:`SaraAsyncRolloutWorker.state_dict` does), or when the loop is not
+        running."""
+        led = self.collector.ledger
+        undecided = led.pid[: led.size][led.status[: led.size] == Fate.ACTIVE]
+        stream = self.stream.state_dict()
+        seen, first = set(), []
+        for pid in [int(p) for p in undecided]:
+            if pid not in seen:
+                seen.add(pid)
+                first.append(pid)
+        stream["owed"] = first + [p for p in stream["owed"] if p not in seen]
+        version, internal, gauss = self.rng.getstate()
+        return {"stream": stream, "refill": _plain(self.refill.state_dict()),
+                "rng": [version, list(internal), gauss], "next_group_id": int(self.next_group_id)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s values (before :meth:`run`).
+
+        Raises
+        ------
+        ValueError
+            The stream was saved for another dataset size, seed or order.
+        """
+        self.stream.load_state_dict(state["stream"])
+        self.refill.load_state_dict(state["refill"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((int(version), tuple(int(x) for x in internal), gauss))
+        self.next_group_id = int(state["next_group_id"])
 
     # ------------------------------------------------------------------------------------------------ requests
     def _draw(self, count: int, avoid: np.ndarray) -> np.ndarray:
@@ -302,6 +343,7 @@ class RolloutLoop:
     async def run(self) -> None:
         """Until ``stopping`` is set (or the prompt stream is exhausted): send, score, decide, push, account. On the
         way out every request in flight is cancelled and accounted, and a last window is closed."""
+        self.event_loop = asyncio.get_running_loop()
         failed = True
         try:
             self.apply(self.collector.start(), set())
@@ -341,3 +383,16 @@ class RolloutLoop:
             if self.cancelled:
                 await asyncio.gather(*self.cancelled, return_exceptions=True)
             await self.client.aclose()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy arrays and scalars turned into lists and Python numbers (for JSON)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

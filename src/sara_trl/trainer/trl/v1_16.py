@@ -35,8 +35,9 @@ from trl.data_utils import is_conversational
 from trl.extras.profiling import profiling_context
 
 __all__ = [
-    "ASYNC_ADVANTAGE_EPS", "async_completion_payload", "async_group_advantages", "async_group_rewards",
-    "async_prompt_ids", "async_request_model", "async_rollout_sample",
+    "ASYNC_ADVANTAGE_EPS", "async_completion_payload", "async_cpu_stand_ins_installed", "async_group_advantages",
+    "async_group_rewards", "async_lora_name", "async_prompt_ids", "async_request_model", "async_rollout_sample",
+    "install_async_cpu_stand_ins",
     "REPLAY_HOOKS", "TRL_LINE", "TRL_MEMBERS", "TRL_VERSION", "TrlHooks", "calculate_rewards",
     "captured_extra_logs", "checkpoint_folder", "colocate_sampling_params", "env_tools", "environment_pool",
     "grpo_decode", "grpo_generate_round", "has_tool_loop", "is_vlm", "local_reward_pass", "log_completion_extra",
@@ -599,3 +600,48 @@ def async_rollout_sample(*, prompt: list, completion: list, prompt_ids: list[int
         completion_mask=np.asarray([0] * p + [1] * c, dtype=np.int64),
         old_log_probs=np.asarray([0.0] * p + [np.nan if x is None else float(x) for x in logprobs], dtype=np.float32),
         advantage=float(advantage), model_version=int(model_version), group_id=int(group_id), metrics=dict(metrics))
+
+
+def async_lora_name(trainer: Any) -> str | None:
+    """The adapter base name an ``AsyncGRPOTrainer``'s requests must name when it syncs weights as LoRA adapters
+    (``_lora_sync``: a PEFT model, no injected ``weight_transfer``, a server started with ``--enable-lora``), as TRL
+    1.16's trainer passes ``lora_name`` to its default worker (``_lora_name``, ``"trl-policy"``); None otherwise.
+    Decided in the trainer's ``__init__`` (it probes the server)."""
+    return trainer._lora_name if trainer._lora_sync else None
+
+
+def _async_peak_flops_on_cpu(original: Callable) -> Callable:
+    def peak_flops(accelerator: Any, dtype: str) -> float | None:
+        if accelerator.device.type != "cuda":
+            return None  # no peak known: TRL then logs no MFU, as for an unknown GPU
+        return original(accelerator, dtype)
+
+    peak_flops.sara_cpu_stand_in = True
+    return peak_flops
+
+
+def install_async_cpu_stand_ins(kernel: Any) -> None:
+    """Point TRL 1.16's asynchronous trainer at CPU stand-ins (idempotent; see sara_trl.trainer.async_worker.cpu):
+
+    - ``trl/experimental/async_grpo/packing.py``: ``tree_attention`` looks its kernel up at call time through the
+      cached ``_flash_attn()`` (``kernels.get_kernel("kernels-community/flash-attn3")``); it returns ``kernel``
+      instead (an object with ``flash_attn_varlen_func``).
+    - ``async_grpo_trainer.py``: ``__init__`` calls the module's ``get_peak_flops_per_device`` (imported from
+      ``trl/trainer/utils.py``, which calls ``torch.cuda.get_device_name``); off a CUDA device it returns None.
+    """
+    from trl.experimental.async_grpo import async_grpo_trainer, packing
+
+    packing._flash_attn = lambda: kernel
+    if not getattr(async_grpo_trainer.get_peak_flops_per_device, "sara_cpu_stand_in", False):
+        async_grpo_trainer.get_peak_flops_per_device = _async_peak_flops_on_cpu(
+            async_grpo_trainer.get_peak_flops_per_device)
+
+
+def async_cpu_stand_ins_installed(kernel: Any) -> bool:
+    """Whether :func:`install_async_cpu_stand_ins` put ``kernel`` in place."""
+    from trl.experimental.async_grpo import async_grpo_trainer, packing
+
+    if hasattr(packing._flash_attn, "cache_info"):  # TRL's own (functools.cache'd) Hub loader
+        return False
+    return packing._flash_attn() is kernel and bool(
+        getattr(async_grpo_trainer.get_peak_flops_per_device, "sara_cpu_stand_in", False))
