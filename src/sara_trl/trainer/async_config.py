@@ -91,9 +91,9 @@ class SaraAsyncGRPOConfig(_AsyncFields, AsyncGRPOConfig):
         if not (isinstance(self.max_steps, numbers.Integral) and self.max_steps > 0):
             raise ValueError(
                 f"{name}: set max_steps > 0 (got {self.max_steps!r}): it is the stopping rule of the asynchronous "
-                "trainer. TRL's epoch count stops after num_train_epochs * len(train_dataset) distinct groups trained, "
-                "which assumes every drawn prompt is trained; SARA abandons prompts (and pushes only committed groups), "
-                "so an epoch would not be a pass over the data.")
+                "trainer. TRL's epoch count stops after num_train_epochs * len(train_dataset) distinct groups "
+                "trained, which assumes every drawn prompt is trained; SARA abandons prompts (and pushes only "
+                "committed groups), so an epoch would not be a pass over the data.")
         if self.collection != "streaming":
             raise ValueError(f"{name}: collection={self.collection!r}: the asynchronous worker always decides per "
                              "completion ('streaming'); rounds have no place in a never-ending stream.")
