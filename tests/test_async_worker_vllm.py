@@ -163,7 +163,7 @@ def test_a_cancelled_request_is_aborted_in_the_engine(server):
 
 def test_one_asynchronous_training_run_end_to_end_with_lora_sync(server, tmp_path):
     """SaraAsyncGRPOTrainer, a LoRA adapter on SmolLM2, TRL's own adapter sync after every step, two optimizer
-    steps of 8 rows (two groups of k = 4) on the parity task. Every accounting window the worker put on TRL's metrics
+    steps of one group (k = 4 rows) each on the parity task. Every accounting window the worker put on TRL's metrics
     queue balances exactly, every pushed group is mixed, every sync reached the worker and the server."""
     import datasets
     import numpy as np
@@ -176,11 +176,12 @@ def test_one_asynchronous_training_run_end_to_end_with_lora_sync(server, tmp_pat
 
     install_cpu_stand_ins()
     args = SaraAsyncGRPOConfig(
-        output_dir=str(tmp_path), max_steps=2, num_generations=4, n0=2, per_device_train_batch_size=8,
-        gradient_accumulation_steps=1, max_completion_length=12, learning_rate=1e-4, use_cpu=True, bf16=False,
+        output_dir=str(tmp_path), max_steps=2, num_generations=4, n0=2, per_device_train_batch_size=4,
+        gradient_accumulation_steps=1, max_completion_length=8, learning_rate=1e-4, use_cpu=True, bf16=False,
         gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="steps", save_steps=2,
         vllm_server_base_url=server.url, max_staleness=1, weight_sync_steps=1, max_inflight_tasks=8,
-        token_budget=0, sara_window_groups=1, seed=0)
+        # one group per step; a queue of one group holds the worker back while the trainer trains (2 shared cores)
+        queue_maxsize=4, token_budget=0, sara_window_groups=1, seed=0)
     trainer = SaraAsyncGRPOTrainer(
         model=server.model, reward_funcs=[parity], args=args,
         train_dataset=datasets.Dataset.from_list(parity_rows(64)),
@@ -201,14 +202,15 @@ def test_one_asynchronous_training_run_end_to_end_with_lora_sync(server, tmp_pat
     assert trainer.model_version == 3 and worker.model_version == 3
     assert (tmp_path / ".vllm_lora" / "trl-policy-v3" / "adapter_config.json").is_file()
     log = server.log()
-    assert all(f"trl-policy-v{v}" in log for v in (1, 2, 3))
+    assert all(f"Loaded new LoRA adapter: name 'trl-policy-v{v}'" in log for v in (1, 2, 3))
+    assert "lora_request: LoRARequest(lora_name='trl-policy-v1'" in log  # requests named the synced adapter
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(np.isfinite(losses))
     # only mixed groups were pushed (so only mixed groups trained), each of k rows, with TRL's advantages
     groups: dict[int, list] = {}
     for s in pushed:
         groups.setdefault(s.group_id, []).append(s)
-    assert sum(len(g) for g in groups.values()) >= 16
+    assert sum(len(g) for g in groups.values()) >= 8
     for rows in groups.values():
         rewards = np.array([s.metrics["reward"] for s in rows])
         assert len(rows) == 4 and 0 < rewards.sum() < 4
