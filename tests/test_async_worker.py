@@ -133,10 +133,13 @@ def test_only_mixed_groups_are_pushed_and_every_window_balances(allocator, commi
     assert sorted(groups) == list(range(len(groups)))  # group ids: 0, 1, 2, ... in push order
 
     # each window: generated == pushed + abandoned + aborted + change in undecided (rollouts and tokens), exactly
+    # (nothing waits for room in the unbounded buffer)
+    assert_windows_balance(windows)
     undecided = {"rollouts": 0.0, "tokens": 0.0}
     for w in windows:
         for unit in ("rollouts", "tokens"):
             now = w[f"sara/{unit}_undecided"]
+            assert w[f"sara/{unit}_waiting"] == 0
             assert w[f"sara/{unit}_generated_total"] == (w[f"sara/{unit}_pushed_total"]
                                                          + w[f"sara/{unit}_abandoned_total"]
                                                          + w[f"sara/{unit}_aborted_total"] + now - undecided[unit])
@@ -162,6 +165,50 @@ def test_only_mixed_groups_are_pushed_and_every_window_balances(allocator, commi
         assert all(len(rows) == k for rows in groups.values())
         assert sum(w["sara/rollouts_aborted_total"] for w in windows[:-1]) == 0  # DS never gives a request up
     assert total["sara/prompts_abandoned_total"] > 0 and total["sara/rollouts_abandoned_total"] > 0
+
+
+def assert_windows_balance(windows):
+    """Every window, rollouts and tokens: generated == pushed + dropped + abandoned + aborted + change in undecided
+    + change in waiting (rows of committed groups waiting for room in the buffer)."""
+    before = {"undecided": {"rollouts": 0.0, "tokens": 0.0}, "waiting": {"rollouts": 0.0, "tokens": 0.0}}
+    for w in windows:
+        for unit in ("rollouts", "tokens"):
+            out = sum(w.get(f"sara/{unit}_{what}_total", 0.0) for what in ("pushed", "dropped", "abandoned", "aborted"))
+            change = sum(w[f"sara/{unit}_{gauge}"] - before[gauge][unit] for gauge in ("undecided", "waiting"))
+            assert w[f"sara/{unit}_generated_total"] == out + change, (unit, w)
+            for gauge in ("undecided", "waiting"):
+                before[gauge][unit] = w[f"sara/{unit}_{gauge}"]
+
+
+def test_a_full_buffer_holds_the_worker_back_and_every_window_still_balances():
+    """Backpressure: a buffer of one group (k = 4 rows) that the "trainer" empties slowly, so the worker waits for
+    room most of the time. Every window balances, the worker stays healthy, the rows pushed are the rows taken, and
+    at stop the rows of committed groups never pushed are counted as dropped."""
+    worker, client = make_worker(u_shaped_script(), AllocationConfig(k=4, collection="streaming"),
+                                 queue_maxsize=4, window_groups=1, max_inflight_tasks=8)
+    worker.start()
+    taken = []
+    deadline = time.monotonic() + 20
+    while len(taken) < 24:
+        assert time.monotonic() < deadline, "24 rows not delivered within 20 s"
+        worker.check_health(10.0)
+        time.sleep(0.05)  # a slow consumer: the worker is held back most of the time
+        try:
+            taken.append(worker.rollout_buffer.get_nowait())
+        except queue.Empty:
+            pass
+    worker.check_health(10.0)
+    worker.stop()
+    assert worker._error is None
+    windows = drain(worker.metrics_queue)
+    taken += drain(worker.rollout_buffer)
+    assert_windows_balance(windows)
+    total = {key: sum(w[key] for w in windows) for key in windows[-1] if key.endswith("_total")}
+    assert total["sara/rollouts_pushed_total"] == len(taken)
+    assert total["sara/tokens_pushed_total"] == sum(int(s.completion_mask.sum()) for s in taken)
+    assert windows[-1]["sara/rollouts_waiting"] == 0  # at stop, what still waited is dropped
+    assert total.get("sara/rollouts_dropped_total", 0.0) + total["sara/rollouts_pushed_total"] == \
+        4 * total["sara/groups_committed_total"]
 
 
 # ------------------------------------------------------------------------------------------------------ advantages

