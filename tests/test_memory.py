@@ -32,10 +32,12 @@ warm = ctypes.create_string_buffer(24 << 20)
 del warm
 before = resident()
 blocks, pins = [], []
-for _ in range(16):  # 128 MiB in 8 MiB blocks, each followed by a small live allocation that pins the heap
+# 128 MiB in 8 MiB blocks, each followed by a live 256 KiB allocation that pins the heap (4 KiB pins could land in
+# holes that importing the package left in the heap, depending on its source sizes, and then pin nothing)
+for _ in range(16):
     blocks.append(ctypes.create_string_buffer(8 << 20))
     ctypes.memset(blocks[-1], 1, 8 << 20)  # touch every page
-    pins.append(ctypes.create_string_buffer(4096))
+    pins.append(ctypes.create_string_buffer(256 << 10))
 grown = resident() - before
 del blocks
 print(grown, resident() - before)
