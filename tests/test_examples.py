@@ -216,11 +216,11 @@ def test_quickstart_defaults_to_the_vllm_engine_when_installed():
     installed = importlib.util.find_spec("vllm") is not None
     _, args = quickstart.parse_args([])
     assert args.use_vllm == installed and args.vllm_mode == "colocate"
-    assert args.collection == ("streaming" if installed else "rounds") and args.collection_auto
+    assert args.schedule == ("streaming" if installed else "rounds") and args.collection == "auto"
     _, args = quickstart.parse_args(["--use_vllm", "False"])
-    assert not args.use_vllm and args.collection == "rounds"
+    assert not args.use_vllm and args.schedule == "rounds"
     _, args = quickstart.parse_args(["--allocator", "dynamic_sampling"])
-    assert args.collection == "rounds"  # the baseline stays in rounds on either engine
+    assert args.schedule == "rounds"  # the baseline stays in rounds on either engine
 
 
 def test_quickstart_lines_name_streaming_collection():
@@ -299,11 +299,11 @@ def test_math_1p5b_paper_defaults():
     assert (args.learning_rate, args.beta, args.epsilon) == (1e-6, 1e-3, 0.2)
     assert (args.max_completion_length, args.temperature, args.max_steps) == (4096, 1.0, 300)
     assert args.use_vllm and args.vllm_mode == "colocate"
-    assert args.collection == "streaming" and args.collection_auto  # the default 'auto' with the colocated engine
+    assert args.schedule == "streaming" and args.collection == "auto"  # the default 'auto' with the colocated engine
     _, args = example.parse_args(["--bf16", "false", "--use_cpu", "true", "--allocator", "uniform"])
-    assert args.allocator == "uniform" and args.num_groups == 64 and args.collection == "rounds"
+    assert args.allocator == "uniform" and args.num_groups == 64 and args.schedule == "rounds"
     _, args = example.parse_args(["--bf16", "false", "--use_cpu", "true", "--collection", "rounds"])
-    assert args.collection == "rounds" and not args.collection_auto
+    assert args.schedule == args.collection == "rounds"
 
 
 def test_math_1p5b_smoke(tmp_path, tiny_model_dir, fixture_data_dir):

@@ -131,7 +131,8 @@ class FakeTrainer:
 
     def __init__(self, world: FakeWorld, rank: int, reward, fail_generation_on: tuple = ()):
         self.accelerator = FakeAccelerator(world, rank)
-        self.args = SimpleNamespace(success_reward_func=None, success_threshold=0.5, allocator="sara")
+        self.args = SimpleNamespace(success_reward_func=None, success_threshold=0.5, success_threshold_explicit=True,
+                                    allocator="sara", ds_filter="success")
         self.reward_funcs = [reward]
         self.reward_func_names = ["reward"]
         self.reward_weights = torch.ones(1)

@@ -167,7 +167,8 @@ def test_to_allocation_config_is_a_field_copy():
     args = SaraConfig(**BASE, stopping_rule="bayes_optimal", continue_to_decision=True, n0=3, selection_seed=7)
     cfg = args.to_allocation_config()
     for f in dataclasses.fields(AllocationConfig):
-        expected = args.num_generations if f.name == "k" else getattr(args, f.name)
+        own = {"k": args.num_generations, "collection": args.schedule}  # the config's collection is 'auto'
+        expected = own[f.name] if f.name in own else getattr(args, f.name)
         assert getattr(cfg, f.name) == expected, f.name
     assert SaraConfig(**BASE).to_allocation_config().selection_seed == SaraConfig(**BASE).seed  # None -> seed
 
@@ -250,19 +251,19 @@ def test_collection_auto_picks_streaming_wherever_it_runs(monkeypatch):
     options streaming implements), rounds in every other case (dynamic sampling included); an explicit value is
     kept."""
     colocate = dict(BASE, use_vllm=True, vllm_mode="colocate")
-    assert SaraConfig(**BASE).collection == "rounds" and SaraConfig(**BASE).collection_auto
+    assert SaraConfig(**BASE).schedule == "rounds" and SaraConfig(**BASE).collection == "auto"
     args = SaraConfig(**colocate)
-    assert (args.collection, args.collection_auto, args.to_allocation_config().collection) == ("streaming", True,
-                                                                                               "streaming")
-    assert SaraRLOOConfig(**colocate).collection == "streaming"
-    assert SaraConfig(**colocate, allocator="dynamic_sampling", collection="streaming").collection == "streaming"
+    assert (args.schedule, args.collection, args.to_allocation_config().collection) == ("streaming", "auto",
+                                                                                        "streaming")
+    assert SaraRLOOConfig(**colocate).schedule == "streaming"
+    assert SaraConfig(**colocate, allocator="dynamic_sampling", collection="streaming").schedule == "streaming"
     for other in (dict(allocator="uniform"), dict(allocator="dynamic_sampling"), dict(vllm_mode="server"),
                   dict(vllm_tensor_parallel_size=2)):
-        assert SaraConfig(**{**colocate, **other}).collection == "rounds", other
+        assert SaraConfig(**{**colocate, **other}).schedule == "rounds", other
     for options in (dict(history_decay=0.5), dict(history_decay=0.5, selection="greedy")):  # both schedules run them
-        assert SaraConfig(**{**colocate, **options}).collection == "streaming", options
+        assert SaraConfig(**{**colocate, **options}).schedule == "streaming", options
     carry = SaraConfig(**colocate, carry_over=True)
-    assert carry.collection == "streaming"
+    assert carry.schedule == "streaming"
     # carry_over streams on several processes too (each process carries its own prompts): the rule alone, since
     # building a config under WORLD_SIZE=2 would set up a distributed state for the rest of the session
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -270,13 +271,13 @@ def test_collection_auto_picks_streaming_wherever_it_runs(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE")
     assert type(carry)._auto_streams(carry)
     explicit = SaraConfig(**colocate, collection="rounds")
-    assert explicit.collection == "rounds" and not explicit.collection_auto
+    assert explicit.schedule == explicit.collection == "rounds"
     with pytest.raises(ValueError, match="collection='bogus' must be one of \\['auto', 'rounds', 'streaming'\\]"):
         SaraConfig(**BASE, collection="bogus")
 
 
 def test_streaming_collection_needs_the_colocated_vllm_engine():
-    assert SaraConfig(**BASE).collection == "rounds"
+    assert SaraConfig(**BASE).schedule == "rounds"
     with pytest.raises(ValueError, match="SaraConfig: collection='streaming' needs use_vllm=True with vllm_mode="):
         SaraConfig(**BASE, collection="streaming")
     with pytest.raises(ValueError, match="SaraRLOOConfig: collection='streaming' needs use_vllm=True"):
@@ -360,8 +361,8 @@ def test_auto_collection_keeps_k2_in_rounds_where_streaming_would_abandon_every_
     explicit 'streaming' is refused (it would abandon every prompt at its first outcome); a lower tau_low streams."""
     base = {**BASE, "num_generations": 2, "per_device_train_batch_size": 4, "use_vllm": True, "vllm_mode": "colocate"}
     auto = SaraConfig(**base)
-    assert auto.collection == "rounds" and "abandon every prompt at its first outcome" in auto.collection_auto_reason
+    assert auto.schedule == "rounds" and "abandon every prompt at its first outcome" in auto.auto_reason()
     with pytest.raises(ValueError, match=r"at most 0\.333 .* below tau_low=0\.45"):
         SaraConfig(**base, collection="streaming")
-    assert SaraConfig(**base, tau_low=0.3).collection == "streaming"
-    assert SaraConfig(**{**base, "num_generations": 4, "per_device_train_batch_size": 8}).collection == "streaming"
+    assert SaraConfig(**base, tau_low=0.3).schedule == "streaming"
+    assert SaraConfig(**{**base, "num_generations": 4, "per_device_train_batch_size": 8}).schedule == "streaming"

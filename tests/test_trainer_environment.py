@@ -20,7 +20,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
 from sara_trl.trainer.environment import ReplayedEnvironment, draw_environments, replayed_environments
-from sara_trl.trainer.prepare import require_rounds
+from sara_trl.trainer.plan import plan_collection
 
 # Prompt i's mode, as in test_trainer_tools: "always" guessed, "never" guessed, "coin": its rollouts alternate.
 MODES = ["always", "never", "coin", "coin"] * 3
@@ -176,7 +176,7 @@ def test_environment_trains_in_rounds(tiny_model_dir, tokenizer, cpu_trainer_kwa
 
     args = SaraConfig(**env_kwargs(cpu_trainer_kwargs, allocator="sara", budget_cap=12.0,
                                    success_reward_func="GuessEnv"))
-    assert args.collection == "rounds"
+    assert args.schedule == "rounds"
     trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=done_reward, args=args, train_dataset=env_dataset(),
                               processing_class=tool_tokenizer(tokenizer), environment_factory=GuessEnv)
     assert trainer.reward_func_names == ["done_reward", "GuessEnv"]
@@ -274,13 +274,12 @@ def test_environment_refusals(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
     (no tool loop in TRL) refuses it."""
     base = dict(output_dir="o", use_cpu=True, report_to="none", num_generations=4, per_device_train_batch_size=8,
                 max_steps=1, use_vllm=True, vllm_mode="colocate")
-    auto = SaraConfig(**base)
-    require_rounds(SaraGRPOTrainer, auto, "environment_factory")
-    assert auto.collection == "rounds" and "`environment_factory` rollout runs TRL's tool loop in rounds" in \
-        auto.collection_auto_reason
-    explicit = SaraConfig(**base, collection="streaming")
-    require_rounds(SaraGRPOTrainer, explicit, "environment_factory")
-    assert explicit.collection == "streaming"
+    plan = plan_collection(SaraGRPOTrainer, SaraConfig(**base), processes=1, environment_factory=True)
+    assert plan.schedule == "rounds" and "`environment_factory` rollout runs TRL's tool loop in rounds" in \
+        plan.schedule_reason
+    plan = plan_collection(SaraGRPOTrainer, SaraConfig(**base, collection="streaming"), processes=1,
+                           environment_factory=True)
+    assert (plan.schedule, plan.multi_turn) == ("streaming", "environment_factory")
     with pytest.raises(ValueError, match="does not support `environment_factory`: together with `rollout_func`"):
         SaraGRPOTrainer(model=tiny_model_dir, args=SaraConfig(**cpu_trainer_kwargs()), train_dataset=env_dataset(),
                         processing_class=tokenizer, environment_factory=GuessEnv,

@@ -324,12 +324,12 @@ def test_a_zero3_reward_model_keeps_collection_in_rounds(tiny_model_dir, tokeniz
     for config in (auto, explicit):
         config.deepspeed_plugin = SimpleNamespace(zero_stage=3)
     funcs = [binary_reward, "my-org/no-such-reward-model"]
-    assert auto.collection == "streaming" and auto.collection_auto
-    prepared = prepare_arguments(SaraGRPOTrainer, tiny_model_dir, auto, SaraConfig, text_data(), tokenizer, {},
-                                 reward_funcs=funcs)
-    assert prepared.collection == "rounds"
-    assert prepared.collection_auto_reason == ("a reward model under DeepSpeed ZeRO-3 on several processes scores in "
-                                               "lock-step rounds only")
+    assert auto.schedule == "streaming" and auto.collection == "auto"
+    prepared, plan = prepare_arguments(SaraGRPOTrainer, tiny_model_dir, auto, SaraConfig, text_data(), tokenizer, {},
+                                       reward_funcs=funcs)
+    assert prepared is auto and auto.collection == "auto" and (plan.schedule, plan.processes) == ("rounds", 2)
+    assert plan.schedule_reason == ("collection='auto': a reward model under DeepSpeed ZeRO-3 on several processes "
+                                    "scores in lock-step rounds only")
     with pytest.raises(ValueError, match=r"^SaraGRPOTrainer does not support a reward model under DeepSpeed ZeRO-3 on "
                                          r"several processes with collection='streaming': each scoring pass of a "
                                          r"ZeRO-3 reward model gathers its parameters from every process.*Use "

@@ -439,7 +439,7 @@ def test_overlap_round_scoring_needs_rounds_on_a_colocated_engine(tmp_path):
         _config(tmp_path, collection="rounds", overlap_round_scoring="yes")
     # collection='auto' picks streaming for SARA on this engine: its reward passes overlap already, nothing to refuse
     assert _config(tmp_path, use_vllm=True, vllm_mode="colocate", collection="auto",
-                   overlap_round_scoring=True).collection == "streaming"
+                   overlap_round_scoring=True).schedule == "streaming"
     args = _config(tmp_path, use_vllm=True, vllm_mode="colocate", collection="rounds", overlap_round_scoring=True)
     assert args.overlap_round_scoring and args.to_allocation_config().collection == "rounds"
 

@@ -16,7 +16,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
-from sara_trl.trainer.prepare import require_rounds
+from sara_trl.trainer.plan import plan_collection
 from sara_trl.trainer.replay import active_replay
 
 # Prompt i's mode: "always" solved, "never" solved, or "coin": its rollouts alternate solved / not solved (so any two
@@ -110,7 +110,7 @@ def sara_logs(trainer) -> list[dict]:
 def test_grpo_rollout_func_trains_two_sara_steps(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
     rollouts = ScriptedRollouts()
     args = SaraConfig(**cpu_trainer_kwargs(allocator="sara", budget_cap=12.0))
-    assert args.collection == "rounds"
+    assert args.schedule == "rounds"
     trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward, args=args,
                               train_dataset=mode_dataset(), processing_class=tokenizer, rollout_func=rollouts)
     records = spy_replays(trainer)
@@ -249,9 +249,10 @@ def test_rollout_func_runs_in_rounds_only(tiny_model_dir, tokenizer):
     base = dict(output_dir="o", use_cpu=True, report_to="none", num_generations=4, per_device_train_batch_size=8,
                 max_steps=1, use_vllm=True, vllm_mode="colocate")
     auto = SaraConfig(**base)
-    assert auto.collection == "streaming" and auto.collection_auto
-    require_rounds(SaraGRPOTrainer, auto, "rollout_func")
-    assert auto.collection == "rounds"
+    assert auto.schedule == "streaming" and auto.collection == "auto"
+    plan = plan_collection(SaraGRPOTrainer, auto, processes=1, rollout_func=True)
+    assert (plan.schedule, plan.engine, plan.multi_turn) == ("rounds", "generate", "rollout_func")
+    assert auto.collection == "auto"  # the config is only read
     with pytest.raises(ValueError, match="does not support `rollout_func` with collection='streaming'"):
         SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward,
                         args=SaraConfig(**base, collection="streaming"), train_dataset=mode_dataset(),
@@ -263,14 +264,12 @@ def test_tools_refusals(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
     rollout_func, and RLOO has no tool loop."""
     base = dict(output_dir="o", use_cpu=True, report_to="none", num_generations=4, per_device_train_batch_size=8,
                 max_steps=1, use_vllm=True, vllm_mode="colocate")
-    auto = SaraConfig(**base)
-    require_rounds(SaraGRPOTrainer, auto, "tools")
-    assert auto.collection == "rounds" and "chain of requests, not yet measured faster" in auto.collection_auto_reason
-    explicit = SaraConfig(**base, collection="streaming")
-    require_rounds(SaraGRPOTrainer, explicit, "tools")
-    assert explicit.collection == "streaming"
+    plan = plan_collection(SaraGRPOTrainer, SaraConfig(**base), processes=1, tools=True)
+    assert plan.schedule == "rounds" and "chain of requests, not yet measured faster" in plan.schedule_reason
+    plan = plan_collection(SaraGRPOTrainer, SaraConfig(**base, collection="streaming"), processes=1, tools=True)
+    assert (plan.schedule, plan.engine, plan.multi_turn) == ("streaming", "requests", "tools")
     with pytest.raises(ValueError, match="streaming_max_in_flight .* under collection='auto'"):
-        require_rounds(SaraGRPOTrainer, SaraConfig(**base, streaming_max_in_flight=8), "tools")
+        plan_collection(SaraGRPOTrainer, SaraConfig(**base, streaming_max_in_flight=8), processes=1, tools=True)
     with pytest.raises(ValueError, match="does not support `tools`: together with `rollout_func` yet"):
         SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=solved_reward, args=SaraConfig(**cpu_trainer_kwargs()),
                         train_dataset=mode_dataset(), processing_class=tokenizer, tools=[lookup],
@@ -382,7 +381,7 @@ def test_grpo_tools_train_in_rounds_through_trl_tool_loop(tiny_model_dir, tokeni
         return "yes" if mode == "always" or (mode == "coin" and j % 2 == 0) else "no"
 
     args = SaraConfig(**tool_kwargs(cpu_trainer_kwargs, allocator="sara", budget_cap=12.0))
-    assert args.collection == "rounds"
+    assert args.schedule == "rounds"
     trainer = SaraGRPOTrainer(model=tiny_model_dir, reward_funcs=answer_reward, args=args,
                               train_dataset=mode_dataset(), processing_class=tool_tokenizer(tokenizer),
                               tools=[lookup])

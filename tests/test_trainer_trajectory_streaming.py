@@ -125,7 +125,7 @@ def test_abort_counts_every_turn_so_far_as_surplus(tiny_model_dir, tokenizer, cp
 def streaming(trainer, make_requests, max_in_flight=8):
     """Run the trainer's steps through streaming collection on a scripted request engine (TRL's colocated vLLM
     engine is what the trainer uses; these tests need none)."""
-    trainer.args.collection = "streaming"
+    trainer.sara.plan = dataclasses.replace(trainer.sara.plan, schedule="streaming", engine="requests")
     trainer.args.streaming_max_in_flight = max_in_flight
     allocator = trainer.sara_allocator
     allocator.config = dataclasses.replace(allocator.config, collection="streaming")
@@ -249,14 +249,15 @@ def test_environment_streams_with_leased_instances(tiny_model_dir, tokenizer, cp
 
 @pytest.mark.parametrize("name", ["tools", "environment_factory"])
 def test_explicit_streaming_is_kept_and_auto_stays_in_rounds(name):
-    from sara_trl.trainer.prepare import require_rounds
+    from sara_trl.trainer.plan import plan_collection
 
-    args = SimpleNamespace(collection="streaming", collection_auto=False, streaming_max_in_flight=None)
-    require_rounds(SaraGRPOTrainer, args, name)
-    assert args.collection == "streaming"
-    args = SimpleNamespace(collection="streaming", collection_auto=True, streaming_max_in_flight=None)
-    require_rounds(SaraGRPOTrainer, args, name)
-    assert args.collection == "rounds" and "not yet measured faster" in args.collection_auto_reason
+    def args(collection):
+        return SimpleNamespace(collection=collection, schedule="streaming", auto_reason=lambda: None,
+                               streaming_max_in_flight=None, overlap_round_scoring=False)
+
+    plan = plan_collection(SaraGRPOTrainer, args("streaming"), processes=1, **{name: True})
+    assert (plan.schedule, plan.engine, plan.multi_turn) == ("streaming", "requests", name)
+    plan = plan_collection(SaraGRPOTrainer, args("auto"), processes=1, **{name: True})
+    assert (plan.schedule, plan.engine) == ("rounds", "generate") and "not yet measured faster" in plan.schedule_reason
     with pytest.raises(ValueError, match="rollout_func"):
-        require_rounds(SaraGRPOTrainer, SimpleNamespace(collection="streaming", collection_auto=False,
-                                                        streaming_max_in_flight=None), "rollout_func")
+        plan_collection(SaraGRPOTrainer, args("streaming"), processes=1, rollout_func=True)

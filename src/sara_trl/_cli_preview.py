@@ -439,8 +439,8 @@ class SaraPreview:
     def validate(self, values: dict) -> None:
         """Run the allocation checks of the real config on the parsed ``values`` (field name -> value).
 
-        Only the checks that need no TRL code run here: the group size (``num_generations``), the resolution of
-        ``collection="auto"``, and every :class:`~sara_trl.allocation.AllocationConfig` rule, each with the message
+        Only the checks that need no TRL code run here: the group size (``num_generations``), the ``collection``
+        choice, and every :class:`~sara_trl.allocation.AllocationConfig` rule, each with the message
         the real config gives.
 
         Raises
@@ -455,7 +455,7 @@ class SaraPreview:
         vars(config).update(values)
         try:
             arguments._check_group_size(config)
-            arguments._resolve_collection(config)  # collection='auto' -> the schedule the real config would pick
+            arguments._check_collection(config)
             arguments._checked_allocation_config(config)  # the real config's message, for this class
         except error:
             raise

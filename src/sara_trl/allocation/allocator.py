@@ -22,7 +22,7 @@ from sara_trl.allocation.refill import RefillModel, config_rule
 from sara_trl.allocation.rounds import RoundCollector, run_rounds
 from sara_trl.allocation.strategies import STRATEGIES, StepContext
 from sara_trl.allocation.streaming import StreamingCollector
-from sara_trl.allocation.types import Fate, RolloutFn, RoundRequest, StepResult
+from sara_trl.allocation.types import Fate, RolloutFn, RoundRequest, StepResult, StepStats
 
 __all__ = ["Allocator"]
 
@@ -159,6 +159,20 @@ class Allocator:
         self.total_rollouts += result.stats.rollouts_generated
         self.total_tokens += result.stats.tokens_generated
         self.steps += 1
+
+    def account_merged(self, local: StepStats, merged: StepStats) -> None:
+        """A step collected in shares (streaming on several processes, each with its own allocator): count the other
+        shares' rollouts and tokens in the cumulative totals too, so that they are the whole run's on every process.
+
+        Parameters
+        ----------
+        local : StepStats
+            This allocator's share, already counted when its collector finished.
+        merged : StepStats
+            The merged step (:func:`~sara_trl.allocation.merge_step_results`), every share's.
+        """
+        self.total_rollouts += merged.rollouts_generated - local.rollouts_generated
+        self.total_tokens += merged.tokens_generated - local.tokens_generated
 
     # ----------------------------------------------------------------------------------------------- streaming
     def streaming(self, stream: PromptStream, B: int, max_in_flight: int) -> StreamingCollector:

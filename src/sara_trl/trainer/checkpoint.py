@@ -71,7 +71,7 @@ def sara_state_dict(trainer: SaraTrainerBase, ranks: list[dict] | None = None) -
         "version": 1,
         "allocator": trainer.sara.allocator.state_dict(),
         "stream": trainer.sara.stream.state_dict(),
-        "allocation_config": trainer.args.to_allocation_config().__dict__,
+        "allocation_config": trainer.sara.allocator.config.__dict__,
     }
     if ranks is not None:
         state["ranks"] = ranks
@@ -81,7 +81,7 @@ def sara_state_dict(trainer: SaraTrainerBase, ranks: list[dict] | None = None) -
 def rank_states(trainer: SaraTrainerBase) -> list[dict] | None:
     """Streaming collection on several processes: every process's allocator and stream shard (they differ per
     process), gathered on every process (a collective: call it on all of them). None otherwise."""
-    if trainer.args.collection != "streaming" or trainer.accelerator.num_processes == 1:
+    if not _sharded(trainer):
         return None
     from accelerate.utils import gather_object
 

@@ -1,9 +1,13 @@
-"""Collecting one training step's B groups: rounds of ``rollout_fn`` calls, or streaming on the colocated engine.
+"""Collecting one training step's B groups, on the road the run's :class:`~sara_trl.trainer.plan.CollectionPlan`
+chose once at set-up.
 
-Rounds (``collection="rounds"``): :meth:`sara_trl.allocation.Allocator.collect` runs rounds over SARA's own prompt
-stream; each round is ONE call of the step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`). Streaming
-(``collection="streaming"``): each process collects its share through its colocated vLLM engine, request by request
-(:mod:`sara_trl.trainer.streaming`), then one exchange merges the shares. Either way the result is exactly B groups
+``engine="generate"``: :meth:`sara_trl.allocation.Allocator.collect` runs rounds over SARA's own prompt stream, each
+round ONE call of the step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`). ``engine="requests"``
+(:func:`collect_on_engine`): the allocator's collector (streaming, or rounds with ``overlap_round_scoring``) on the
+colocated vLLM engine through the core's event loop, request by request (:mod:`sara_trl.trainer.streaming`); with
+streaming on several processes each collects its share and one exchange merges them. Either way every reward pass
+goes through :func:`~sara_trl.trainer.rollout.reward_pass` and :func:`~sara_trl.trainer.rollout.score_rewards` into
+:meth:`RolloutCache.append <sara_trl.trainer.rollout.RolloutCache.append>`, and the result is exactly B groups
 (committed ones first, then fill groups) and a :class:`~sara_trl.trainer.rollout.RolloutCache` of every rollout, ids
 as in the result. With ``carry_over`` the rollouts carried from the previous step take the first ids.
 """
@@ -21,7 +25,7 @@ from trl.extras.profiling import profiling_context
 from sara_trl.allocation import StepResult
 from sara_trl.trainer.metrics import collection_warning
 from sara_trl.trainer.progress import ALLOCATOR_LABELS, RoundProgress
-from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn, score_source, success_rule, trainer_scores
+from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn, trainer_scores
 from sara_trl.trainer.streaming import (
     StreamRun,
     TrainerScorer,
@@ -38,7 +42,7 @@ from sara_trl.trainer.trl import port
 if TYPE_CHECKING:
     from sara_trl.trainer.hooks import SaraTrainerBase
 
-__all__ = ["CollectedStep", "collect_engine_rounds", "collect_step", "collect_streaming"]
+__all__ = ["CollectedStep", "collect_on_engine", "collect_step"]
 
 logger = logging.get_logger(__name__)
 
@@ -59,7 +63,7 @@ class CollectedStep:
     seconds : float
         Wall-clock of the collection.
     stream_run : StreamRun or None
-        Streaming, and rounds with ``overlap_round_scoring``: engine steps and reward seconds (of the slowest
+        On the request engine (the plan's ``engine="requests"``): engine steps and reward seconds (of the slowest
         process); None with rounds through ``rollout_fn``.
     """
 
@@ -97,12 +101,9 @@ def collect_step(trainer: SaraTrainerBase) -> CollectedStep:
     show = trainer.accelerator.is_main_process and not args.disable_tqdm
     start = time.perf_counter()
     stream_run = None
-    if args.collection == "streaming":
+    if run.plan.engine == "requests":
         with port.vllm_awake(trainer):
-            result, cache, stream_run = collect_streaming(trainer, num_groups, cache)
-    elif getattr(args, "overlap_round_scoring", False):
-        with port.vllm_awake(trainer):
-            result, stream_run = collect_engine_rounds(trainer, num_groups, cache)
+            result, cache, stream_run = collect_on_engine(trainer, num_groups, cache)
     else:
         label = ALLOCATOR_LABELS.get(args.allocator, args.allocator)
         with RoundProgress(trainer.state.global_step + 1, show, label) as progress, port.vllm_awake(trainer):
@@ -116,7 +117,7 @@ def collect_step(trainer: SaraTrainerBase) -> CollectedStep:
     new_labels = cache.success_labels()[generated]
     if len(new_labels):  # the first step with scores: are they success labels? (same on every process)
         run.success_rule.end_step(trainer_scores(trainer, cache.reward_matrix()[generated]))
-    unscorable_by = (score_source(trainer) if args.success_reward_func is not None
+    unscorable_by = (run.success_rule.source if args.success_reward_func is not None
                      else f"every reward function ({trainer.reward_func_names})")
     message = collection_warning(trainer.state.global_step + 1, args.allocator, result.stats, new_labels, num_groups,
                                  unscorable_by, tau_low_hint=args.allocator == "sara")
@@ -125,12 +126,15 @@ def collect_step(trainer: SaraTrainerBase) -> CollectedStep:
     return CollectedStep(result, cache, new_labels, seconds, stream_run)
 
 
-def collect_streaming(
+def collect_on_engine(
     trainer: SaraTrainerBase, num_groups: int, cache: RolloutCache
 ) -> tuple[StepResult, RolloutCache, StreamRun]:
-    """``collection="streaming"``: this process's share of the batch through its colocated vLLM engine, request
-    by request (:func:`sara_trl.trainer.streaming.drive_streaming_engine`), then, with several processes, the one
-    exchange that gives every process the merged batch and rollouts.
+    """The plan's request engine (``engine="requests"``): this process's collector on its colocated vLLM engine,
+    request by request, through the core's event loop (:func:`_drive_on_engine`). Streaming collects this process's
+    share of the batch, then, with several processes, the one exchange gives every process the merged batch and
+    rollouts; rounds (``overlap_round_scoring``, one process) run the allocator's rounds
+    (:meth:`~sara_trl.allocation.Allocator.rounds`), each round's rollouts single requests scored in reward passes
+    that overlap the round's slowest completions, the strategy deciding once the whole round is in.
 
     Parameters
     ----------
@@ -144,61 +148,43 @@ def collect_streaming(
     Returns
     -------
     result : StepResult
-        Exactly ``num_groups`` groups (this process's share first on process 0, in process order); with
-        ``carry_over`` on several processes, every process's carried ids (:meth:`StepResult.carried_by`).
+        Exactly ``num_groups`` groups (with streaming, this process's share first on process 0, in process order;
+        with ``carry_over`` on several processes, every process's carried ids, :meth:`StepResult.carried_by`).
     cache : RolloutCache
         Every process's rollouts (carried in and recorded), ids as in ``result``.
     run : StreamRun
-        Engine steps and reward seconds of the slowest process (the one with the most engine steps).
+        Engine steps, reward passes and the seconds spent scoring and waiting for scores (of the slowest process:
+        the one with the most engine steps).
     """
-    args = trainer.args
+    run = trainer.sara
     world = trainer.accelerator.num_processes
-    k = trainer.num_generations
-    groups = shard_groups(num_groups, world)
-    gen = trainer.vllm_generation
-    port.sync_weights_once(trainer)
-    max_in_flight = args.streaming_max_in_flight or default_max_in_flight(
-        groups, k, getattr(gen, "max_num_seqs", None)
-    )
-    collector = trainer.sara.allocator.streaming(trainer.sara.stream, groups, max_in_flight)
-    result, error, run = None, None, StreamRun()
+    if run.plan.schedule == "rounds":
+        port.sync_weights_once(trainer)
+        collector = run.allocator.rounds(run.stream, num_groups, threshold=run.success_rule.threshold)
+        round_of, profile = collector.round_of, "vLLM.rounds"
+    else:
+        groups = shard_groups(num_groups, world)
+        port.sync_weights_once(trainer)
+        max_in_flight = trainer.args.streaming_max_in_flight or default_max_in_flight(
+            groups, trainer.num_generations, getattr(trainer.vllm_generation, "max_num_seqs", None))
+        collector = run.allocator.streaming(run.stream, groups, max_in_flight)
+        round_of, profile = None, "vLLM.stream"
+    result, error, stream_run = None, None, StreamRun()
     try:
-        run = _drive_on_engine(trainer, collector, cache, "vLLM.stream")
+        stream_run = _drive_on_engine(trainer, collector, cache, profile, round_of)
         result = collector.finish()
     except Exception as exc:  # with several processes, fail every process at the exchange below
         if world == 1:
             raise
         error = exc
     if world == 1:
-        return result, cache, run
+        return result, cache, stream_run
     local = None if result is None else result.stats  # None only on a failed process, which raises below
     # the ids this process's result indexes: the rollouts it carried in, then those it recorded (= its cache)
-    result, payloads = gather_streaming_step(trainer.accelerator, result, cache.num_rollouts, (cache, run), error)
-    # The cumulative totals count every process's rollouts (this process's allocator saw only its own).
-    trainer.sara.allocator.total_rollouts += result.stats.rollouts_generated - local.rollouts_generated
-    trainer.sara.allocator.total_tokens += result.stats.tokens_generated - local.tokens_generated
+    result, payloads = gather_streaming_step(trainer.accelerator, result, cache.num_rollouts, (cache, stream_run),
+                                             error)
+    run.allocator.account_merged(local, result.stats)  # its collector counted only this process's share
     return result, RolloutCache.concat([c for c, _ in payloads]), slowest_stream_run([r for _, r in payloads])
-
-
-def collect_engine_rounds(trainer: SaraTrainerBase, num_groups: int,
-                          cache: RolloutCache) -> tuple[StepResult, StreamRun]:
-    """``collection="rounds"`` with ``overlap_round_scoring``: the allocator's rounds
-    (:meth:`~sara_trl.allocation.Allocator.rounds`) on the colocated vLLM engine, through the event loop streaming
-    runs. Each round's rollouts are single requests, scored in reward passes that overlap the round's slowest
-    completions; the strategy decides once the whole round is in (one process).
-
-    Returns
-    -------
-    result : StepResult
-        Exactly ``num_groups`` groups.
-    run : StreamRun
-        Engine steps, reward passes and the seconds spent scoring and waiting for scores.
-    """
-    port.sync_weights_once(trainer)
-    collector = trainer.sara.allocator.rounds(trainer.sara.stream, num_groups,
-                                              threshold=success_rule(trainer).threshold)
-    run = _drive_on_engine(trainer, collector, cache, "vLLM.rounds", round_of=collector.round_of)
-    return collector.finish(), run
 
 
 def _drive_on_engine(trainer: SaraTrainerBase, collector: Any, cache: RolloutCache, profile: str,

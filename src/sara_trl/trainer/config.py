@@ -201,7 +201,7 @@ class _SaraArguments(_SaraFields):
         names = [f"{name}={getattr(self, name)!r}" for name in inert_options(self.to_allocation_config())]
         if names:
             where = f"allocator={self.allocator!r}" + (
-                f" and collection={self.collection!r}" if self.allocator == "dynamic_sampling" else "")
+                f" and collection={self.schedule!r}" if self.allocator == "dynamic_sampling" else "")
             they = "it" if len(names) == 1 else "them"
             warnings.warn(
                 f"{type(self).__name__}: {', '.join(names)} {'has' if len(names) == 1 else 'have'} no effect with "
@@ -237,7 +237,7 @@ class _SaraArguments(_SaraFields):
                 "mixed). Remove `seed` from generation_kwargs."
             )
         self._checked_allocation_config()
-        if self.collection == "streaming":
+        if self.schedule == "streaming":
             self._check_streaming(name)
         elif self.streaming_max_in_flight is not None:
             raise ValueError(f"streaming_max_in_flight ({self.streaming_max_in_flight}) is used only with "
@@ -254,8 +254,8 @@ class _SaraArguments(_SaraFields):
     def _check_overlap_round_scoring(self, name: str) -> None:
         """``overlap_round_scoring=True`` drives a round's requests on the colocated engine: refuse a setup that
         has no such engine, or no rounds to overlap."""
-        if self.collection == "streaming":
-            if getattr(self, "collection_auto", False):
+        if self.schedule == "streaming":
+            if self.collection == "auto":
                 return  # collection='auto' chose streaming, which overlaps its reward passes already
             raise ValueError(f"{name}: overlap_round_scoring=True overlaps the reward passes of collection='rounds'; "
                              "collection='streaming' overlaps them already (streaming_reward_lag). Leave it unset.")
@@ -293,9 +293,10 @@ class _SaraArguments(_SaraFields):
                 f"({self.num_generations}), so that one full group can be in flight."
             )
 
-    def to_allocation_config(self) -> AllocationConfig:
+    def to_allocation_config(self, schedule: str | None = None) -> AllocationConfig:
         """The :class:`sara_trl.allocation.AllocationConfig` these fields describe: each field copied, with
-        ``k = num_generations`` and ``selection_seed=None`` as ``seed``. Numbers are converted to plain
+        ``k = num_generations``, ``selection_seed=None`` as ``seed`` and ``collection`` as ``schedule`` (None:
+        :attr:`schedule`; the trainer passes its plan's). Numbers are converted to plain
         ``int``/``float`` only when that loses nothing (``2.0`` -> ``2``, ``numpy.int64`` -> ``int``); anything
         else reaches the core unchanged and is rejected there, never rounded.
 
@@ -307,7 +308,8 @@ class _SaraArguments(_SaraFields):
         hints = typing.get_type_hints(AllocationConfig)
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(AllocationConfig) if f.name != "k"}
         values.update(k=self.num_generations,
-                      selection_seed=self.seed if self.selection_seed is None else self.selection_seed)
+                      selection_seed=self.seed if self.selection_seed is None else self.selection_seed,
+                      collection=_SaraArguments._resolved_schedule(self) if schedule is None else schedule)
         return AllocationConfig(**{name: _converter(hints[name])(value) for name, value in values.items()})
 
     def _checked_allocation_config(self) -> AllocationConfig:
@@ -350,19 +352,35 @@ class _SaraArguments(_SaraFields):
         except (TypeError, ValueError):
             return False
 
-    def _resolve_collection(self) -> None:
-        """``collection="auto"`` -> ``"streaming"`` where it runs, else ``"rounds"`` (see the field's help);
-        :attr:`collection_auto` records that the value was chosen here."""
+    @property
+    def schedule(self) -> str:
+        """The schedule this config asks for, ``"rounds"`` or ``"streaming"``: ``collection`` itself, or what
+        ``collection="auto"`` resolves to from the config alone (see the field's help). The trainer's
+        :class:`~sara_trl.trainer.plan.CollectionPlan` starts from it and may keep a trainer with a rounds-only
+        feature (``rollout_func``, ``tools``, ...) in rounds; the config itself is never written."""
+        return _SaraArguments._resolved_schedule(self)
+
+    def _resolved_schedule(self) -> str:
+        # called unbound, so that the torch-free flag preview (sara_trl._cli_preview) resolves it on plain values
+        if self.collection != "auto":
+            return self.collection
+        return "streaming" if _SaraArguments._auto_streams(self) else "rounds"
+
+    def auto_reason(self) -> str | None:
+        """Why ``collection="auto"`` resolves to rounds from the config alone (None where it streams, or where
+        ``collection`` was set explicitly)."""
+        if self.collection != "auto" or _SaraArguments._auto_streams(self):
+            return None
+        if self.allocator == "sara" and _SaraArguments._abandons_every_prompt(self):
+            return (f"with num_generations={self.num_generations} and tau_low={self.tau_low}, streaming would abandon "
+                    "every prompt at its first outcome; rounds decide after the n0 first outcomes")
+        if not (self.use_vllm and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size == 1):
+            return "streaming needs use_vllm=True with vllm_mode='colocate'"
+        return f"allocator={self.allocator!r} was not measured faster in streaming"
+
+    def _check_collection(self) -> None:
         if self.collection not in COLLECTION_CHOICES:
             raise ValueError(f"collection={self.collection!r} must be one of {list(COLLECTION_CHOICES)}.")
-        self.collection_auto = self.collection == "auto"
-        if self.collection_auto:
-            # called unbound, so that the torch-free flag preview (sara_trl._cli_preview) resolves it on plain values
-            self.collection = "streaming" if _SaraArguments._auto_streams(self) else "rounds"
-            if self.allocator == "sara" and _SaraArguments._abandons_every_prompt(self):
-                self.collection_auto_reason = (
-                    f"with num_generations={self.num_generations} and tau_low={self.tau_low}, streaming would abandon "
-                    "every prompt at its first outcome; rounds decide after the n0 first outcomes")
 
     def __post_init__(self):
         self._upgrade_spellings()
@@ -370,7 +388,7 @@ class _SaraArguments(_SaraFields):
         self._adopt_trl_checkpointing_default()
         super().__post_init__()
         self._resolve_success_threshold()
-        self._resolve_collection()
+        self._check_collection()
         self._validate_sara()
         self._warn_inert_options()
 

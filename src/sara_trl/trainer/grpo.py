@@ -110,7 +110,7 @@ quantization_config, peft_config
         rollout_func=None,
         environment_factory=None,
     ):
-        args = self._sara_prepare(
+        args, plan = self._sara_prepare(
             model,
             args,
             SaraConfig,
@@ -144,7 +144,7 @@ quantization_config, peft_config
             )
         # A round calls the user's rollout_func (sara_trl.trainer.rollout.call_rollout_func); TRL's own calls of
         # `self.rollout_func` (the replay, evaluation) go through the stand-in, answered from the cache in the replay.
-        self._sara_setup(rollout_func)
+        self._sara_setup(plan, rollout_func)
         if rollout_func is not None:
             self.rollout_func = self._sara_replayed_rollout_func
         use_numeric_logs(self)  # the console prints logged numbers as numbers, not strings

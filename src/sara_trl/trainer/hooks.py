@@ -121,9 +121,9 @@ class SaraTrainerBase(RoundTrainer, Protocol):
        :class:`~sara_trl.trainer.config.SaraRLOOConfig` is built from ``RLOOConfig``.
     2. ``class SaraXTrainer(SaraTrainerMixin, XTrainer)`` (mixin first) with ``_name``, ``_tag_names`` and
        ``_paper = sara_paper(port.trl_paper(XTrainer))``.
-    3. ``__init__``: ``args = self._sara_prepare(model, args, SaraXConfig, train_dataset, processing_class,
-       unsupported, reward_funcs=reward_funcs)`` before ``super().__init__``, and ``self._sara_setup(rollout_func)``
-       after it.
+    3. ``__init__``: ``args, plan = self._sara_prepare(model, args, SaraXConfig, train_dataset, processing_class,
+       unsupported, reward_funcs=reward_funcs)`` before ``super().__init__``, and
+       ``self._sara_setup(plan, rollout_func)`` after it.
     4. The hooks: ``_sara_returns_logprobs``, ``_sara_generate_round``, ``_sara_decode``, ``_sara_row_metrics`` and
        ``_sara_fix_replay_metrics``, documented below.
     5. Check that ``XTrainer`` has every member of the port's ``TRL_MEMBERS`` with the same meaning

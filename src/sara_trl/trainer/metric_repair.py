@@ -433,7 +433,7 @@ def log_sampling_difference_by_origin(trainer: SaraTrainerBase, output: dict, la
     cache : sara_trl.trainer.rollout.RolloutCache
         The step's rollouts (:meth:`~sara_trl.trainer.rollout.RolloutCache.generated_ids` tells fresh from carried).
     """
-    if not (getattr(trainer.args, "carry_over", False) and getattr(trainer, "use_vllm", False)
+    if not (trainer.args.carry_over and getattr(trainer, "use_vllm", False)
             and getattr(trainer, "vllm_importance_sampling_correction", False)):
         return
     old, sampling = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")

@@ -83,6 +83,7 @@ from sara_trl.trainer.metric_repair import (
     numeric_logs,
 )
 from sara_trl.trainer.metrics import log_collected_step
+from sara_trl.trainer.plan import CollectionPlan
 from sara_trl.trainer.prepare import prepare_arguments, setup
 from sara_trl.trainer.replay import (
     PADDING_COMPLETION_TOKENS,
@@ -135,8 +136,8 @@ class SaraTrainerMixin(port.TrlHooks):
     def _sara_prepare(
         cls, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict,
         rounds_only: dict | None = None, reward_funcs: Any = None,
-    ) -> Any:
-        """Before TRL's construction: validate, return the args to use
+    ) -> tuple[Any, CollectionPlan]:
+        """Before TRL's construction: validate, return the args to use and the collection plan
         (:func:`sara_trl.trainer.prepare.prepare_arguments`, which documents the errors)."""
         return prepare_arguments(cls, model, args, config_class, train_dataset, processing_class, unsupported,
                                  rounds_only, reward_funcs)
@@ -147,10 +148,10 @@ class SaraTrainerMixin(port.TrlHooks):
         adjustments of a colocated vLLM engine, a no-op elsewhere."""
         return engine_context(args)
 
-    def _sara_setup(self, rollout_func: Any = None) -> None:
-        """After TRL's construction: SARA's run state ``self.sara`` (:func:`sara_trl.trainer.prepare.setup`); a
-        round calls ``rollout_func`` (the user's, or None)."""
-        self.sara = setup(self, rollout_func)
+    def _sara_setup(self, plan: CollectionPlan, rollout_func: Any = None) -> None:
+        """After TRL's construction: SARA's run state ``self.sara`` (:func:`sara_trl.trainer.prepare.setup`) with the
+        ``plan`` :meth:`_sara_prepare` returned; a round calls ``rollout_func`` (the user's, or None)."""
+        self.sara = setup(self, plan, rollout_func)
 
     def _sara_request_engine(self, tag: str):
         """The engine a streaming step (or rounds with ``overlap_round_scoring``) adds its requests to: TRL's

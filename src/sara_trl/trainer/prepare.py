@@ -20,6 +20,7 @@ from trl.trainer.utils import get_config_model_id
 from sara_trl.allocation import DEFAULT_SHUFFLE_BUFFER, Allocator, IterablePromptStream, PromptStream, ShardStream
 from sara_trl.trainer.hooks import check_trainer_class
 from sara_trl.trainer.iterable import DatasetRows
+from sara_trl.trainer.plan import CollectionPlan, plan_collection
 from sara_trl.trainer.progress import hide_renamed_checkpointing_warnings
 from sara_trl.trainer.rollout import make_success_rule
 from sara_trl.trainer.state import SaraRun
@@ -30,8 +31,7 @@ from sara_trl.trainer.vllm_cpu import repack_after_sync
 if TYPE_CHECKING:
     from sara_trl.trainer.hooks import SaraTrainerBase
 
-__all__ = ["check_iterable", "check_reward_models", "prepare_arguments", "require_rounds", "setup",
-           "shards_reward_model"]
+__all__ = ["check_iterable", "check_reward_models", "prepare_arguments", "setup", "shards_reward_model"]
 
 logger = logging.get_logger(__name__)
 
@@ -39,8 +39,9 @@ logger = logging.get_logger(__name__)
 def prepare_arguments(
     cls: type, model: Any, args: Any, config_class: type, train_dataset: Any, processing_class: Any, unsupported: dict,
     rounds_only: dict | None = None, reward_funcs: Any = None,
-) -> Any:
-    """Validate what can be validated before TRL's (slow) construction; return the args to use.
+) -> tuple[Any, CollectionPlan]:
+    """Validate what can be validated before TRL's (slow) construction; return the args to use and the collection
+    plan (:func:`~sara_trl.trainer.plan.plan_collection`).
 
     Parameters
     ----------
@@ -62,14 +63,17 @@ def prepare_arguments(
     rounds_only : dict, optional
         ``{argument name: value}`` of features SARA collects in rounds unless told otherwise (``rollout_func``,
         ``tools``, ``environment_factory``): with a truthy value, ``collection="auto"`` resolves to ``"rounds"``;
-        an explicit ``collection="streaming"`` raises for ``rollout_func`` (see :func:`require_rounds`).
+        an explicit ``collection="streaming"`` raises for ``rollout_func``
+        (:func:`~sara_trl.trainer.plan.plan_collection`).
     reward_funcs : reward function, model, model id, or a list of them, optional
         As passed to the trainer; checked by :func:`check_reward_models`.
 
     Returns
     -------
-    config_class
-        ``args``, or a default config when it was None.
+    args : config_class
+        ``args``, or a default config when it was None (never written).
+    plan : CollectionPlan
+        How the trainer collects.
 
     Raises
     ------
@@ -77,7 +81,8 @@ def prepare_arguments(
         An unsupported feature was passed (a feature the TRL base lacks, such as ``tools`` or
         ``environment_factory`` in RLOO; tools or environment_factory together with rollout_func; rollout_func
         with collection='streaming'; a reward model under DeepSpeed ZeRO-3 on several processes with
-        collection='streaming', see :func:`shards_reward_model`; multimodal input), a reward model would be read as
+        collection='streaming', see :func:`shards_reward_model`; overlap_round_scoring with rollout_func, tools or
+        environment_factory, or on several processes; multimodal input), a reward model would be read as
         0/1 success labels (:func:`check_reward_models`), or the dataset cannot feed SARA's prompt stream.
     TypeError
         ``args`` is not a ``config_class``, or the class lacks a member of
@@ -105,17 +110,12 @@ def prepare_arguments(
             "the same fields."
         )
     check_reward_models(cls, reward_funcs, args)
-    if shards_reward_model(reward_funcs, args):
-        require_rounds(cls, args, "reward_funcs")
-    for name, value in (rounds_only or {}).items():
-        if value:
-            require_rounds(cls, args, name)
-    overlapped = [name for name, value in (rounds_only or {}).items() if value]
-    if overlapped and getattr(args, "overlap_round_scoring", False) and args.collection == "rounds":
-        raise ValueError(f"{cls.__name__}: overlap_round_scoring=True adds a round's rollouts to the engine as single "
-                         f"requests, while `{overlapped[0]}` has TRL generate whole trajectories in one call; leave "
-                         "overlap_round_scoring=False.")
-    looped = [name for name in ("tools", "environment_factory") if (rounds_only or {}).get(name)]
+    features = rounds_only or {}
+    plan = plan_collection(cls, args, processes=args.world_size, rollout_func=bool(features.get("rollout_func")),
+                           tools=bool(features.get("tools")),
+                           environment_factory=bool(features.get("environment_factory")),
+                           sharded_reward_model=shards_reward_model(reward_funcs, args))
+    looped = [name for name in ("tools", "environment_factory") if features.get(name)]
     if looped and not port.has_tool_loop(cls):
         raise TypeError(f"{cls.__name__} trains `{looped[0]}` through TRL's tool loop (GRPOTrainer's), which this "
                         "TRL base does not have: use SaraGRPOTrainer, or the TRL version sara_trl is tested with "
@@ -125,15 +125,14 @@ def prepare_arguments(
             f"{cls.__name__} does not support multimodal (vision-language) models yet: pass a text tokenizer "
             "as `processing_class`."
         )
-    environment_factory = bool((rounds_only or {}).get("environment_factory"))
-    if port.trl_refuses_dataset(train_dataset, args, environment_factory=environment_factory):
-        return args  # TRL's own check refuses it during construction, in TRL's words
+    if port.trl_refuses_dataset(train_dataset, args, environment_factory=bool(features.get("environment_factory"))):
+        return args, plan  # TRL's own check refuses it during construction, in TRL's words
     if train_dataset is None:  # TRL accepts it with an environment_factory (placeholder prompts); SARA cannot
         raise ValueError(f"{cls.__name__} needs a `train_dataset`: SARA draws fresh prompts from it (TRL's "
                          "placeholder prompts for an environment that owns its data are not supported yet).")
     if isinstance(train_dataset, IterableDataset):
         check_iterable(cls, train_dataset, args)
-        return args
+        return args, plan
     columns = set(train_dataset.column_names)
     if "prompt" not in columns:
         raise ValueError(f"`train_dataset` must have a 'prompt' column, found {sorted(columns)}.")
@@ -148,7 +147,7 @@ def prepare_arguments(
             f"generation_batch_size / num_generations = {num_groups} distinct prompts; TRL's sampler would "
             "yield no batch."
         )
-    return args
+    return args, plan
 
 
 def _reward_func_list(reward_funcs: Any) -> list:
@@ -200,7 +199,7 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
     """
     funcs = _reward_func_list(reward_funcs)
     weights = list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(funcs)
-    binding = getattr(args, "allocator", "sara") != "uniform" and getattr(args, "ds_filter", "success") == "success"
+    binding = args.allocator != "uniform" and args.ds_filter == "success"
     if args.success_threshold_explicit or not binding or len(weights) != len(funcs):  # a mismatch: TRL's error follows
         return
     names = {i: _reward_model_name(f) for i, f in enumerate(funcs)}
@@ -217,7 +216,7 @@ def check_reward_models(cls: type, reward_funcs: Any, args: Any) -> None:
     raise ValueError(
         f"{cls.__name__}: reward function {i} ({name}) is a reward model and {how}. A reward model scores a "
         "completion with a logit of any sign, not a 0/1 success label, and allocator="
-        f"{getattr(args, 'allocator', 'sara')!r} decides which groups to train from success labels: score > "
+        f"{args.allocator!r} decides which groups to train from success labels: score > "
         f"success_threshold, here the default {args.success_threshold:g}, meant for 0/1 labels (paper App. F). Fix "
         "it before training in one of two ways: (1) add a reward function that returns 1.0 for a success and 0.0 "
         "for a failure (a verifier) and name it with success_reward_func (the loss still uses every reward "
@@ -253,64 +252,6 @@ def shards_reward_model(reward_funcs: Any, args: Any) -> bool:
             and plugin is not None and plugin.zero_stage == 3)
 
 
-# Why a rounds-only feature cannot stream: (what it does that streaming cannot drive, the reason for "auto").
-_ROUNDS_ONLY_REASONS = {
-    "rollout_func": ("streaming adds, steps and aborts single requests (one per completion) on the colocated vLLM "
-                     "engine, while `rollout_func` generates whole batches itself, so SARA cannot stop one of its "
-                     "rollouts early",
-                     "`rollout_func` generates whole batches, which only rounds collection can use"),
-    "reward_funcs": ("each scoring pass of a ZeRO-3 reward model gathers its parameters from every process, so all "
-                     "processes must score in the same passes, while streaming scores each process's completions in "
-                     "passes of its own (the processes would hang in the gather)",
-                     "a reward model under DeepSpeed ZeRO-3 on several processes scores in lock-step rounds only"),
-}
-# How an error names a rounds-only feature, where not as `name`.
-_ROUNDS_ONLY_LABELS = {"reward_funcs": "a reward model under DeepSpeed ZeRO-3 on several processes"}
-# Features streaming runs (one request chain per rollout, sara_trl.trainer.trajectory) but "auto" keeps in rounds:
-# the reason for "auto".
-_AUTO_ROUNDS_REASONS = {
-    "tools": "a `tools` trajectory runs TRL's tool loop in rounds by default; collection='streaming' runs each "
-             "trajectory as a chain of requests, not yet measured faster than rounds",
-    "environment_factory": "an `environment_factory` rollout runs TRL's tool loop in rounds by default; "
-                           "collection='streaming' runs each trajectory as a chain of requests, not yet measured "
-                           "faster than rounds",
-}
-
-
-def require_rounds(cls: type, args: Any, name: str) -> None:
-    """``name`` (``rollout_func``, ``tools``, ``environment_factory``, or ``reward_funcs`` holding a reward model
-    that :func:`shards_reward_model` finds sharded) is collected in rounds unless streaming is asked for:
-    ``collection="auto"`` becomes ``"rounds"`` (recorded in ``args.collection_auto_reason`` for the set-up message);
-    an explicit ``collection="streaming"`` is kept for ``tools`` and ``environment_factory`` (each rollout a chain of
-    requests, :mod:`sara_trl.trainer.trajectory`) and raises for ``rollout_func`` and ``reward_funcs``.
-
-    Raises
-    ------
-    ValueError
-        ``collection="streaming"`` was set explicitly with ``rollout_func`` or a ZeRO-3 reward model; or
-        ``streaming_max_in_flight`` was set while ``"auto"`` resolves to rounds.
-    """
-    if args.collection != "streaming":
-        return
-    explicit = not getattr(args, "collection_auto", False)
-    label = _ROUNDS_ONLY_LABELS.get(name, f"`{name}`")
-    if name in _AUTO_ROUNDS_REASONS:
-        if explicit:
-            return
-        auto_reason = _AUTO_ROUNDS_REASONS[name]
-    else:
-        why, auto_reason = _ROUNDS_ONLY_REASONS[name]
-        if explicit:
-            raise ValueError(f"{cls.__name__} does not support {label} with collection='streaming': {why}. Use "
-                             "collection='rounds' (or leave collection='auto').")
-    if args.streaming_max_in_flight is not None:
-        raise ValueError(f"streaming_max_in_flight ({args.streaming_max_in_flight}) is used only with "
-                         f"collection='streaming', which {label} does not run under collection='auto'; leave it "
-                         "unset, or set collection='streaming'.")
-    args.collection = "rounds"
-    args.collection_auto_reason = auto_reason
-
-
 def check_iterable(cls: type, train_dataset: IterableDataset, args: Any) -> None:
     """What an iterable ``train_dataset`` needs (its columns, when known; rows are checked as they are read).
 
@@ -332,7 +273,7 @@ def check_iterable(cls: type, train_dataset: IterableDataset, args: Any) -> None
             "`split_dataset_by_node`."
         )
     for name in ("history_decay", "selection"):
-        if getattr(args, name, None) is not None:
+        if getattr(args, name) is not None:
             raise ValueError(
                 f"{name}={getattr(args, name)!r} keeps a table indexed by prompt over the whole dataset, which "
                 "an IterableDataset (unknown size) does not have: use a map-style `datasets.Dataset`, or leave "
@@ -347,8 +288,9 @@ def check_iterable(cls: type, train_dataset: IterableDataset, args: Any) -> None
         )
 
 
-def setup(trainer: SaraTrainerBase, rollout_func: Any = None) -> SaraRun:
-    """SARA's run state (after TRL's construction): the success rule, the allocator and the prompt stream.
+def setup(trainer: SaraTrainerBase, plan: CollectionPlan, rollout_func: Any = None) -> SaraRun:
+    """SARA's run state (after TRL's construction): the plan (logged with its reasons), the success rule, the
+    allocator and the prompt stream.
 
     Raises
     ------
@@ -367,29 +309,21 @@ def setup(trainer: SaraTrainerBase, rollout_func: Any = None) -> SaraRun:
             f"available: {trainer.reward_func_names}."
         )
     success_rule = make_success_rule(trainer)  # labels; checks the scores' scale on the first step
-    if getattr(args, "collection_auto", False) and trainer.accelerator.is_main_process:
-        reason = getattr(args, "collection_auto_reason", None) or (
-            "streaming needs use_vllm=True with vllm_mode='colocate'")
-        logger.info(f"{type(trainer).__name__}: collection='auto' runs {args.collection!r} collection"
-                    + (" (the colocated vLLM engine, driven request by request)" if args.collection == "streaming"
-                       else f" ({reason}); set collection explicitly to choose"))
+    if trainer.accelerator.is_main_process:
+        logger.info(f"{type(trainer).__name__}: {plan.describe()}")
     if getattr(trainer, "use_vllm", False):  # vLLM's CPU platform: repack its kernels after every weight sync
         repack_after_sync(trainer.vllm_generation)
-    allocator = Allocator(args.to_allocation_config())
+    allocator = Allocator(args.to_allocation_config(plan.schedule))
     seed = args.seed if args.stream_seed is None else args.stream_seed
     world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
-    if getattr(args, "overlap_round_scoring", False) and args.collection == "rounds" and world > 1:
-        raise ValueError(f"{type(trainer).__name__}: overlap_round_scoring=True runs on one process ({world} here): "
-                         "on several, a round is one sharded generate call and one gather of its outcomes. Leave it "
-                         "False, or use collection='streaming', which overlaps its reward passes on every process.")
     if isinstance(trainer.train_dataset, IterableDataset):
         # Read in order through a bounded buffer by every process (sara_trl.trainer.iterable); with streaming
         # collection on several processes, each keeps its own share (positions % world == rank).
-        shard = args.collection == "streaming" and world > 1
+        shard = plan.sharded
         stream = IterablePromptStream(
             DatasetRows(trainer.train_dataset), seed=seed, shuffle=bool(args.shuffle_dataset),
             buffer_size=DEFAULT_SHUFFLE_BUFFER, wrap=True, rank=rank if shard else 0, world=world if shard else 1)
-    elif args.collection == "streaming" and world > 1:
+    elif plan.sharded:
         # Each process collects its own B / world groups from its own shard of the prompts (no collective
         # during the step; see sara_trl.trainer.streaming).
         groups = shard_groups(args.num_groups, world)
@@ -409,4 +343,5 @@ def setup(trainer: SaraTrainerBase, rollout_func: Any = None) -> SaraRun:
             "SARA draws prompts from its own stream; the dataloader only counts steps, so `num_train_epochs` "
             "counts batches of B prompts, not passes over the data. Set `max_steps` to fix the training length."
         )
-    return SaraRun(allocator=allocator, stream=stream, success_rule=success_rule, rollout_func=rollout_func)
+    return SaraRun(plan=plan, allocator=allocator, stream=stream, success_rule=success_rule,
+                   rollout_func=rollout_func)

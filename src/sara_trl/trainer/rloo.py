@@ -78,7 +78,7 @@ quantization_config, peft_config
     ):
         no_tool_loop = ("TRL's RLOOTrainer has no tool loop (no `tools` / `environment_factory`, no tool mask "
                         "in its loss), so there is nothing for SARA to replay. Use SaraGRPOTrainer for tool use.")
-        args = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class,
+        args, plan = self._sara_prepare(model, args, SaraRLOOConfig, train_dataset, processing_class,
                                   {"tools": no_tool_loop if tools else None,
                                    "environment_factory": no_tool_loop if environment_factory is not None else None},
                                   rounds_only={"rollout_func": rollout_func is not None}, reward_funcs=reward_funcs)
@@ -96,7 +96,7 @@ quantization_config, peft_config
                 quantization_config=quantization_config,
                 peft_config=peft_config,
             )
-        self._sara_setup(rollout_func)  # a round calls rollout_func; the replay answers TRL from the cache
+        self._sara_setup(plan, rollout_func)  # a round calls rollout_func; the replay answers TRL from the cache
         use_numeric_logs(self)  # the console prints logged numbers as numbers, not strings
 
     # ------------------------------------------------------------------ hooks (see sara_trl.trainer.hooks)

@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import inspect
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer.hooks import RoundTrainer
 
 __all__ = ["RolloutCache", "Trajectory", "call_rollout_func", "keep_observations", "make_rollout_fn",
-           "make_success_rule", "reward_score", "run_tool_loop", "score_source", "success_rule", "trainer_scores",
-           "uses_tools"]
+           "make_success_rule", "reward_pass", "reward_score", "run_tool_loop", "score_rewards", "score_source",
+           "success_rule", "trainer_scores", "uses_tools"]
 
 # The keys every ``rollout_func`` output must hold (TRL's GRPO generation step); the others are extra fields.
 ROLLOUT_FUNC_KEYS = ("prompt_ids", "completion_ids", "logprobs")
@@ -252,6 +253,46 @@ class RolloutCache:
         """All threshold labels, ``(num_rollouts,)`` float64 (NaN = unscorable)."""
         return np.concatenate(self.success) if self.success else np.zeros(0)
 
+    def append(self, completion_ids: list[list[int]], logprobs: list, rewards: torch.Tensor, labels: np.ndarray,
+               round_index: list[int], columns: dict[str, list],
+               trajectories: list[Trajectory | None] | None = None) -> np.ndarray:
+        """Record N scored rollouts (a round, or the kept completions of a reward pass) under the next N ids: the
+        one way every schedule writes the cache.
+
+        Parameters
+        ----------
+        completion_ids : list of list of int
+            ``(N,)`` completion ids.
+        logprobs : list
+            ``(N,)`` sampled-token log-probs, None entries where the backend gives none.
+        rewards : torch.Tensor
+            ``(N, F)`` float32 reward rows, CPU.
+        labels : numpy.ndarray
+            ``(N,)`` success labels (1, 0, NaN unscorable).
+        round_index : list of int
+            ``(N,)`` the round of each (0: none, streaming).
+        columns : dict of str to list
+            ``log_extra`` columns, each ``N`` long.
+        trajectories : list of Trajectory or None, optional
+            ``(N,)`` what each rollout produced besides its completion (None entries: nothing).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(N,)`` int64 completion lengths (tokens), as recorded.
+        """
+        first = self.num_rollouts
+        self.trajectories.update({first + i: t for i, t in enumerate(trajectories or []) if t is not None})
+        tokens = np.asarray([len(ids) for ids in completion_ids], dtype=np.int64)
+        self.completion_ids.extend(completion_ids)
+        self.logprobs.extend(logprobs)
+        self.rewards.append(rewards)
+        self.success.append(labels)
+        self.tokens.append(tokens)
+        self.round_index.extend(round_index)
+        self.add_extra_logs(columns, len(completion_ids))
+        return tokens
+
     def add_extra_logs(self, columns: dict[str, list], count: int) -> None:
         """Append one round's ``log_extra`` columns (each ``count`` long), padding absent columns with None."""
         before = self.num_rollouts - count
@@ -308,9 +349,8 @@ def make_success_rule(trainer: RoundTrainer) -> SuccessRule:
     """The :class:`~sara_trl.allocation.labels.SuccessRule` of a trainer: its threshold, whether the user set it
     (``args.success_threshold_explicit``), the score's source and the allocator, checking from the next step on."""
     args = trainer.args
-    return SuccessRule(float(args.success_threshold), explicit=getattr(args, "success_threshold_explicit", True),
-                       source=score_source(trainer), allocator=getattr(args, "allocator", "sara"),
-                       ds_filter=getattr(args, "ds_filter", "success"))
+    return SuccessRule(float(args.success_threshold), explicit=args.success_threshold_explicit,
+                       source=score_source(trainer), allocator=args.allocator, ds_filter=args.ds_filter)
 
 
 def success_rule(trainer: RoundTrainer) -> SuccessRule:
@@ -330,6 +370,51 @@ def trainer_scores(trainer: RoundTrainer, rewards: torch.Tensor) -> np.ndarray:
     name = trainer.args.success_reward_func
     func_index = trainer.reward_func_names.index(name) if name is not None else None
     return reward_score(rewards, trainer.reward_weights, func_index).numpy()
+
+
+def reward_pass(trainer: RoundTrainer, rows: list[dict], prompts: list, completions: list,
+                completion_ids: list[list[int]], local: bool = False) -> tuple[torch.Tensor, dict[str, list]]:
+    """ONE pass of the trainer's reward functions (TRL's ``_calculate_rewards``) over N rollouts: the one reward
+    call of every schedule.
+
+    Parameters
+    ----------
+    rows, prompts, completions, completion_ids : list
+        ``(N,)`` each: the rollouts' dataset rows, prompts, completions as the reward functions receive them, and
+        completion ids.
+    local : bool
+        Score on this process alone (streaming: the port's ``local_reward_pass``); False: TRL's gather over processes
+        (lock-step rounds), every process receiving every process's rows in process order.
+
+    Returns
+    -------
+    rewards : torch.Tensor
+        ``(N * processes, F)`` rows as TRL returns them (NaN where a function returned None); ``(N, F)`` with ``local``.
+    extra : dict of str to list
+        This process's ``log_extra`` columns.
+    """
+    with port.captured_extra_logs(trainer) as extra, port.local_reward_pass(trainer) if local else nullcontext():
+        rewards = port.calculate_rewards(trainer, rows, prompts, completions, completion_ids)
+    return rewards, extra
+
+
+def score_rewards(trainer: RoundTrainer, rewards: torch.Tensor, count: int) -> tuple[torch.Tensor, np.ndarray,
+                                                                                      np.ndarray]:
+    """The first ``count`` reward rows of a :func:`reward_pass`, scored and labelled as every schedule labels them.
+
+    Returns
+    -------
+    rewards : torch.Tensor
+        ``(count, F)`` float32 on CPU.
+    score : numpy.ndarray
+        ``(count,)`` float32 scores (:func:`trainer_scores`).
+    labels : numpy.ndarray
+        ``(count,)`` success labels of the trainer's rule (:func:`success_rule`; it raises on the first scored step if
+        the scores are not success labels, see :class:`~sara_trl.allocation.labels.SuccessRule`).
+    """
+    rewards = rewards[:count].detach().float().cpu()
+    score = trainer_scores(trainer, rewards)
+    return rewards, score, success_rule(trainer).labels(score)
 
 
 def call_rollout_func(trainer: RoundTrainer, prompts: list) -> tuple[list, list, list | None, list[Trajectory]]:
@@ -589,10 +674,6 @@ def make_rollout_fn(
     """
     accelerator = trainer.accelerator
     world, rank = accelerator.num_processes, accelerator.process_index
-    args = trainer.args
-    func_index = (
-        trainer.reward_func_names.index(args.success_reward_func) if args.success_reward_func is not None else None
-    )
     rule = success_rule(trainer)
     custom = getattr(getattr(trainer, "sara", None), "rollout_func", None) is not None
     tools = uses_tools(trainer)
@@ -637,8 +718,7 @@ def make_rollout_fn(
 
             # ONE reward pass over this round's rollouts. TRL's `_calculate_rewards` gathers over processes, so
             # every process receives all (per_rank * world, F) rows in global request order.
-            with port.captured_extra_logs(trainer) as extra:
-                rewards = port.calculate_rewards(trainer, rows, prompts, completions, completion_ids)
+            rewards, extra = reward_pass(trainer, rows, prompts, completions, completion_ids)
         except Exception as exc:  # a failure on one process must fail the step everywhere, not hang the others
             if world == 1:
                 raise
@@ -646,7 +726,6 @@ def make_rollout_fn(
             match_reward_gather(accelerator, per_rank, len(trainer.reward_funcs))
         if world > 1:
             raise_if_any_failed(accelerator, error, f"SARA round {round_number} (generation and rewards)")
-        rewards = rewards[:total].detach().float().cpu()
 
         if world > 1:
             gathered = gather_object([(ids, lps, t) for ids, lps, t in zip(
@@ -662,23 +741,13 @@ def make_rollout_fn(
         else:
             all_ids = completion_ids
             all_lps = list(logprobs) if logprobs is not None else [None] * total
-            all_trajectories = trajectories or [None] * total
+            all_trajectories = trajectories
             columns = {name: values for name, values in extra.items() if len(values) == total}
 
-        tokens = np.asarray([len(ids) for ids in all_ids], dtype=np.int64)
-        score = reward_score(rewards, trainer.reward_weights, func_index).numpy()
-        labels = rule.labels(score)  # raises on the first step if the scores are not success labels (see SuccessRule)
-        decide_on = allocator_labels(score, counts, rule.threshold, getattr(args, "ds_filter", "success"))
-
-        first = cache.num_rollouts
-        cache.trajectories.update({first + i: t for i, t in enumerate(all_trajectories) if t is not None})
-        cache.completion_ids.extend(all_ids)
-        cache.logprobs.extend(all_lps)
-        cache.rewards.append(rewards)
-        cache.success.append(labels)
-        cache.tokens.append(tokens)
-        cache.round_index.extend([round_number] * total)
-        cache.add_extra_logs(columns, total)
+        # raises on the first step if the scores are not success labels (see SuccessRule)
+        rewards, score, labels = score_rewards(trainer, rewards, total)
+        decide_on = allocator_labels(score, counts, rule.threshold, trainer.args.ds_filter)
+        tokens = cache.append(all_ids, all_lps, rewards, labels, [round_number] * total, columns, all_trajectories)
         if on_round is not None:
             on_round(round_number, total, labels)
         return RoundOutcome(success=decide_on, tokens=tokens)

@@ -25,6 +25,8 @@ class SaraRun:
         SARA's seeded prompt stream over ``train_dataset`` (checkpointed with the allocator).
     success_rule : sara_trl.allocation.labels.SuccessRule
         Reward rows -> success labels; checks the scores' scale on the first scored step.
+    plan : sara_trl.trainer.plan.CollectionPlan
+        How the run collects (schedule, engine, multi-turn kind), decided once before TRL's construction.
     rollout_func : callable or None
         The user's ``rollout_func`` (a round calls it; TRL's own calls are answered from the replay).
     last_step : sara_trl.allocation.StepResult or None
@@ -40,6 +42,7 @@ class SaraRun:
     allocator: Any
     stream: Any
     success_rule: Any
+    plan: Any = None
     rollout_func: Callable | None = None
     last_step: Any = None
     carry: Any = None

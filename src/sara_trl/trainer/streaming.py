@@ -30,11 +30,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+import torch
 
 from sara_trl.allocation import StepResult, merge_step_results
 from sara_trl.allocation.event_loop import Finished, Scorer, StreamingEngine, StreamRun, drive_streaming_engine
 from sara_trl.trainer.environment import uses_environments
+from sara_trl.trainer.rollout import RolloutCache, reward_pass, score_rewards
 from sara_trl.trainer.trl import port
 
 if TYPE_CHECKING:
@@ -284,23 +285,15 @@ class TrainerScorer:
         recorded rollouts' environments and forgets the others (surplus).
     """
 
-    def __init__(self, trainer: SaraTrainerBase, cache: Any, prompt_tokens: Callable[[int], list[int]],
+    def __init__(self, trainer: SaraTrainerBase, cache: RolloutCache, prompt_tokens: Callable[[int], list[int]],
                  round_of: Callable[[int], int] | None = None, chains: Any = None):
-        from sara_trl.trainer.rollout import reward_score
-
         self._trainer, self._cache, self._prompt_tokens = trainer, cache, prompt_tokens
         self._round_of, self._chains = round_of, chains
-        self._reward_score = reward_score
-        args = trainer.args
-        self._func_index = (trainer.reward_func_names.index(args.success_reward_func)
-                            if args.success_reward_func is not None else None)
         self._pending: deque = deque()  # scored passes awaiting keep(), oldest first (see drive_streaming_engine)
         self.scored = 0
 
     def score(self, prompt_ids: list[int], batch: list[Finished]):
         """One reward pass: ``(len,)`` success labels, or ``(labels, scores)`` with ``ds_filter="score"``."""
-        from sara_trl.trainer.rollout import success_rule
-
         trainer = self._trainer
         rows = [trainer._sara_row(int(pid)) for pid in prompt_ids]
         completion_ids = [list(done.completion_ids) for done in batch]
@@ -313,21 +306,17 @@ class TrainerScorer:
             prompts = [row["prompt"] for row in rows]
             completions = trainer._sara_decode(prompts, [self._prompt_tokens(pid) for pid in prompt_ids],
                                                completion_ids)
-        with port.captured_extra_logs(trainer) as extra, port.local_reward_pass(trainer):
-            rewards = port.calculate_rewards(trainer, rows, prompts, completions, completion_ids)
-        rewards = rewards[: len(batch)].detach().float().cpu()
-        score = self._reward_score(rewards, trainer.reward_weights, self._func_index).numpy()
-        labels = success_rule(trainer).labels(score)  # the first step checks the scores' scale (SuccessRule)
+        rewards, extra = reward_pass(trainer, rows, prompts, completions, completion_ids, local=True)
+        # the first step checks the scores' scale (SuccessRule)
+        rewards, score, labels = score_rewards(trainer, rewards, len(batch))
         columns = {name: values for name, values in extra.items() if len(values) == len(batch)}
         self._pending.append((batch, rewards, labels, columns))
         self.scored += len(batch)
-        if getattr(trainer.args, "ds_filter", "success") == "score":  # DS decides a full group on its scores' spread
+        if trainer.args.ds_filter == "score":  # DS decides a full group on its scores' spread
             return labels, score
         return labels
 
     def keep(self, positions: list[int]) -> None:
-        import torch
-
         batch, rewards, labels, columns = self._pending.popleft()
         if self._chains is not None:
             kept = {batch[i].rid for i in positions}
@@ -335,15 +324,9 @@ class TrainerScorer:
                 (self._chains.release if done.rid in kept else self._chains.forget)(done.rid)
         if not positions:
             return
-        cache = self._cache
-        if self._chains is not None:
-            first = cache.num_rollouts
-            cache.trajectories.update({first + j: batch[i].record.trajectory for j, i in enumerate(positions)})
-        cache.completion_ids.extend(list(batch[i].completion_ids) for i in positions)
-        cache.logprobs.extend(batch[i].logprobs for i in positions)
-        cache.rewards.append(rewards[torch.as_tensor(positions)])
-        cache.success.append(labels[positions])
-        cache.tokens.append(np.asarray([len(batch[i].completion_ids) for i in positions], dtype=np.int64))
-        cache.round_index.extend([0 if self._round_of is None else self._round_of(batch[i].rid) for i in positions])
-        cache.add_extra_logs({name: [values[i] for i in positions] for name, values in columns.items()},
-                             len(positions))
+        self._cache.append(
+            [list(batch[i].completion_ids) for i in positions], [batch[i].logprobs for i in positions],
+            rewards[torch.as_tensor(positions)], labels[positions],
+            [0 if self._round_of is None else self._round_of(batch[i].rid) for i in positions],
+            {name: [values[i] for i in positions] for name, values in columns.items()},
+            None if self._chains is None else [batch[i].record.trajectory for i in positions])
