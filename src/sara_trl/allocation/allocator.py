@@ -24,7 +24,7 @@ from sara_trl.allocation.strategies import STRATEGIES, StepContext
 from sara_trl.allocation.streaming import StreamingCollector
 from sara_trl.allocation.types import Fate, RolloutFn, RoundRequest, StepResult, StepStats
 
-__all__ = ["Allocator"]
+__all__ = ["Allocator", "plain_json"]
 
 
 class Allocator:
@@ -96,7 +96,7 @@ class Allocator:
             state["extensions"] = self._ext.state_dict()
         if self._carry is not None:
             state["carry"] = self._carry
-        return _plain(state)
+        return plain_json(state)
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`.
@@ -336,13 +336,13 @@ class Allocator:
         return result
 
 
-def _plain(value):
+def plain_json(value):
     """``value`` with every numpy array and scalar (and tuple) turned into plain Python lists and numbers, so that
     ``json.dump`` writes it and ``json.load`` gives back the same values."""
     if isinstance(value, dict):
-        return {key: _plain(v) for key, v in value.items()}
+        return {key: plain_json(v) for key, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_json(v) for v in value]
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from sara_trl.allocation import AllocationConfig, PromptStream, StreamingCollector
+from sara_trl.allocation.allocator import plain_json
 from sara_trl.allocation.refill import RefillModel
 from sara_trl.allocation.streaming import Request, StreamActions
 from sara_trl.allocation.types import Fate, Group
@@ -166,7 +167,7 @@ class RolloutLoop:
                 first.append(pid)
         stream["owed"] = first + [p for p in stream["owed"] if p not in seen]
         version, internal, gauss = self.rng.getstate()
-        return {"stream": stream, "refill": _plain(self.refill.state_dict()),
+        return {"stream": stream, "refill": plain_json(self.refill.state_dict()),
                 "rng": [version, list(internal), gauss], "next_group_id": int(self.next_group_id)}
 
     def load_state_dict(self, state: dict) -> None:
@@ -397,16 +398,3 @@ class RolloutLoop:
             if self.cancelled:
                 await asyncio.gather(*self.cancelled, return_exceptions=True)
             await self.client.aclose()
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with numpy arrays and scalars turned into lists and Python numbers (for JSON)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
