@@ -266,6 +266,8 @@ def test_streaming_collection_through_the_engine(tmp_path, trainer):
         assert all("sampling/sampling_logp_difference/mean" in entry for entry in result["steps"])
 
 
+@pytest.mark.long  # CI: streaming runs in test_streaming_collection_through_the_engine, carry_over in
+# the 2-process test
 def test_streaming_with_the_bayes_optimal_stopping_rule_and_carry_over(tmp_path):
     """stopping_rule='bayes_optimal' with streaming: step 1 runs the burn-in (no fitted prior: no `sara/lam`), its
     outcomes are fed to the prior fit (auto_min_prompts=1), so step 2 decides on a fitted boundary, logged. With
