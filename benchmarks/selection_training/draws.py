@@ -142,3 +142,14 @@ def draws_per_prompt(tables: list[dict], num_prompts: int) -> np.ndarray:
                 raise ValueError(f"prompt id {pid} outside the {num_prompts} prompts")
             counts[pid] += drawn
     return counts
+
+
+def repeats_in_step(tables: list[dict]) -> int:
+    """Draws (rows not carried in) of a prompt that already had a row earlier in the same step."""
+    total = 0
+    for t in tables:
+        seen = set(t["prompt_id"][: t["carried_in"]])
+        for pid in t["prompt_id"][t["carried_in"]:]:
+            total += pid in seen
+            seen.add(pid)
+    return total

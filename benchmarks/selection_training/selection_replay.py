@@ -109,17 +109,6 @@ def pool_rows(task_index: np.ndarray, task_names: list, prompts: int, seed: int)
     return np.concatenate(out).astype(np.int64)
 
 
-def repeats_in_step(tables: list[dict]) -> int:
-    """Draws (rows not carried in) of a prompt that already had a row earlier in the same step."""
-    total = 0
-    for t in tables:
-        seen = set(t["prompt_id"][: t["carried_in"]])
-        for pid in t["prompt_id"][t["carried_in"]:]:
-            total += pid in seen
-            seen.add(pid)
-    return total
-
-
 def run_one(success, tokens, rows, bank_never: set, cfg: AllocationConfig, cell: Cell, seed: int) -> dict:
     """One (configuration, seed) of a cell: sums over its steps and the per-prompt shares."""
     tables = []
@@ -137,7 +126,7 @@ def run_one(success, tokens, rows, bank_never: set, cfg: AllocationConfig, cell:
             "draw_share_bank": bank["draw_share"], "outcome_share_bank": bank["outcome_share"],
             "draw_share_run": run["draw_share"], "draws_per_prompt": float(per_prompt.mean()),
             "draws_per_prompt_max": int(per_prompt.max()), "prompts_never_drawn": int((per_prompt == 0).sum()),
-            "repeats_in_step": repeats_in_step(tables) / max(bank["draws"], 1),
+            "repeats_in_step": draws.repeats_in_step(tables) / max(bank["draws"], 1),
             "would_mix": tot["wrong_exact"] / tot["abandoned"] if tot["abandoned"] else 0.0,
             "trained_success": draws.trained_success(tables)["success"], "steps": cell.steps}
 

@@ -68,13 +68,7 @@ def run_metrics(rec: dict, never_study: set[int] | None = None) -> dict:
                 "never_outcome_share": shares["outcome_share"]})
     if never_study is not None:
         out["never_draw_share_study"] = draws.draw_shares(tables, never_study)["draw_share"]
-    seen_repeats = 0
-    for t in tables:
-        seen = set(t["prompt_id"][: t["carried_in"]])
-        for pid in t["prompt_id"][t["carried_in"]:]:
-            seen_repeats += pid in seen
-            seen.add(pid)
-    out["repeats_in_step"] = seen_repeats / shares["draws"] if shares["draws"] else 0.0
+    out["repeats_in_step"] = draws.repeats_in_step(tables) / shares["draws"] if shares["draws"] else 0.0
     out["trained_success"] = draws.trained_success(tables)["success"]
     trained = [tasks[pid] for t in tables for pid, f in zip(t["prompt_id"], t["fate"]) if f == 0]
     out["trained_families"] = {f: (trained.count(f) / len(trained) if trained else float("nan"))
