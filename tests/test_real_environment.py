@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow
+# `long` (CI's time): environment_factory with the real model runs end to end on the vLLM engine in CI, in rounds and
+# streaming (tests/test_vllm_cpu.py::test_environment_factory_on_the_engine and ..._streams_on_the_engine)
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def test_real_model_environment_two_sara_steps(tmp_path, monkeypatch):

@@ -151,6 +151,8 @@ def test_quick_flag_sets_smoke_sizes_and_keeps_explicit_choices(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI: the benchmark's own code has fast tests here; its real-model path (rounds on transformers)
+# runs end to end in tests/test_real_model.py::test_one_real_sara_step
 def test_quick_run_trains_and_reports(tmp_path):
     """The --quick form end to end: two real SmolLM2-135M runs (DS and SARA, 2 steps each) and the report."""
     out = tmp_path / "runs"
