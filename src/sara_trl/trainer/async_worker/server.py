@@ -28,7 +28,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["VllmServer", "free_port", "running_requests"]
+__all__ = ["VllmServer", "free_port", "metric_total", "running_requests", "server_metric"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -43,9 +43,37 @@ def _get(url: str, timeout: float) -> str:
         return resp.read().decode()
 
 
+_SAMPLE = r'^{name}(?:\{{(?:[^"}}]|"(?:[^"\\]|\\.)*")*\}})? +([-+0-9.eE]+|[-+]?Inf|NaN)(?: +-?\d+)?$'
+
+
+def metric_total(text: str, name: str) -> float | None:
+    """The value of Prometheus metric ``name`` in exposition ``text``, summed over its label sets (a sample line
+    ``name{labels} value [timestamp]``; ``# HELP`` / ``# TYPE`` lines and other names, ``name_created`` included, are
+    skipped); None when ``text`` has no sample of ``name``."""
+    values = [float(m.group(1)) for m in re.finditer(_SAMPLE.format(name=re.escape(name)), text, re.MULTILINE)]
+    return sum(values) if values else None
+
+
+def server_metric(base_url: str, name: str, timeout: float = 5.0) -> float:
+    """Metric ``name`` of the server at ``base_url`` now (:func:`metric_total` of ``{base_url}/metrics``), e.g.
+    ``vllm:generation_tokens_total`` (tokens generated since the server started, aborted requests' included).
+
+    Raises
+    ------
+    RuntimeError
+        The metrics hold no sample of ``name``.
+    OSError
+        The server did not answer.
+    """
+    value = metric_total(_get(f"{base_url.rstrip('/')}/metrics", timeout), name)
+    if value is None:
+        raise RuntimeError(f"no {name} in {base_url}/metrics")
+    return value
+
+
 def running_requests(base_url: str, timeout: float = 5.0) -> float:
     """Requests the server's engine is running now: ``vllm:num_requests_running`` summed over its label sets, from the
-    Prometheus text at ``{base_url}/metrics``.
+    Prometheus text at ``{base_url}/metrics`` (:func:`server_metric`).
 
     Raises
     ------
@@ -54,12 +82,7 @@ def running_requests(base_url: str, timeout: float = 5.0) -> float:
     OSError
         The server did not answer.
     """
-    text = _get(f"{base_url.rstrip('/')}/metrics", timeout)
-    values = [float(m.group(1)) for m in re.finditer(
-        r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.MULTILINE)]
-    if not values:
-        raise RuntimeError(f"no vllm:num_requests_running in {base_url}/metrics")
-    return sum(values)
+    return server_metric(base_url, "vllm:num_requests_running", timeout)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -119,6 +142,9 @@ class VllmServer:
         ``--max-loras``: adapters resident at once; TRL's LoRA sync needs ``max_staleness + 2``.
     omp_threads_bind : str, optional
         ``VLLM_CPU_OMP_THREADS_BIND`` (e.g. ``"0"`` to pin the engine to core 0); None: vLLM's ``auto``.
+    cpu_affinity : str, optional
+        A CPU list (``taskset -c`` syntax, e.g. ``"0"``) the server and every process it starts run on: the command is
+        prefixed with ``taskset -c cpu_affinity`` (Linux util-linux); None: no pinning.
     extra_args : list of str
         Further command-line flags.
     env : dict
@@ -145,6 +171,7 @@ class VllmServer:
     lora_rank: int | None = None
     max_loras: int = 2
     omp_threads_bind: str | None = None
+    cpu_affinity: str | None = None
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     log_path: str | None = None
@@ -166,8 +193,9 @@ class VllmServer:
         return f"http://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        """The server's command line."""
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
+        """The server's command line (after ``taskset -c cpu_affinity`` when pinned)."""
+        pin = [] if self.cpu_affinity is None else ["taskset", "-c", str(self.cpu_affinity)]
+        cmd = pin + [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
                "--host", self.host, "--port", str(self.port), "--dtype", self.dtype, "--enforce-eager",
                "--max-model-len", str(self.max_model_len), "--max-num-seqs", str(self.max_num_seqs),
                "--logprobs-mode", "processed_logprobs"]
