@@ -238,3 +238,36 @@ def test_the_report_files(runs_dir, tmp_path):
     assert "0.600 [0.352, 0.848] | met |" in text
     saved = json.loads(out.with_suffix(".json").read_text())
     assert saved["targets"][0]["per_seed"] == pytest.approx({"0": 0.5, "1": 0.6, "2": 0.7})
+
+
+def test_heldout_pass_at_1_payloads_and_scoring(monkeypatch):
+    import datasets
+
+    data = datasets.Dataset.from_list([
+        {"prompt": [{"role": "user", "content": "What is 2+2?"}], "answer": "4", "task": "add_0_2"},
+        {"prompt": [{"role": "user", "content": "What is 11*12?"}], "answer": "132", "task": "mul_10_99"},
+        {"prompt": [{"role": "user", "content": "What is 3-5?"}], "answer": "-2", "task": "sub_0_20"}])
+    right = {0: 2, 1: 0, 2: 1}  # samples (of 2) answering right, per prompt
+    sent = []
+
+    class Tok:
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict):
+            assert add_generation_prompt and tokenize and not return_dict
+            return [len(messages[0]["content"])]
+
+    def post(url, payload, timeout=600.0):
+        sent.append((url, payload))
+        i = payload["seed"] - 10_000
+        answer = data[i]["answer"]
+        return json.dumps({"choices": [{"text": f"It is {answer}." if j < right[i] else "I do not know."}
+                                       for j in range(payload["n"])]})
+
+    monkeypatch.setattr(bench, "_post", post)
+    out = bench.heldout_pass_at_1("http://h:1", "bench-final", Tok(), data, samples=2, concurrency=2)
+    assert out["pass_at_1"] == pytest.approx((1.0 + 0.0 + 0.5) / 3)
+    # REAL_TASK.weights order: mul_10_99, add_10_99 (absent), sub_0_20, add_0_2
+    assert out["by_family"][0] == 0.0 and np.isnan(out["by_family"][1]) and out["by_family"][2:] == [0.5, 1.0]
+    assert sorted(p["seed"] for _, p in sent) == [10_000, 10_001, 10_002]
+    first = next(p for _, p in sent if p["seed"] == 10_000)
+    assert sent[0][0] == "http://h:1/v1/completions" and first["prompt"] == [len("What is 2+2?")]
+    assert (first["model"], first["n"], first["temperature"], first["max_tokens"]) == ("bench-final", 2, 0.6, 96)

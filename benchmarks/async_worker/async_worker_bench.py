@@ -308,19 +308,20 @@ def heldout_pass_at_1(url: str, model: str, tokenizer, data, samples: int, concu
     from sara_trl.rewards import numeric_reward
 
     t0 = time.perf_counter()
+    rows = [data[i] for i in range(len(data))]
+    prompt_ids = [list(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False)) for row in rows]  # here: one thread
 
     def one(i: int) -> float:
-        row = data[i]
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
-                                            return_dict=False)
+        row = rows[i]
         body = json.loads(_post(f"{url}/v1/completions", {
-            "model": model, "prompt": list(ids), "n": samples, "temperature": REAL_TASK.temperature, "top_p": 1.0,
+            "model": model, "prompt": prompt_ids[i], "n": samples, "temperature": REAL_TASK.temperature, "top_p": 1.0,
             "top_k": 0, "max_tokens": REAL_TASK.max_completion_length, "seed": 10_000 + i}))
         texts = [c["text"] for c in body["choices"]]
         return float(np.mean([r == 1.0 for r in numeric_reward(texts, answer=[row["answer"]] * len(texts))]))
 
     with ThreadPoolExecutor(max(1, concurrency)) as pool:
-        per_prompt = np.array(list(pool.map(one, range(len(data)))))
+        per_prompt = np.array(list(pool.map(one, range(len(rows)))))
     families = np.array(data["task"])
     return {"pass_at_1": float(per_prompt.mean()),
             "by_family": [float(per_prompt[families == f].mean()) if (families == f).any() else float("nan")
