@@ -144,6 +144,22 @@ def test_report_renders_exact_figures_from_a_run_folder(tmp_path):
     assert "| SARA-auto45-sel | 1 | AMD EPYC | 2026-12-08 | yes | 0.4 | 1.9 | abcdef0 | yes |" in text
 
 
+def test_targets_are_not_judged_on_fewer_seeds_than_the_issue_asks_for(tmp_path):
+    from benchmarks.real_training.real_training_report import load_runs
+
+    folder = _folder(tmp_path)
+    for name in ("DS_seed2.json", "SARA-auto45-sel_seed2.json"):
+        (folder / name).unlink()
+    text = render(*load_runs(folder))
+    # seeds 0-1: 80 rollouts / 1.6 effective batches and 90 / 2.0 -> 0.50 and 0.45 of DS's 100 per effective batch
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, 1) * np.std([0.50, 0.45], ddof=1) / np.sqrt(2)
+    assert (f"{0.475:.3f} [{0.475 - half:.3f}, {0.475 + half:.3f}] over 2 seeds (target <= 0.50, upper end < 0.60): "
+            "not judged: 2 of the 3 seeds the issue asks for.") in text
+    assert "(not below DS's: not judged: 2 of the 3 seeds the issue asks for; mean >= 0)" in text
+
+
 def test_driver_defaults_are_the_studys_and_the_selection_config_adds_history_and_a_rule():
     from benchmarks.real_training import real_training
 
