@@ -271,3 +271,24 @@ def test_heldout_pass_at_1_payloads_and_scoring(monkeypatch):
     first = next(p for _, p in sent if p["seed"] == 10_000)
     assert sent[0][0] == "http://h:1/v1/completions" and first["prompt"] == [len("What is 2+2?")]
     assert (first["model"], first["n"], first["temperature"], first["max_tokens"]) == ("bench-final", 2, 0.6, 96)
+
+
+def test_the_chatml_response_template_lets_trls_worker_parse_smollm2_completions(smollm2_tokenizer_dir):
+    """TRL 1.16's default worker refuses SmolLM2's tokenizer without a response template ("Unrecognized chat
+    template"); with the bench's, TRL's own parser reads a completion back as the assistant's content, and the
+    template survives the pickling that carries the tokenizer into TRL's worker process."""
+    import pickle
+
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+    with pytest.raises(ValueError, match="Unrecognized chat template"):
+        add_response_schema(tokenizer)
+    tokenizer.response_template = bench.CHATML_RESPONSE_TEMPLATE
+    tokenizer = pickle.loads(pickle.dumps(tokenizer))
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False)
+    completion = tokenizer("The answer is 5.<|im_end|>", add_special_tokens=False)["input_ids"]
+    assert parse_response(tokenizer, completion, prefix=list(prompt), tools=None) == {
+        "role": "assistant", "content": "The answer is 5."}

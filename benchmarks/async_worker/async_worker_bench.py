@@ -68,6 +68,11 @@ OUT_DIR = ROOT / "benchmarks" / "async_worker" / "runs"
 ARMS = {"TRL": None, "DS": "dynamic_sampling", "SARA": "sara"}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 EVAL_ADAPTER = "bench-final"
+#: SmolLM2's chat format (ChatML) as a transformers response template, content only (no tools): TRL 1.16's default
+#: rollout worker parses every completion with ``trl.chat_template_utils.parse_response`` and refuses a tokenizer it
+#: has no template for (``add_response_schema``: "Unrecognized chat template"); the SARA and DS workers do not parse.
+CHATML_RESPONSE_TEMPLATE = {"defaults": {"role": "assistant"}, "start_anchor": "<|im_start|>assistant\n",
+                            "fields": {"content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"}}}
 #: settings every run of a folder shares (argparse destinations), forwarded to each run's subprocess
 SETTINGS = ("train_seconds", "k", "groups", "lr", "lora_r", "max_inflight", "max_staleness", "queue_maxsize",
             "max_steps", "prompts", "eval_prompts", "eval_samples", "poll_seconds", "server_cpu", "trainer_cpu")
@@ -371,8 +376,11 @@ def run_one(arm: str, seed: int, args: argparse.Namespace) -> dict:
         else:
             cls, cfg = type("CountingSaraAsyncGRPOTrainer", (TrainedCounter, SaraAsyncGRPOTrainer), {}), \
                 SaraAsyncGRPOConfig(allocator=ARMS[arm], **common)
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        tokenizer.response_template = CHATML_RESPONSE_TEMPLATE  # every arm gets the same tokenizer
         t0 = time.perf_counter()
         trainer = cls(model=checkpoint, reward_funcs=[numeric_reward], args=cfg, train_dataset=train,
+                      processing_class=tokenizer,
                       peft_config=LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules=LORA_TARGETS,
                                              task_type="CAUSAL_LM"))
         rec["build_seconds"] = time.perf_counter() - t0
@@ -412,7 +420,7 @@ def run_one(arm: str, seed: int, args: argparse.Namespace) -> dict:
         adapter = work / EVAL_ADAPTER
         save_lora_adapter(model, trainer.accelerator, model.active_adapters[0], str(adapter))
         _post(f"{url}/v1/load_lora_adapter", {"lora_name": EVAL_ADAPTER, "lora_path": str(adapter)})
-        rec["eval"] = heldout_pass_at_1(url, EVAL_ADAPTER, AutoTokenizer.from_pretrained(checkpoint), heldout,
+        rec["eval"] = heldout_pass_at_1(url, EVAL_ADAPTER, tokenizer, heldout,
                                         args.eval_samples, args.max_inflight // args.eval_samples)
         rec["pass_at_1"] = rec["eval"]["pass_at_1"]
         rec["server_command"] = server.command()
