@@ -183,8 +183,8 @@ def test_offline_command_line_fails_in_seconds_with_one_line(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.long  # CI: SmolLM2 evaluates end to end in tests/test_vllm_cpu.py::test_evaluate_with_the_vllm_backend, the
-# transformers backend in test_command_line_with_tiny_model here
+@pytest.mark.long  # CI: SmolLM2 evaluates end to end in test_vllm_cpu.py::test_evaluate_with_the_vllm_backend,
+# the transformers backend in test_command_line_with_tiny_model here
 def test_smollm2_on_a_handful_of_problems(tmp_path, fixture_data_dir):
     """SmolLM2-135M-Instruct, transformers backend, 2 problems x 2 samples of every benchmark; the recorded pass@1
     must equal re-scoring the kept completions with the benchmark's verifier."""

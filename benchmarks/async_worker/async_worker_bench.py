@@ -60,6 +60,7 @@ from transformers import TrainerCallback
 
 from benchmarks.common import git_commit
 from benchmarks.real_task import REAL_TASK, make_real_task
+from benchmarks.real_training.real_training import run_path  # <out_dir>/<arm>_seed<seed>.json
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "benchmarks.async_worker.async_worker_bench"
@@ -115,11 +116,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         if "--out-dir" not in given:
             args.out_dir = Path(tempfile.mkdtemp(prefix="async_worker_quick_"))
     return args
-
-
-def run_path(out_dir: Path, arm: str, seed: int) -> Path:
-    """Result file of one run: ``<out_dir>/<arm>_seed<seed>.json``."""
-    return Path(out_dir) / f"{arm}_seed{seed}.json"
 
 
 def pending_runs(out_dir: Path, arms: list[str], seeds: list[int]) -> list[tuple[str, int]]:
