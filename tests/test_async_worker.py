@@ -319,9 +319,11 @@ def test_an_abandoned_prompts_requests_in_flight_are_cancelled():
     worker.stop()
     windows = drain(worker.metrics_queue)
     cancelled = client.of("cancelled")
-    # only the long-running speculative requests of the always-failing prompts were cancelled while running ...
+    # only the long-running speculative requests of the always-failing prompts were cancelled while running (had
+    # streamed tokens): a speculative request of a mixed prompt may be cancelled the moment it starts, when its group
+    # has just reached k (0 tokens: surplus, never trained; seen once in five runs of this file) ...
     for s in cancelled:
-        if s.request_id in before_stop:
+        if s.request_id in before_stop and s.tokens > 0:
             assert s.prompt % 2 == 0 and s.j >= 2
     # ... and each of them within a short time of its prompt's abandonment (its second probe's end), before stop
     probes_done: dict[int, float] = {}
