@@ -60,7 +60,7 @@ from transformers import TrainerCallback
 
 from benchmarks.common import git_commit
 from benchmarks.real_task import REAL_TASK, make_real_task
-from benchmarks.real_training.real_training import run_path  # <out_dir>/<arm>_seed<seed>.json
+from benchmarks.real_training.real_training import pin_folder_settings, run_path
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "benchmarks.async_worker.async_worker_bench"
@@ -469,19 +469,12 @@ def main(argv=None) -> int:
                          "(util-linux) and at least 2 cores")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     settings = {key: getattr(args, key) for key in SETTINGS}
-    meta_path = args.out_dir / "settings.json"
-    if meta_path.exists():
-        old = json.loads(meta_path.read_text())["settings"]
-        if old != settings:
-            raise SystemExit(f"{meta_path} was written with other settings ({old}); use another --out-dir or the "
-                             "same settings, so that every run in the folder is comparable")
-    else:
-        raw = argv if argv is not None else sys.argv[1:]
-        meta_path.write_text(json.dumps({
-            "settings": settings, "arms": ARMS, "lora_targets": LORA_TARGETS, "environment": environment(),
-            "task": {"style": REAL_TASK.style, "temperature": REAL_TASK.temperature,
-                     "max_completion_length": REAL_TASK.max_completion_length, "weights": REAL_TASK.weights},
-            "command": f"python -m {MODULE} " + " ".join(shlex.quote(a) for a in raw)}, indent=1))
+    raw = argv if argv is not None else sys.argv[1:]
+    pin_folder_settings(args.out_dir, settings, lambda: {
+        "arms": ARMS, "lora_targets": LORA_TARGETS, "environment": environment(),
+        "task": {"style": REAL_TASK.style, "temperature": REAL_TASK.temperature,
+                 "max_completion_length": REAL_TASK.max_completion_length, "weights": REAL_TASK.weights},
+        "command": f"python -m {MODULE} " + " ".join(shlex.quote(a) for a in raw)})
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     for arm, seed in pending_runs(args.out_dir, arms, seeds):
         print(f"[async_worker] {arm} seed {seed} (load average {os.getloadavg()[0]:.1f})", flush=True)

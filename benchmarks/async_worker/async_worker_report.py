@@ -19,6 +19,7 @@ from pathlib import Path
 
 from benchmarks.async_worker.async_worker_bench import ARMS, OUT_DIR
 from benchmarks.common import Interval, environment_lines, fmt_ci, md_table, mean_ci
+from benchmarks.real_training.real_training_report import load_runs as load_folder
 
 MIN_SEEDS = 3
 #: issue 54's token target: SARA's generated tokens per trained effective group over DS's
@@ -26,21 +27,15 @@ TOKEN_TARGET = {"mean": 0.75, "upper": 0.85}
 
 
 def load_runs(folder: Path) -> tuple[dict, dict]:
-    """``(settings.json document, {arm: {seed: run record}})`` of a run folder, arms in :data:`ARMS` order.
+    """``(settings.json document, {arm: {seed: run record}})`` of a run folder, arms in :data:`ARMS` order
+    (:func:`benchmarks.real_training.real_training_report.load_runs` keyed by ``"arm"``).
 
     Raises
     ------
     FileNotFoundError
         No ``settings.json`` (not a folder ``async_worker_bench.py`` wrote).
     """
-    folder = Path(folder)
-    meta = json.loads((folder / "settings.json").read_text())
-    runs: dict = {}
-    for path in sorted(folder.glob("*_seed*.json")):
-        rec = json.loads(path.read_text())
-        runs.setdefault(rec["arm"], {})[int(rec["seed"])] = rec
-    order = [a for a in ARMS if a in runs] + sorted(set(runs) - set(ARMS))
-    return meta, {a: dict(sorted(runs[a].items())) for a in order}
+    return load_folder(folder, key="arm", order=ARMS)
 
 
 def _div(a: float, b: float) -> float:

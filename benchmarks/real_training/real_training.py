@@ -110,6 +110,25 @@ def parse_args(argv=None, allocators: dict = ALLOCATORS, defaults: dict | None =
     return args
 
 
+def pin_folder_settings(out_dir: Path, settings: dict, describe) -> None:
+    """Fix a run folder's settings at its first run: write ``<out_dir>/settings.json`` (``settings`` and the fields
+    of ``describe()``, called only then), or check that ``settings`` equal the ones it holds.
+
+    Raises
+    ------
+    SystemExit
+        The folder holds runs made with other settings (they would not be comparable).
+    """
+    meta_path = Path(out_dir) / "settings.json"
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text())["settings"]
+        if old != settings:
+            raise SystemExit(f"{meta_path} was written with other settings ({old}); use another --out-dir or the "
+                             "same settings, so that every run in the folder is comparable")
+    else:
+        meta_path.write_text(json.dumps({"settings": settings, **describe()}, indent=1))
+
+
 def run_path(out_dir: Path, allocator: str, seed: int) -> Path:
     """Result file of one run: ``<out_dir>/<allocator>_seed<seed>.json``."""
     return Path(out_dir) / f"{allocator}_seed{seed}.json"
@@ -322,19 +341,12 @@ def main(argv=None, *, allocators: dict = ALLOCATORS, module: str = MODULE, work
     settings = {key: getattr(args, key.replace("-", "_")) for key in
                 ("steps", "groups", "k", "lr", "budget-cap", "prompts", "eval-every", "eval-prompts", "eval-samples",
                  "engine", "threads")}
-    meta_path = args.out_dir / "settings.json"
-    if meta_path.exists():
-        old = json.loads(meta_path.read_text())["settings"]
-        if old != settings:
-            raise SystemExit(f"{meta_path} was written with other settings ({old}); use another --out-dir or the "
-                             "same settings, so that every run in the folder is comparable")
-    else:
-        meta_path.write_text(json.dumps({
-            "settings": settings, "allocators": {n: allocators[n] for n in allocators},
-            "task": {"style": REAL_TASK.style, "temperature": REAL_TASK.temperature,
-                     "max_completion_length": REAL_TASK.max_completion_length, "weights": REAL_TASK.weights},
-            "environment": environment(args),
-            "command": f"python -m {module} " + " ".join(shlex.quote(a) for a in raw_argv)}, indent=1))
+    pin_folder_settings(args.out_dir, settings, lambda: {
+        "allocators": {n: allocators[n] for n in allocators},
+        "task": {"style": REAL_TASK.style, "temperature": REAL_TASK.temperature,
+                 "max_completion_length": REAL_TASK.max_completion_length, "weights": REAL_TASK.weights},
+        "environment": environment(args),
+        "command": f"python -m {module} " + " ".join(shlex.quote(a) for a in raw_argv)})
     forwarded = [f"--{k}={v}" for k, v in settings.items()] + [f"--out-dir={args.out_dir}"]
     for seed in seeds:  # seed-major: every allocator of a seed before the next seed
         for name in names:

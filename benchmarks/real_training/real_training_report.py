@@ -36,22 +36,24 @@ TIMING = ("generation_seconds", "step_seconds")  # ratios of these compare runs 
 TARGETS = {"rollouts": 0.80, "tokens": 0.75, "generation_seconds": 0.85}
 
 
-def load_runs(folder: Path) -> tuple[dict, dict]:
-    """``(settings.json document, {allocator: {seed: run record}})`` of a run folder.
+def load_runs(folder: Path, key: str = "allocator", order=ALLOCATORS) -> tuple[dict, dict]:
+    """``(settings.json document, {name: {seed: run record}})`` of a run folder: each ``*_seed*.json`` record under
+    its ``key`` field (``"allocator"`` here, ``"arm"`` for ``benchmarks/async_worker``), names in ``order`` first,
+    then any others sorted; seeds ascending.
 
     Raises
     ------
     FileNotFoundError
-        The folder has no ``settings.json`` (not written by ``benchmarks/real_training/real_training.py``).
+        The folder has no ``settings.json`` (not written by one of the benchmark drivers).
     """
     folder = Path(folder)
     meta = json.loads((folder / "settings.json").read_text())
     runs: dict = {}
     for path in sorted(folder.glob("*_seed*.json")):
         rec = json.loads(path.read_text())
-        runs.setdefault(rec["allocator"], {})[int(rec["seed"])] = rec
-    order = [a for a in ALLOCATORS if a in runs] + sorted(set(runs) - set(ALLOCATORS))
-    return meta, {a: dict(sorted(runs[a].items())) for a in order}
+        runs.setdefault(rec[key], {})[int(rec["seed"])] = rec
+    names = [a for a in order if a in runs] + sorted(set(runs) - set(order))
+    return meta, {a: dict(sorted(runs[a].items())) for a in names}
 
 
 def machine_of(rec: dict, meta: dict) -> str:
