@@ -12,7 +12,7 @@ CPU platform is installed.
   nothing runs on the server after ``stop()``.
 - A cancelled ``/v1/completions`` request of the worker's client is aborted in the engine.
 - One asynchronous training run end to end: ``SaraAsyncGRPOTrainer`` with a LoRA adapter on SmolLM2, TRL's own adapter
-  sync, two optimizer steps (tests/_async_train.py).
+  sync, two optimizer steps, then a fresh trainer resumed from its step-2 checkpoint for a third.
 """
 
 from __future__ import annotations
@@ -171,25 +171,29 @@ def test_one_asynchronous_training_run_end_to_end_with_lora_sync(server, tmp_pat
     from sara_trl.trainer.trl import port
 
     install_cpu_stand_ins()
-    args = SaraAsyncGRPOConfig(
-        output_dir=str(tmp_path), max_steps=2, num_generations=4, n0=2, per_device_train_batch_size=4,
-        gradient_accumulation_steps=1, max_completion_length=8, learning_rate=1e-4, use_cpu=True, bf16=False,
-        gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="steps", save_steps=2,
-        vllm_server_base_url=server.url, max_staleness=1, weight_sync_steps=1, max_inflight_tasks=8,
-        # one group per step; a queue of one group holds the worker back while the trainer trains (2 shared cores)
-        queue_maxsize=4, token_budget=0, sara_window_groups=1, seed=0)
-    trainer = SaraAsyncGRPOTrainer(
-        model=server.model, reward_funcs=[parity], args=args,
-        train_dataset=datasets.Dataset.from_list(parity_rows(64)),
-        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-                               task_type="CAUSAL_LM"))
-    worker = trainer.rollout_worker
+
+    def make_trainer(max_steps: int):
+        args = SaraAsyncGRPOConfig(
+            output_dir=str(tmp_path), max_steps=max_steps, num_generations=4, n0=2, per_device_train_batch_size=4,
+            gradient_accumulation_steps=1, max_completion_length=8, learning_rate=1e-4, use_cpu=True, bf16=False,
+            gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="steps", save_steps=2,
+            vllm_server_base_url=server.url, max_staleness=1, weight_sync_steps=1, max_inflight_tasks=8,
+            # one group per step; a queue of one group holds the worker back while the trainer trains (2 shared cores)
+            queue_maxsize=4, token_budget=0, sara_window_groups=1, seed=0)
+        trainer = SaraAsyncGRPOTrainer(
+            model=server.model, reward_funcs=[parity], args=args,
+            train_dataset=datasets.Dataset.from_list(parity_rows(64)),
+            peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                   task_type="CAUSAL_LM"))
+        # record what the worker hands to the trainer (both queues are shared with TRL's trainer)
+        worker, pushed, windows = trainer.rollout_worker, [], []
+        put_sample, put_window = worker.rollout_buffer.put_nowait, worker.metrics_queue.put_nowait
+        worker.rollout_buffer.put_nowait = lambda s: (put_sample(s), pushed.append(s))[0]
+        worker.metrics_queue.put_nowait = lambda m: (put_window(m), windows.append(dict(m)))[0]
+        return trainer, worker, pushed, windows
+
+    trainer, worker, pushed, windows = make_trainer(max_steps=2)
     assert port.async_lora_name(trainer) == "trl-policy" and worker.config.lora_name == "trl-policy"
-    # record what the worker hands to the trainer (both queues are shared with TRL's trainer)
-    pushed, windows = [], []
-    put_sample, put_window = worker.rollout_buffer.put_nowait, worker.metrics_queue.put_nowait
-    worker.rollout_buffer.put_nowait = lambda s: (put_sample(s), pushed.append(s))[0]
-    worker.metrics_queue.put_nowait = lambda m: (put_window(m), windows.append(dict(m)))[0]
 
     trainer.train()
 
@@ -225,4 +229,21 @@ def test_one_asynchronous_training_run_end_to_end_with_lora_sync(server, tmp_pat
     import json
 
     saved = json.loads((tmp_path / "checkpoint-2" / WORKER_STATE_NAME).read_text())
-    assert saved["model_version"] >= 2 and saved["worker"]["stream"]["num_prompts"] == 64
+    # TRL syncs at step end, before the save: the checkpoint holds version 3
+    assert saved["model_version"] == 3 and saved["worker"]["stream"]["num_prompts"] == 64
+    assert saved["worker"]["next_group_id"] >= len(groups)
+
+    # resume end to end: a fresh trainer (max_steps 3) resumes from checkpoint-2 and trains one more step. TRL's step
+    # count, the policy version (a cold sync, then one sync: two adapters after the saved version, loaded under new
+    # names on the same server) and the worker's group ids continue from the checkpoint.
+    trainer2, worker2, pushed2, windows2 = make_trainer(max_steps=3)
+    trainer2.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert trainer2.state.global_step == 3
+    assert trainer2.model_version == worker2.model_version == 5
+    log = server.log()
+    assert all(f"Loaded new LoRA adapter: name 'trl-policy-v{u}'" in log for u in (4, 5))
+    assert [h["step"] for h in trainer2.state.log_history if "loss" in h] == [3]
+    assert pushed2 and min(s.group_id for s in pushed2) == saved["worker"]["next_group_id"]
+    assert not worker2._thread.is_alive() and worker2._error is None, repr(worker2._error)
+    assert_windows_balance(windows2)
+    assert sum(w["sara/rollouts_pushed_total"] for w in windows2) == len(pushed2)

@@ -436,6 +436,7 @@ def test_rollout_func_calling_the_engine(tmp_path):
         assert entry["sampling/sampling_logp_difference/mean"] < 1e-4
 
 
+@pytest.mark.long  # CI: the environment test below runs TRL's tool loop on the engine in rounds (its `guess` tool)
 def test_tools_on_the_engine(tmp_path):
     """``tools=[lookup]`` with the SmolLM2 tokenizer on TRL's Qwen3 template, 1 SARA step on the engine. The 135M model
     does not call tools unprompted, so ``vllm_structured_outputs_regex`` lets each turn be a well-formed ``lookup``
