@@ -135,7 +135,7 @@ def test_report_renders_exact_figures_from_a_run_folder(tmp_path):
     # pass@1 at steps 0 and 2; final - DS per seed: +0.05, 0, -0.05
     assert "| DS | 0.100 | 0.250 [0.126, 0.374] | - |" in text
     assert "| SARA-auto45-sel | 0.100 | 0.250 [0.126, 0.374] | 0.000 [-0.124, 0.124] |" in text
-    assert "not below DS's: yes, the interval reaches 0 or above; mean >= 0" in text
+    assert "not below DS's: not shown: the interval spans 0; mean >= 0" in text
     # the draw table: 3 draws a step, 1.5 per prompt (1-2), half the pool never mixed, 66.7% of draws on it
     assert ("| SARA-auto45-sel | 3.0 | 1.50 | 1-2 | 50.0% | 66.7% | 44.8% | 66.7% | 16.7% | 0.625 | 0.25 |"
             in text)
