@@ -313,30 +313,22 @@ def spy(trainer, tokenizer, record: dict) -> None:
     """Record every round (requests and this process's share) and every trained batch of ``trainer``."""
     rounds = record["rounds"]
 
-    # This process's rows of each round, read from the prompts it tokenizes for generation.
-    original_tokenize = trainer._tokenize_prompts
+    # Each round of the batch engine: the global request list (prompt-major, as the allocator asked for it) and this
+    # process's share of it (padding copies included), read from the rows' prompts.
+    original_engine = sara_collect.RoundEngine
 
-    def tokenize(prompts):
-        if trainer.model.training and trainer.sara.replay is None and rounds:
-            rounds[-1]["local"] = [question_index(p[-1]["content"]) for p in prompts]
-        return original_tokenize(prompts)
+    class RecordedRounds(original_engine):
+        def step(self):
+            pids = [pid for _, pid in self._queue]
+            prompt_ids = list(dict.fromkeys(pids))
+            rounds.append({"step": trainer.state.global_step + 1, "prompt_ids": prompt_ids,
+                           "counts": [pids.count(pid) for pid in prompt_ids], "local": None})
+            finished = super().step()
+            rounds[-1]["local"] = [question_index(trainer._sara_row(pid)["prompt"][-1]["content"])
+                                   for pid, _ in self.local]
+            return finished
 
-    trainer._tokenize_prompts = tokenize
-
-    # The global request list of each round, as the allocator passed it to rollout_fn.
-    original_make = sara_collect.make_rollout_fn
-
-    def make_rollout_fn(trainer_, cache, on_round=None):
-        fn = original_make(trainer_, cache, on_round)
-
-        def rollout_fn(prompt_ids, counts):
-            rounds.append({"step": trainer_.state.global_step + 1, "prompt_ids": [int(p) for p in prompt_ids],
-                           "counts": [int(c) for c in counts], "local": None})
-            return fn(prompt_ids, counts)
-
-        return rollout_fn
-
-    sara_collect.make_rollout_fn = make_rollout_fn
+    sara_collect.RoundEngine = RecordedRounds
 
     # What TRL's pipeline returned for this process's share of each generation batch.
     original_generate = trainer._generate_and_score_completions
@@ -410,14 +402,14 @@ def train(name: str, model_dir: str, out: Path, fail_rank: int | None, fail_env_
     trainer = trainer_class(model=model_dir, reward_funcs=reward_funcs, args=args, train_dataset=data,
                             processing_class=tokenizer, **extra)
     record.update(generation_batch_size=args.generation_batch_size, num_generations=args.num_generations)
-    original_make, original_engine = sara_collect.make_rollout_fn, sara_collect.TrajectoryEngine
+    original_rounds, original_engine = sara_collect.RoundEngine, sara_collect.TrajectoryEngine
     spy(trainer, tokenizer, record)
     if streamed:
         stream_on_scripted_engines(trainer, base, record)
     try:
         trainer.train()
     finally:
-        sara_collect.make_rollout_fn, sara_collect.TrajectoryEngine = original_make, original_engine
+        sara_collect.RoundEngine, sara_collect.TrajectoryEngine = original_rounds, original_engine
     # sara/collect_seconds is wall-clock, the one sara/* value that differs between ranks by design
     record["logs"] = [{k: v for k, v in entry.items()
                        if (k.startswith("sara/") and k != "sara/collect_seconds") or k == "step"}

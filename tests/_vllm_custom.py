@@ -12,9 +12,9 @@ the replay (the tags of the input rows, the batch's ``completion_ids`` / ``tool_
 ``tools`` / ``environment``: the SmolLM2 tokenizer with TRL's Qwen3 chat template (which renders tool calls); a tool
 ``lookup(key)`` (counting its invocations), or a guess-the-number environment (``reset`` / ``guess`` counted). The
 135M model does not call tools by itself, so ``vllm_structured_outputs_regex`` restricts each turn to a well-formed
-call of the tool or a short answer: the engine still samples (which of them, which argument). Recorded: every call of
-TRL's ``_tool_call_loop`` (its rows, tool calls and failures), the tool's invocations, every replayed batch's
-``completion_ids`` / ``completion_mask`` / ``tool_mask`` decoded, TRL's ``tools/*`` logs.
+call of the tool or a short answer: the engine still samples (which of them, which argument). Recorded: the tool's
+invocations, every replayed batch's ``completion_ids`` / ``completion_mask`` / ``tool_mask`` decoded, TRL's
+``tools/*`` logs.
 """
 
 from __future__ import annotations
@@ -104,7 +104,6 @@ def main() -> None:
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOTrainer
 
     torch.set_num_threads(2)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -122,7 +121,7 @@ def main() -> None:
         logging_steps=1, save_strategy="no", gradient_checkpointing=False, disable_tqdm=True, seed=0,
         allocator="sara", budget_cap=12.0, use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False,
         collection=cli.collection)
-    record = {"returned": {}, "replays": [], "tool_loops": []}
+    record = {"returned": {}, "replays": []}
     kwargs = {}
     if cli.mode == "rollout_func":
         from vllm import SamplingParams, TokensPrompt
@@ -188,16 +187,6 @@ def main() -> None:
                                          "target": [5 if streamed_game else 4 + i % 3 for i in range(32)]})
             reward_funcs = done_reward
             kwargs["environment_factory"] = GuessEnv
-
-        loop = GRPOTrainer._tool_call_loop
-
-        def spy_loop(self, prompts, *rest):
-            out = loop(self, prompts, *rest)
-            record["tool_loops"].append({"rows": len(prompts), "calls": int(out[4]), "failures": int(out[5]),
-                                         "replay": active_replay(self) is not None})
-            return out
-
-        GRPOTrainer._tool_call_loop = spy_loop
 
     trainer = SaraGRPOTrainer(model=checkpoint, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
                               processing_class=processing_class, **kwargs)

@@ -3,7 +3,8 @@ trained rows, no process ever generating zero rows, and a reward error on one pr
 
 Two layers:
 
-- In-process "fake world": W threads run the real ``rollout_fn`` (and the real allocator) against a fake trainer whose
+- In-process "fake world": W threads run the real batch engine and scorer (``RoundEngine``, ``TrainerScorer``; with
+  the real allocator, on the core's event loop) against a fake trainer whose
   collectives meet at a thread barrier. Every collective checks that all ranks called the same operation with the
   same shape (a mismatch is what hangs or corrupts a real run), and the barrier has a timeout, so a deadlock fails
   the test instead of blocking it. Fast and exact: scripted uneven rounds, a single-prompt round, fewer requests
@@ -37,10 +38,14 @@ import pytest
 import torch
 
 import sara_trl.trainer.distributed as sara_distributed
-import sara_trl.trainer.rollout as sara_rollout
-from sara_trl.allocation import AllocationConfig, Allocator, PromptStream
+import sara_trl.trainer.round_engine as sara_round_engine
+import sara_trl.trainer.streaming as sara_streaming
+from sara_trl.allocation import AllocationConfig, Allocator, PromptStream, RoundOutcome
+from sara_trl.allocation.event_loop import drive_streaming_engine
 from sara_trl.trainer.distributed import split_round
-from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn
+from sara_trl.trainer.rollout import RolloutCache
+from sara_trl.trainer.round_engine import GenerateEngine, RoundEngine
+from sara_trl.trainer.streaming import TrainerScorer
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "_mp_train.py"
@@ -125,9 +130,9 @@ class FakeAccelerator:
 
 
 class FakeTrainer:
-    """What ``make_rollout_fn`` uses of a SARA trainer. Prompt ``p`` is the text ``"prompt p"``; its completion is
-    ``[p] + [rank] * (1 + p % 3)`` (so lengths are known and each completion shows which rank generated it); the
-    reward is ``reward(pids, rank, call)`` per row, and the gather mirrors TRL's ``_calculate_rewards``."""
+    """What the batch engine and the scorer use of a SARA trainer. Prompt ``p`` is the text ``"prompt p"``; its
+    completion is ``[p] + [rank] * (1 + p % 3)`` (so lengths are known and each completion shows which rank generated
+    it); the reward is ``reward(pids, rank, call)`` per row, and the gather mirrors TRL's ``_calculate_rewards``."""
 
     def __init__(self, world: FakeWorld, rank: int, reward, fail_generation_on: tuple = ()):
         self.accelerator = FakeAccelerator(world, rank)
@@ -140,6 +145,7 @@ class FakeTrainer:
         self.world, self.rank, self.reward = world, rank, reward
         self.fail_generation_on = fail_generation_on
         self.calls = 0
+        self.sara = SimpleNamespace(rollout_func=None, success_rule=None)
 
     def _sara_row(self, pid):
         return {"prompt": f"prompt {pid}"}
@@ -167,11 +173,37 @@ class FakeTrainer:
 def fake_world(monkeypatch):
     def make(world: int) -> FakeWorld:
         fake = FakeWorld(world)
-        monkeypatch.setattr(sara_rollout, "gather_object", fake.gather_object)
-        monkeypatch.setattr(sara_distributed, "gather_object", fake.gather_object)
+        for module in (sara_round_engine, sara_streaming, sara_distributed):
+            monkeypatch.setattr(module, "gather_object", fake.gather_object)
         return fake
 
     return make
+
+
+def round_engine(trainer: FakeTrainer, cache: RolloutCache, round_of=None) -> tuple[RoundEngine, TrainerScorer]:
+    """The batch engine of one process in lock-step, and the scorer filling ``cache`` (as ``collect_on_engine``);
+    ``round_of`` the collector's (default: the engine's current round)."""
+    engine = RoundEngine(trainer, GenerateEngine(trainer))
+    return engine, TrainerScorer(trainer, cache, None, round_of=round_of or (lambda rid: engine.rounds),
+                                 lockstep=engine)
+
+
+def scripted_round_fn(trainer: FakeTrainer, cache: RolloutCache):
+    """``rollout_fn(prompt_ids, counts)``: one scripted round as the event loop runs it on the batch engine (the
+    requests prompt-major, one engine step, one reward pass, every completion kept in request order)."""
+    engine, scorer = round_engine(trainer, cache)
+    next_rid = iter(range(10**6))
+
+    def rollout_fn(prompt_ids, counts):
+        requests = np.repeat(prompt_ids, counts).tolist()
+        for pid in requests:
+            engine.add_prompt(next(next_rid), pid)
+        batch = engine.step()
+        labels = scorer.score(requests, batch)
+        scorer.keep(list(range(len(batch))))
+        return RoundOutcome(success=labels, tokens=np.array([len(done.completion_ids) for done in batch]))
+
+    return rollout_fn
 
 
 def even_pid_reward(pids, rank, call):
@@ -184,12 +216,12 @@ SCRIPTED_ROUNDS = [([4, 7], [2, 1]), ([9], [1]), ([6], [3]), ([1, 2, 3, 5], [2, 
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_rollout_fn_lockstep_on_uneven_and_single_prompt_rounds(world, fake_world):
+def test_round_engine_lockstep_on_uneven_and_single_prompt_rounds(world, fake_world):
     fake = fake_world(world)
     caches = [RolloutCache() for _ in range(world)]
 
     def rank_main(rank):
-        fn = make_rollout_fn(FakeTrainer(fake, rank, even_pid_reward), caches[rank])
+        fn = scripted_round_fn(FakeTrainer(fake, rank, even_pid_reward), caches[rank])
         return [fn(np.array(pids), np.array(counts)) for pids, counts in SCRIPTED_ROUNDS]
 
     results = fake.run(rank_main)
@@ -235,8 +267,10 @@ def test_allocator_decisions_identical_across_ranks(allocator, carry_over, fake_
         allocator_, stream = Allocator(cfg), PromptStream(num_prompts=40, seed=3)
         steps, carried, cache = [], [], RolloutCache()
         for _ in range(3 if carry_over else 2):
-            fn = make_rollout_fn(FakeTrainer(fake, rank, random_reward), cache)
-            steps.append(allocator_.collect(fn, stream, 3))
+            collector = allocator_.rounds(stream, 3)
+            engine, scorer = round_engine(FakeTrainer(fake, rank, random_reward), cache, collector.round_of)
+            drive_streaming_engine(collector, engine, None, scorer)
+            steps.append(collector.finish())
             cache = cache.carry(steps[-1].carry_rollout_ids) if carry_over else RolloutCache()
             carried.append(cache.completion_ids)
         return steps, allocator_.state_dict(), stream.state_dict(), carried
@@ -266,14 +300,14 @@ def test_reward_error_on_one_rank_fails_every_rank(fake_world):
         return even_pid_reward(pids, rank, call)
 
     def rank_main(rank):
-        fn = make_rollout_fn(FakeTrainer(fake, rank, failing_reward), RolloutCache())
+        fn = scripted_round_fn(FakeTrainer(fake, rank, failing_reward), RolloutCache())
         for pids, counts in SCRIPTED_ROUNDS:
             fn(np.array(pids), np.array(counts))
 
     (status0, err0), (status1, err1) = fake.run(rank_main)
     assert status1 == "error" and type(err1) is ValueError and str(err1) == "bad reward on rank 1"
     assert status0 == "error" and type(err0) is RuntimeError
-    assert str(err0) == "SARA round 2 (generation and rewards) failed on process 1: ValueError: bad reward on rank 1"
+    assert str(err0) == "SARA round 2 (rewards) failed on process 1: ValueError: bad reward on rank 1"
     # Both stopped in round 2, after the same collectives: rank 1 joined the reward gather with a dummy tensor.
     assert fake.generated == [[2, 1], [2, 1]] and fake.ops[0] == fake.ops[1]
 
@@ -285,7 +319,7 @@ def test_generation_errors_on_several_ranks(fake_world):
 
     def rank_main(rank):
         trainer = FakeTrainer(fake, rank, even_pid_reward, fail_generation_on=((0, 1), (2, 1)))
-        make_rollout_fn(trainer, RolloutCache())(np.array([4, 7]), np.array([2, 1]))
+        scripted_round_fn(trainer, RolloutCache())(np.array([4, 7]), np.array([2, 1]))
 
     results = fake.run(rank_main)
     assert [(s, type(e)) for s, e in results] == [
@@ -293,7 +327,7 @@ def test_generation_errors_on_several_ranks(fake_world):
     ]
     assert str(results[0][1]) == "generation failed on rank 0" and str(results[2][1]) == "generation failed on rank 2"
     assert str(results[1][1]) == (
-        "SARA round 1 (generation and rewards) failed on process 0 (and on processes [2]): "
+        "SARA round 1 (generation) failed on process 0 (and on processes [2]): "
         "MemoryError: generation failed on rank 0"
     )
 
@@ -305,7 +339,7 @@ def test_single_process_errors_propagate_unchanged(fake_world):
         raise KeyError("no such column")
 
     def rank_main(rank):
-        make_rollout_fn(FakeTrainer(fake, rank, failing_reward), RolloutCache())(np.array([3]), np.array([2]))
+        scripted_round_fn(FakeTrainer(fake, rank, failing_reward), RolloutCache())(np.array([3]), np.array([2]))
 
     [(status, err)] = fake.run(rank_main)
     assert status == "error" and type(err) is KeyError and fake.ops == [[]]
@@ -463,7 +497,7 @@ def test_two_processes_reward_error_fails_both(tiny_model_dir, tmp_path):
     rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(tmp_path), "--runs", "sara", "--fail-rank", "1"],
                         timeout_s=300)
     assert_process_1_failed_both(rc, output, tmp_path, "reward function exploded on purpose on process 1",
-                                 "SARA round 1 (generation and rewards)")
+                                 "SARA round 1 (rewards)")
 
 
 @pytest.mark.multiprocess
@@ -545,7 +579,7 @@ def test_two_processes_environment_error_fails_both(fail_after, round_number, ti
     rc, output = launch(["--model-dir", tiny_model_dir, "--out", str(tmp_path), "--runs", "sara_env",
                          "--fail-env-rank", "1", "--fail-env-after", str(fail_after)], timeout_s=240)
     assert_process_1_failed_both(rc, output, tmp_path, ENV_FAIL_MESSAGE,
-                                 f"SARA round {round_number} (generation and rewards)")
+                                 f"SARA round {round_number} (generation)")
 
 
 # ------------------------------------------------------------------------------ streaming with tools, environments

@@ -26,7 +26,7 @@ def test_real_model_environment_two_sara_steps(tmp_path, monkeypatch):
     from benchmarks.env_task.env_task import GuessEnv, GuessFactory, env_task_dataset, hand_answer_to_environment
     from sara_trl import SaraConfig, SaraGRPOTrainer
     from sara_trl.allocation import Fate
-    from sara_trl.trainer import rollout
+    from sara_trl.trainer import collect
     from sara_trl.trainer.environment import environment_methods
     from sara_trl.utils import smollm2_checkpoint, use_tool_chat_template
 
@@ -37,14 +37,14 @@ def test_real_model_environment_two_sara_steps(tmp_path, monkeypatch):
     assert supports_tool_calling(tokenizer)
     factory = GuessFactory()
     loops = []  # per round: the tool loop's per-rollout records (calls, failures, tool_mask)
-    run_tool_loop = rollout.run_tool_loop
 
-    def spy_tool_loop(*args):
-        out = run_tool_loop(*args)
-        loops.append(out[3])
-        return out
+    class RecordedRounds(collect.RoundEngine):
+        def step(self):
+            finished = super().step()
+            loops.append([done.record.trajectory for done in finished])
+            return finished
 
-    monkeypatch.setattr(rollout, "run_tool_loop", spy_tool_loop)
+    monkeypatch.setattr(collect, "RoundEngine", RecordedRounds)
     args = SaraConfig(
         output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
         use_vllm=False, max_steps=2, num_generations=4, per_device_train_batch_size=8, max_completion_length=32,

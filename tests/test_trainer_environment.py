@@ -19,7 +19,7 @@ from test_trainer_tools import sara_logs, spy_replays, tool_tokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from sara_trl import SaraConfig, SaraGRPOTrainer, SaraRLOOConfig, SaraRLOOTrainer
-from sara_trl.trainer.environment import ReplayedEnvironment, draw_environments, replayed_environments
+from sara_trl.trainer.environment import ReplayedEnvironment, replayed_environments
 from sara_trl.trainer.plan import plan_collection
 
 # Prompt i's mode, as in test_trainer_tools: "always" guessed, "never" guessed, "coin": its rollouts alternate.
@@ -275,7 +275,7 @@ def test_environment_refusals(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
     base = dict(output_dir="o", use_cpu=True, report_to="none", num_generations=4, per_device_train_batch_size=8,
                 max_steps=1, use_vllm=True, vllm_mode="colocate")
     plan = plan_collection(SaraGRPOTrainer, SaraConfig(**base), processes=1, environment_factory=True)
-    assert plan.schedule == "rounds" and "`environment_factory` rollout runs TRL's tool loop in rounds" in \
+    assert plan.schedule == "rounds" and "`environment_factory` rollouts run in rounds by default" in \
         plan.schedule_reason
     plan = plan_collection(SaraGRPOTrainer, SaraConfig(**base, collection="streaming"), processes=1,
                            environment_factory=True)
@@ -293,28 +293,32 @@ class OtherEnv(GuessEnv):
     pass
 
 
-def test_draw_and_replayed_pool_follow_trl():
-    """The draw is TRL's (one distinct instance per row and name, the pool grows only when a batch needs more, a dict
-    factory routes by the `environment` field); the replayed pool hands each row its cached observation and restores
-    TRL's pool."""
-    factories = {"a": GuessEnv, "b": OtherEnv}
-    trainer = SimpleNamespace(environment_factories=factories, _multi_environment=True, environments=None,
-                              _environment_pool={"a": [GuessEnv()], "b": []})
-    rows = [{"environment": name} for name in ("a", "b", "a", "a")]
-    first = draw_environments(trainer, rows)
-    assert trainer._batch_environments == ["a", "b", "a", "a"] and trainer.environments is first
-    assert [type(env) for env in first] == [GuessEnv, OtherEnv, GuessEnv, GuessEnv] and len(set(map(id, first))) == 4
-    again = draw_environments(trainer, rows[:2])
-    assert again == first[:2] and len(trainer._environment_pool["a"]) == 3  # reused, not grown
-    with pytest.raises(ValueError, match="`environment='c'`, which is not among"):
-        draw_environments(trainer, [{"environment": "c"}])
+def trl_draw(trainer, rows):
+    """TRL's draw for a batch (GRPOTrainer._generate_and_score_completions): row i of environment ``name`` takes the
+    next instance of that name's pool."""
+    cursor, drawn = {}, []
+    for row in rows:
+        name = row["environment"]
+        drawn.append(trainer._environment_pool[name][cursor.get(name, 0)])
+        cursor[name] = cursor.get(name, 0) + 1
+    return drawn
 
+
+def test_replayed_pool_hands_each_row_its_observation():
+    """While the replay runs, TRL's pool holds one stand-in per row, in row order under each name, whose reset gives
+    the cached observation; TRL's pool and ``trainer.environments`` are restored afterwards."""
+    factories = {"a": GuessEnv, "b": OtherEnv}
+    real = GuessEnv()
+    trainer = SimpleNamespace(environment_factories=factories, _multi_environment=True, environments=[real],
+                              _environment_pool={"a": [real], "b": []})
     pool = trainer._environment_pool
-    with replayed_environments(trainer, ["a", "b", "a"], ["x", None, "z"]):
-        stand_ins = draw_environments(trainer, rows[:3])
-        assert all(isinstance(env, ReplayedEnvironment) for env in stand_ins)
-        assert [env.reset(target=1) for env in stand_ins] == ["x", None, "z"]
-    assert trainer._environment_pool is pool and trainer.environments is again
+    rows = [{"environment": name} for name in ("a", "b", "a")]
+    with replayed_environments(trainer, ["a", "b", "a"], ["x", None, "z"]) as stand_ins:
+        drawn = trl_draw(trainer, rows)
+        assert drawn == [stand_ins[0], stand_ins[2], stand_ins[1]]  # stand-ins listed by name: a, a, b
+        assert all(isinstance(env, ReplayedEnvironment) for env in drawn)
+        assert [env.reset(target=1) for env in drawn] == ["x", None, "z"]
+    assert trainer._environment_pool is pool and trainer.environments == [real]
 
 
 def test_environment_reward_alone(tiny_model_dir, tokenizer, cpu_trainer_kwargs):

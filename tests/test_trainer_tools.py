@@ -265,7 +265,7 @@ def test_tools_refusals(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
     base = dict(output_dir="o", use_cpu=True, report_to="none", num_generations=4, per_device_train_batch_size=8,
                 max_steps=1, use_vllm=True, vllm_mode="colocate")
     plan = plan_collection(SaraGRPOTrainer, SaraConfig(**base), processes=1, tools=True)
-    assert plan.schedule == "rounds" and "chain of requests, not yet measured faster" in plan.schedule_reason
+    assert plan.schedule == "rounds" and "chain of single requests, not yet measured faster" in plan.schedule_reason
     plan = plan_collection(SaraGRPOTrainer, SaraConfig(**base, collection="streaming"), processes=1, tools=True)
     assert (plan.schedule, plan.engine, plan.multi_turn) == ("streaming", "requests", "tools")
     with pytest.raises(ValueError, match="streaming_max_in_flight .* under collection='auto'"):
@@ -369,8 +369,10 @@ def check_tool_rows(model, output, expected_first):
 
 def test_grpo_tools_train_in_rounds_through_trl_tool_loop(tiny_model_dir, tokenizer, cpu_trainer_kwargs,
                                                            monkeypatch):
-    """allocator='sara' with tools: each round runs TRL's tool loop once; the replay hands back whole trajectories
-    (tool output masked by tool_mask), the tool runs once per rollout that calls it, never again in the replay."""
+    """allocator='sara' with tools: each rollout's tool turn runs TRL's own tool loop (one rollout at a time), each
+    round generates its first turns in one call and its post-tool turns in one more; the replay hands back whole
+    trajectories (tool output masked by tool_mask), the tool runs once per rollout that calls it, never again in the
+    replay."""
     lookup.calls = 0
     seen: dict[int, int] = {}
 
@@ -393,11 +395,11 @@ def test_grpo_tools_train_in_rounds_through_trl_tool_loop(tiny_model_dir, tokeni
     logs = sara_logs(trainer)
     assert len(logs) == len(records) == 2
     generated = sum(entry["sara/rollouts_generated"] for entry in logs)
-    # One tool loop per round over the round's rollouts; each rollout called the tool once, in the rounds only.
-    assert len(loops) == sum(entry["sara/rounds"] for entry in logs) and sum(loops) == generated
-    assert lookup.calls == generated
+    # TRL's tool loop once per rollout (each called the tool once), in the rounds only.
+    assert loops == [1] * int(generated) and lookup.calls == generated
     # Generation: per round, one first turn over all its rollouts, then one turn after the tool responses.
-    assert [after for _, after in model.calls] == [False, True] * len(loops)
+    rounds = int(sum(entry["sara/rounds"] for entry in logs))
+    assert [after for _, after in model.calls] == [False, True] * rounds
     for record in records:
         step, output = record["step"], record["output"]
         assert all(MODES[group.prompt_id] == "coin" for group in step.groups)

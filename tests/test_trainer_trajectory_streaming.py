@@ -12,6 +12,7 @@ engine step, so rollouts finish out of order), a tiny random Llama training on C
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from types import SimpleNamespace
 
@@ -32,7 +33,6 @@ from test_trainer_tools import (
 )
 
 from sara_trl import SaraConfig, SaraGRPOTrainer
-from sara_trl.trainer.rollout import run_tool_loop
 from sara_trl.trainer.trajectory import TrajectoryEngine
 
 
@@ -63,8 +63,9 @@ def run_chains(engine, prompt_ids):
 
 
 def test_chain_builds_what_trls_tool_loop_builds(tiny_model_dir, tokenizer, cpu_trainer_kwargs):
-    """Four rollouts (two lookups, a missing tool, a direct answer) as request chains, against TRL's batch tool loop
-    on the same turns: identical ids, tool_mask, log-probs, messages and per-rollout tool call / failure counts."""
+    """Four rollouts (two lookups, a missing tool, a direct answer) as request chains, against TRL's own batch tool
+    loop (``GRPOTrainer._tool_call_loop``) on the same turns: identical ids, tool_mask, log-probs and messages, and the
+    per-rollout tool call / failure counts add up to TRL's totals."""
     trainer = tools_trainer(tiny_model_dir, tokenizer, cpu_trainer_kwargs)
     requests = ScriptedRequests(trainer.processing_class, first_turns)
     questions = [0, 1, 2, 3]
@@ -87,19 +88,23 @@ def test_chain_builds_what_trls_tool_loop_builds(tiny_model_dir, tokenizer, cpu_
         return out, [[-0.01 * (i + 1) for i in range(len(ids))] for ids in out]
 
     trainer._generate_single_turn = regenerate
+    trainer._sync_tool_dicts = [{"lookup": lookup} for _ in questions]
+    trainer._async_tool_dicts = [{} for _ in questions]
     completions = trainer._sara_decode(prompts, prompt_ids, firsts)
-    ids, logprobs, messages, trajectories = run_tool_loop(trainer, prompts, prompt_ids, firsts, completions, lps,
-                                                          images, fields)
+    tool_mask, messages, ids, logprobs, calls, failures, _ = trainer._tool_call_loop(
+        copy.deepcopy(prompts), prompt_ids, [list(ids) for ids in firsts], completions, [list(lp) for lp in lps],
+        images, fields)
     del trainer._generate_single_turn
+    assert lookup.calls == 4  # TRL's loop ran the same two lookups
+    mine = [done.record.trajectory for done in streamed]
     for i, done in enumerate(streamed):
-        t, mine = trajectories[i], done.record.trajectory
         assert done.completion_ids == ids[i] and done.logprobs == logprobs[i]
-        assert mine.env_mask == t.env_mask and mine.turn_ids == t.turn_ids and mine.prompt_ids == t.prompt_ids
-        assert mine.messages == t.messages == done.record.completion
-        assert (mine.tool_calls, mine.tool_failures) == (t.tool_calls, t.tool_failures)
-    assert [t.tool_calls for t in trajectories] == [1, 1, 1, 0]
-    assert [t.tool_failures for t in trajectories] == [0, 0, 1, 0]
-    assert [0 in t.env_mask for t in trajectories] == [True, True, True, False]
+        assert mine[i].env_mask == tool_mask[i] and mine[i].turn_ids == firsts[i]
+        assert mine[i].prompt_ids == prompt_ids[i]
+        assert mine[i].messages == messages[i] == done.record.completion
+    assert [t.tool_calls for t in mine] == [1, 1, 1, 0] and sum(t.tool_calls for t in mine) == calls
+    assert [t.tool_failures for t in mine] == [0, 0, 1, 0] and sum(t.tool_failures for t in mine) == failures
+    assert [0 in t.env_mask for t in mine] == [True, True, True, False]
 
 
 def test_abort_counts_every_turn_so_far_as_surplus(tiny_model_dir, tokenizer, cpu_trainer_kwargs):

@@ -1,20 +1,22 @@
-"""Collecting one training step's B groups, on the road the run's :class:`~sara_trl.trainer.plan.CollectionPlan`
-chose once at set-up.
+"""Collecting one training step's B groups: every schedule on the core's event loop
+(:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`) with one scorer
+(:class:`~sara_trl.trainer.streaming.TrainerScorer`), on the engine the run's
+:class:`~sara_trl.trainer.plan.CollectionPlan` chose once at set-up.
 
-``engine="generate"``: :meth:`sara_trl.allocation.Allocator.collect` runs rounds over SARA's own prompt stream, each
-round ONE call of the step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`). ``engine="requests"``
-(:func:`collect_on_engine`): the allocator's collector (streaming, or rounds with ``overlap_round_scoring``) on the
-colocated vLLM engine through the core's event loop, request by request (:mod:`sara_trl.trainer.streaming`); with
-streaming on several processes each collects its share and one exchange merges them. Either way every reward pass
-goes through :func:`~sara_trl.trainer.rollout.reward_pass` and :func:`~sara_trl.trainer.rollout.score_rewards` into
-:meth:`RolloutCache.append <sara_trl.trainer.rollout.RolloutCache.append>`, and the result is exactly B groups
-(committed ones first, then fill groups) and a :class:`~sara_trl.trainer.rollout.RolloutCache` of every rollout, ids
-as in the result. With ``carry_over`` the rollouts carried from the previous step take the first ids.
+``engine="generate"``: the allocator's rounds (:meth:`~sara_trl.allocation.Allocator.rounds`) on the batch engine,
+one TRL generation call per round, lock-step across processes (:mod:`sara_trl.trainer.round_engine`).
+``engine="requests"``: streaming, or rounds with ``overlap_round_scoring``, on the colocated vLLM engine request by
+request (:mod:`sara_trl.trainer.streaming`); with streaming on several processes each collects its share and one
+exchange merges them. ``tools`` and ``environment_factory`` wrap either engine in a
+:class:`~sara_trl.trainer.trajectory.TrajectoryEngine`. The result is exactly B groups (committed ones first, then
+fill groups) and a :class:`~sara_trl.trainer.rollout.RolloutCache` of every rollout, ids as in the result; with
+``carry_over`` the rollouts carried from the previous step take the first ids.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,8 @@ from trl.extras.profiling import profiling_context
 from sara_trl.allocation import StepResult
 from sara_trl.trainer.metrics import collection_warning
 from sara_trl.trainer.progress import ALLOCATOR_LABELS, RoundProgress
-from sara_trl.trainer.rollout import RolloutCache, make_rollout_fn, trainer_scores
+from sara_trl.trainer.rollout import RolloutCache, trainer_scores
+from sara_trl.trainer.round_engine import GenerateEngine, RoundEngine
 from sara_trl.trainer.streaming import (
     StreamRun,
     TrainerScorer,
@@ -64,7 +67,7 @@ class CollectedStep:
         Wall-clock of the collection.
     stream_run : StreamRun or None
         On the request engine (the plan's ``engine="requests"``): engine steps and reward seconds (of the slowest
-        process); None with rounds through ``rollout_fn``.
+        process); None on the batch engine (the round metrics stand for it).
     """
 
     result: StepResult
@@ -100,14 +103,9 @@ def collect_step(trainer: SaraTrainerBase) -> CollectedStep:
                            f"{run.allocator.carried_rollouts} carried by the allocator")
     show = trainer.accelerator.is_main_process and not args.disable_tqdm
     start = time.perf_counter()
-    stream_run = None
-    if run.plan.engine == "requests":
-        with port.vllm_awake(trainer):
-            result, cache, stream_run = collect_on_engine(trainer, num_groups, cache)
-    else:
-        label = ALLOCATOR_LABELS.get(args.allocator, args.allocator)
-        with RoundProgress(trainer.state.global_step + 1, show, label) as progress, port.vllm_awake(trainer):
-            result = run.allocator.collect(make_rollout_fn(trainer, cache, progress), run.stream, num_groups)
+    with RoundProgress(trainer.state.global_step + 1, show and run.plan.engine == "generate",
+                       ALLOCATOR_LABELS.get(args.allocator, args.allocator)) as progress, port.vllm_awake(trainer):
+        result, cache, stream_run = collect_on_engine(trainer, num_groups, cache, progress)
     seconds = time.perf_counter() - start
     run.last_step = result
     carried = result.carried_by(trainer.accelerator.process_index)
@@ -127,58 +125,60 @@ def collect_step(trainer: SaraTrainerBase) -> CollectedStep:
 
 
 def collect_on_engine(
-    trainer: SaraTrainerBase, num_groups: int, cache: RolloutCache
-) -> tuple[StepResult, RolloutCache, StreamRun]:
-    """The plan's request engine (``engine="requests"``): this process's collector on its colocated vLLM engine,
-    request by request, through the core's event loop (:func:`_drive_on_engine`). Streaming collects this process's
-    share of the batch, then, with several processes, the one exchange gives every process the merged batch and
-    rollouts; rounds (``overlap_round_scoring``, one process) run the allocator's rounds
-    (:meth:`~sara_trl.allocation.Allocator.rounds`), each round's rollouts single requests scored in reward passes
-    that overlap the round's slowest completions, the strategy deciding once the whole round is in.
+    trainer: SaraTrainerBase, num_groups: int, cache: RolloutCache, progress: RoundProgress | None = None
+) -> tuple[StepResult, RolloutCache, StreamRun | None]:
+    """This process's collector on the plan's engine, through the core's event loop (:func:`_drive_on_engine`).
+
+    Rounds (paper Alg. 1; :meth:`~sara_trl.allocation.Allocator.rounds`) run on the batch engine (lock-step: every
+    process makes the same decisions and ends with the same result and cache) or, with ``overlap_round_scoring``, as
+    single requests on the colocated vLLM engine, scored while the round's slowest completions still generate.
+    Streaming collects this process's share of the batch on its colocated vLLM engine; with several processes the
+    one exchange then gives every process the merged batch and rollouts.
 
     Parameters
     ----------
     trainer : SaraTrainerBase
-        The SARA trainer (``use_vllm=True, vllm_mode="colocate"``).
+        The SARA trainer.
     num_groups : int
         B, the groups of the whole batch.
     cache : RolloutCache
         Receives this process's rollouts; with ``carry_over`` it starts with the ones this process carried in.
+    progress : RoundProgress, optional
+        Counts the rounds of the batch engine.
 
     Returns
     -------
     result : StepResult
-        Exactly ``num_groups`` groups (with streaming, this process's share first on process 0, in process order;
-        with ``carry_over`` on several processes, every process's carried ids, :meth:`StepResult.carried_by`).
+        Exactly ``num_groups`` groups (with streaming on several processes, this process's share first on process 0,
+        in process order; with ``carry_over``, every process's carried ids, :meth:`StepResult.carried_by`).
     cache : RolloutCache
         Every process's rollouts (carried in and recorded), ids as in ``result``.
-    run : StreamRun
-        Engine steps, reward passes and the seconds spent scoring and waiting for scores (of the slowest process:
-        the one with the most engine steps).
+    run : StreamRun or None
+        On the request engine: engine steps, reward passes and the seconds spent scoring and waiting for scores (of
+        the slowest process: the one with the most engine steps); None on the batch engine (its rounds are the
+        metrics).
     """
     run = trainer.sara
-    world = trainer.accelerator.num_processes
-    if run.plan.schedule == "rounds":
+    plan = run.plan
+    if plan.engine == "requests":
         port.sync_weights_once(trainer)
+    if plan.schedule == "rounds":
         collector = run.allocator.rounds(run.stream, num_groups, threshold=run.success_rule.threshold)
-        round_of, profile = collector.round_of, "vLLM.rounds"
     else:
-        groups = shard_groups(num_groups, world)
-        port.sync_weights_once(trainer)
+        groups = shard_groups(num_groups, plan.processes)
         max_in_flight = trainer.args.streaming_max_in_flight or default_max_in_flight(
             groups, trainer.num_generations, getattr(trainer.vllm_generation, "max_num_seqs", None))
         collector = run.allocator.streaming(run.stream, groups, max_in_flight)
-        round_of, profile = None, "vLLM.stream"
     result, error, stream_run = None, None, StreamRun()
     try:
-        stream_run = _drive_on_engine(trainer, collector, cache, profile, round_of)
+        stream_run = _drive_on_engine(trainer, collector, cache, progress)
         result = collector.finish()
-    except Exception as exc:  # with several processes, fail every process at the exchange below
-        if world == 1:
+    except Exception as exc:  # sharded: fail every process at the exchange below
+        if not plan.sharded:
             raise
         error = exc
-    if world == 1:
-        return result, cache, stream_run
+    if not plan.sharded:
+        return result, cache, stream_run if plan.engine == "requests" else None
     local = None if result is None else result.stats  # None only on a failed process, which raises below
     # the ids this process's result indexes: the rollouts it carried in, then those it recorded (= its cache)
     result, payloads = gather_streaming_step(trainer.accelerator, result, cache.num_rollouts, (cache, stream_run),
@@ -187,11 +187,12 @@ def collect_on_engine(
     return result, RolloutCache.concat([c for c, _ in payloads]), slowest_stream_run([r for _, r in payloads])
 
 
-def _drive_on_engine(trainer: SaraTrainerBase, collector: Any, cache: RolloutCache, profile: str,
-                     round_of=None) -> StreamRun:
-    """Drive ``collector`` (streaming or rounds) on this process's colocated vLLM engine to the end of the step,
-    scoring through the trainer's reward functions into ``cache``
-    (:func:`~sara_trl.allocation.event_loop.drive_streaming_engine`, ``streaming_reward_lag``)."""
+def _drive_on_engine(trainer: SaraTrainerBase, collector: Any, cache: RolloutCache,
+                     progress: RoundProgress | None) -> StreamRun:
+    """Drive ``collector`` (rounds or streaming) on the plan's engine to the end of the step, scoring through the
+    trainer's reward functions into ``cache``: the batch engine wrapped in a lock-step :class:`RoundEngine` (a reward
+    pass per round), or this process's colocated vLLM engine (``streaming_reward_lag``); ``tools`` and
+    ``environment_factory`` put a :class:`TrajectoryEngine` around either."""
     tokens: dict[int, list[int]] = {}
 
     def prompt_tokens(prompt_id: int) -> list[int]:
@@ -200,19 +201,33 @@ def _drive_on_engine(trainer: SaraTrainerBase, collector: Any, cache: RolloutCac
             tokens[prompt_id] = list(ids[0])
         return tokens[prompt_id]
 
-    engine = trainer._sara_request_engine(f"sara-{trainer.state.global_step}-")
+    plan = trainer.sara.plan
+    batch = plan.engine == "generate"
+    engine = GenerateEngine(trainer) if batch else trainer._sara_request_engine(f"sara-{trainer.state.global_step}-")
     chains = None
     if streams_trajectories(trainer):  # tools / environment_factory: each rollout a chain of requests
         engine = chains = TrajectoryEngine(trainer, engine)
-    scorer = TrainerScorer(trainer, cache, prompt_tokens, round_of=round_of, chains=chains)
+    rounds = None
+    if batch:
+        engine = rounds = RoundEngine(trainer, engine)
+    on_pass = None if rounds is None or progress is None else (
+        lambda count, labels: progress(rounds.rounds, count, labels))
+    round_of = collector.round_of if plan.schedule == "rounds" else None
+    scorer = TrainerScorer(trainer, cache, prompt_tokens, round_of=round_of, chains=None if batch else chains,
+                           lockstep=rounds, on_pass=on_pass)
+    profile = nullcontext() if batch else profiling_context(
+        trainer, "vLLM.rounds" if plan.schedule == "rounds" else "vLLM.stream")
     try:
-        with profiling_context(trainer, profile):
+        with profile:
             return drive_streaming_engine(collector, engine, prompt_tokens, scorer,
-                                          reward_lag=trainer.args.streaming_reward_lag)
+                                          reward_lag=0 if batch else trainer.args.streaming_reward_lag)
     finally:
-        if chains is not None:  # every environment back in the pool; what never reached the cache is surplus
+        if rounds is not None:
+            rounds.close()  # the trajectory engine inside it too
+        elif chains is not None:
             chains.close()
-            cache.env_resets += chains.env_resets
+        if chains is not None:  # every environment back in the pool; what never reached the cache is surplus
+            cache.env_resets += chains.env_resets if rounds is None else rounds.env_resets
             for unit, value in chains.uncached.items():
                 cache.uncached[unit] = cache.uncached.get(unit, 0) + value
 

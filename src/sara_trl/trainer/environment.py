@@ -1,14 +1,12 @@
-"""TRL's ``environment_factory`` (GRPO) in SARA's rounds, and in the replay.
+"""TRL's ``environment_factory`` (GRPO) in SARA's collection, and in the replay.
 
-A round does for its rows what TRL's GRPO generation batch does for a batch before it
-generates (:func:`reset_environments`): it draws one instance per rollout from TRL's pool
-(the port's ``environment_pool``, grown by the factory when a round needs more instances than exist), records each
-row's environment name (the port's ``set_batch_environments``, which TRL's tokenization and tool loop read for the
-per-prompt tool schema), calls ``environment.reset(**row)`` and appends the observation it returns to the prompt's last
-message. The drawn instances are ``trainer.environments``, which TRL's ``_calculate_rewards`` hands the reward
-functions (the environment's own ``get_reward`` among them) as ``environments``. Their public methods, bound to each
-rollout's instance, are that rollout's tools (:func:`rollout_tools`). Instances are reused from round to round (reset
-again), as TRL reuses them from batch to batch: the rewards of a round are computed before the next round resets them.
+Every rollout leases one instance from TRL's pool (the port's ``environment_pool``, grown by the factory when every
+instance is leased), resets it with its row and appends the observation to its prompt's last message
+(:class:`~sara_trl.trainer.trajectory.TrajectoryEngine`, the one multi-turn path, with the helpers here:
+:func:`environment_name`, :func:`check_environment_names`, :func:`append_observation`); the instance's public methods
+are the rollout's tools (:func:`environment_methods`) and it reaches the reward functions as ``environments``. Instances
+are reused (reset again), as TRL reuses them from batch to batch: a rollout's rewards are computed before its instance
+is leased again.
 
 The replay must not reset the real instances again (a reset may be costly, or may advance the environment's own
 random state): while TRL's unchanged pipeline replays the committed rows, its pool holds stand-ins
@@ -30,9 +28,8 @@ from sara_trl.trainer.trl import port
 if TYPE_CHECKING:
     from sara_trl.trainer.hooks import RoundTrainer
 
-__all__ = ["ReplayedEnvironment", "append_observation", "check_environment_names", "draw_environments",
-           "environment_methods", "environment_name", "replayed_environments", "reset_environments", "rollout_tools",
-           "uses_environments"]
+__all__ = ["ReplayedEnvironment", "append_observation", "check_environment_names", "environment_methods",
+           "environment_name", "replayed_environments", "uses_environments"]
 
 
 def uses_environments(trainer: RoundTrainer) -> bool:
@@ -60,58 +57,12 @@ def check_environment_names(trainer: RoundTrainer, names: list) -> None:
                          f"`environment_factory`. Expected one of: {list(trainer.environment_factories)}.")
 
 
-def draw_environments(trainer: RoundTrainer, rows: list[dict]) -> list:
-    """Draw one environment instance per row from TRL's pool, as TRL does for a batch.
-
-    Records each row's environment name (the port's ``set_batch_environments``) and ``trainer.environments`` (the drawn
-    instances, what ``_calculate_rewards`` hands the reward functions); the pool grows by one factory call for each
-    instance a name lacks.
-
-    Parameters
-    ----------
-    rows : list of dict
-        ``(N,)`` dataset rows of this process's share of the round.
-
-    Returns
-    -------
-    list
-        ``(N,)`` instances, the i-th for ``rows[i]`` (distinct within the call).
-
-    Raises
-    ------
-    ValueError
-        A row names an environment that is not among ``environment_factory``'s (dict factory only).
-    """
-    names = [environment_name(trainer, row) for row in rows]
-    check_environment_names(trainer, names)
-    port.set_batch_environments(trainer, names)
-    drawn, cursor = [], {}
-    for name in names:
-        pool = port.environment_pool(trainer, name)
-        index = cursor.get(name, 0)
-        if index == len(pool):
-            pool.append(trainer.environment_factories[name]())
-        cursor[name] = index + 1
-        drawn.append(pool[index])
-    trainer.environments = drawn
-    return drawn
-
-
 def environment_methods(environment: Any) -> list[Callable]:
     """The tools an environment instance exposes, as TRL lists them: its class's public functions other than
     ``reset`` and ``get_reward``, bound to the instance."""
     members = inspect.getmembers(type(environment), predicate=inspect.isfunction)  # on the class: no properties run
     return [getattr(environment, name) for name, _ in members
             if name not in ("reset", "get_reward") and not name.startswith("_")]
-
-
-def rollout_tools(trainer: RoundTrainer, n: int) -> list[list[Callable]]:
-    """``(n,)`` the tools of each rollout of a round: the standalone ``tools``, then, with environments, the methods
-    of the rollout's drawn instance (``trainer.environments``, :func:`draw_environments`)."""
-    standalone = port.standalone_tools(trainer)
-    if not uses_environments(trainer):
-        return [standalone] * n
-    return [standalone + environment_methods(environment) for environment in trainer.environments]
 
 
 def append_observation(prompt: list, observation: Any) -> list:
@@ -125,32 +76,6 @@ def append_observation(prompt: list, observation: Any) -> list:
     if isinstance(observation, str) and isinstance(content, list):
         observation = [{"type": "text", "text": observation}]
     return prompt[:-1] + [{**prompt[-1], "content": content + observation}]
-
-
-def reset_environments(trainer: RoundTrainer, rows: list[dict], prompts: list) -> tuple[list, list]:
-    """Before a round generates: draw one instance per row (:func:`draw_environments`), reset each with its row
-    (``reset(**row)``, without the ``environment`` field of a dict factory) and append the observations.
-
-    Parameters
-    ----------
-    rows : list of dict
-        ``(N,)`` dataset rows of this process's share of the round.
-    prompts : list
-        ``(N,)`` their prompts.
-
-    Returns
-    -------
-    prompts : list
-        ``(N,)`` the prompts with each observation appended (what TRL tokenizes and the reward functions receive).
-    observations : list
-        ``(N,)`` what each ``reset`` returned (None: nothing appended), kept for the replay.
-    """
-    environments = draw_environments(trainer, rows)
-    observations = []
-    for environment, row in zip(environments, rows):
-        kwargs = {k: v for k, v in row.items() if k != "environment"} if port.multi_environment(trainer) else row
-        observations.append(environment.reset(**kwargs))
-    return [append_observation(p, o) for p, o in zip(prompts, observations)], observations
 
 
 class ReplayedEnvironment:

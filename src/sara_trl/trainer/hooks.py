@@ -1,6 +1,7 @@
 """The seam between SARA and a TRL trainer base: what a trainer class must provide, declared as two Protocols.
 
-:class:`RoundTrainer` is what :func:`sara_trl.trainer.rollout.make_rollout_fn` uses to run one generation round;
+:class:`RoundTrainer` is what the batch engine and the scorer (:mod:`sara_trl.trainer.round_engine`,
+:class:`~sara_trl.trainer.streaming.TrainerScorer`) use to run one generation round;
 :class:`SaraTrainerBase` adds what :class:`sara_trl.trainer.mixin.SaraTrainerMixin` uses to replay the committed rows
 through TRL and to keep TRL's metrics free of padding rows. Each member is marked *TRL* (a public member of the TRL
 trainer base), *mixin* or *hook* (written in the SARA trainer file, e.g. :mod:`sara_trl.trainer.grpo`). TRL's private
@@ -21,7 +22,8 @@ __all__ = ["HOOKS", "RoundTrainer", "SaraTrainerBase", "check_trainer_class"]
 
 
 class RoundTrainer(Protocol):
-    """What one generation round needs from a trainer (used by :func:`~sara_trl.trainer.rollout.make_rollout_fn`).
+    """What one generation round needs from a trainer (the batch engine,
+    :class:`~sara_trl.trainer.round_engine.GenerateEngine`, and the scorer).
 
     Attributes
     ----------
@@ -44,11 +46,11 @@ class RoundTrainer(Protocol):
         *Hook* (optional class attribute, default False). Whether the base's loss masks a ``rollout_func``'s
         ``env_mask`` (GRPO: as its ``tool_mask``); without it an ``env_mask`` raises.
     tools
-        *TRL* (optional; GRPO). Every tool: with a tool, a round runs TRL's tool loop through the port
-        (:func:`sara_trl.trainer.rollout.run_tool_loop`).
+        *TRL* (optional; GRPO). Every tool: with a tool, each rollout runs TRL's tool loop, one rollout at a time
+        through the port (:class:`sara_trl.trainer.trajectory.TrajectoryEngine`).
     environment_factories, environments
-        *TRL* (optional; GRPO with ``environment_factory``). The factories by name and the drawn instances: a round
-        draws and resets through them and TRL's pool (:mod:`sara_trl.trainer.environment`).
+        *TRL* (optional; GRPO with ``environment_factory``). The factories by name and the instances the reward
+        functions receive: each rollout leases and resets one from TRL's pool (:mod:`sara_trl.trainer.environment`).
     """
 
     accelerator: Any

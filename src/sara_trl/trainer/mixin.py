@@ -12,14 +12,16 @@ engine on a CPU).
 
 How one generation batch is built:
 
-1. **Collect.** :meth:`sara_trl.allocation.Allocator.collect` runs rounds over SARA's own prompt stream. Each round is
-   ONE call of the step's ``rollout_fn`` (:mod:`sara_trl.trainer.rollout`): TRL's own ``_tokenize_prompts`` and
-   ``_generate_single_turn`` with every prompt's ids repeated ``count`` times (``num_generations=1``; with ``tools=``,
-   then TRL's own ``_tool_call_loop``, which runs the tools and generates again until no rollout calls one; with
-   ``environment_factory``, each rollout's pooled environment instance is first reset with its row, as TRL does,
-   :mod:`~sara_trl.trainer.environment`), then ONE
-   pass of the reward functions (TRL's ``_calculate_rewards``). Success labels come from the rewards (threshold on the
-   weighted sum, or one named function). The result is exactly B groups: committed ones first, then fill groups.
+1. **Collect** (:mod:`~sara_trl.trainer.collect`). The allocator's collector (rounds, paper Alg. 1, or streaming)
+   runs on the core's event loop over SARA's own prompt stream, on the engine the run's plan chose: the batch engine
+   (:mod:`~sara_trl.trainer.round_engine`: each round ONE call of TRL's own ``_tokenize_prompts`` and
+   ``_generate_single_turn`` over every requested rollout, ``num_generations=1``, or of the user's ``rollout_func``),
+   or the colocated vLLM engine request by request. With ``tools=`` or ``environment_factory`` each rollout is a
+   chain of turns (:mod:`~sara_trl.trainer.trajectory`: its environment instance reset with its row, TRL's own tool
+   loop run one rollout at a time, every turn still to generate in the next engine step). Each reward pass is ONE
+   call of TRL's ``_calculate_rewards`` (:class:`~sara_trl.trainer.streaming.TrainerScorer`). Success labels come from
+   the rewards (threshold on the weighted sum, or one named function). The result is exactly B groups: committed
+   ones first, then fill groups.
 2. **Lay out.** Each group becomes k contiguous rows (TRL defines groups by contiguity, ``view(-1, k)``): its
    rollouts, then padding rows up to k (short groups when ``commit_min < k``; all k rows for a fill group). Padding
    rows carry the group's prompt, a completion of :data:`PADDING_COMPLETION_TOKENS` EOS tokens and an all-NaN reward

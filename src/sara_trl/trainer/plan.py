@@ -30,11 +30,11 @@ _ROUNDS_ONLY_LABELS = {"reward_funcs": "a reward model under DeepSpeed ZeRO-3 on
 # Features streaming runs (one request chain per rollout, sara_trl.trainer.trajectory) but "auto" keeps in rounds:
 # the reason for "auto".
 _AUTO_ROUNDS_REASONS = {
-    "tools": "a `tools` trajectory runs TRL's tool loop in rounds by default; collection='streaming' runs each "
-             "trajectory as a chain of requests, not yet measured faster than rounds",
-    "environment_factory": "an `environment_factory` rollout runs TRL's tool loop in rounds by default; "
-                           "collection='streaming' runs each trajectory as a chain of requests, not yet measured "
-                           "faster than rounds",
+    "tools": "`tools` trajectories run in rounds by default (each turn of a round in one TRL generation call); "
+             "collection='streaming' runs each as a chain of single requests, not yet measured faster than rounds",
+    "environment_factory": "`environment_factory` rollouts run in rounds by default (each turn of a round in one "
+                           "TRL generation call); collection='streaming' runs each as a chain of single requests, not "
+                           "yet measured faster than rounds",
 }
 # The features that generate multi-turn (or whole) rollouts themselves, in the order the plan names them.
 _MULTI_TURN = ("rollout_func", "tools", "environment_factory")
@@ -55,8 +55,8 @@ class CollectionPlan:
         ``overlap_round_scoring``).
     multi_turn : str or None
         What generates a rollout beyond one completion: ``"rollout_func"`` (the user's, whole batches), ``"tools"``
-        or ``"environment_factory"`` (TRL's tool loop in rounds, a chain of requests per rollout on the request
-        engine); None: one completion per rollout.
+        or ``"environment_factory"`` (a chain of turns per rollout on either engine,
+        :class:`~sara_trl.trainer.trajectory.TrajectoryEngine`); None: one completion per rollout.
     processes : int
         Processes of the run (with streaming, each collects its own share of the batch from its own shard).
     schedule_reason, engine_reason : str

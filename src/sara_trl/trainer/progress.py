@@ -57,8 +57,8 @@ class RoundProgress:
     Disabled when ``enabled`` is False (not the main process, or ``args.disable_tqdm``) and when the output is not a
     terminal (:func:`sara_trl.utils.quiet.on_terminal`: in a file or a pipe the bar's redraws would split the lines
     printed beside it). Use as a context manager
-    around one step's collection; call the instance after each round (it is the ``on_round`` hook of
-    :func:`sara_trl.trainer.rollout.make_rollout_fn`). While the bar is shown, warnings and log records are printed
+    around one step's collection; call the instance after each round (the scorer's ``on_pass`` on the batch engine,
+    :func:`sara_trl.trainer.collect.collect_on_engine`). While the bar is shown, warnings and log records are printed
     above it (``tqdm.write``) rather than into it.
 
     Parameters

@@ -1,60 +1,33 @@
-"""The rollout source of one training step: ``rollout_fn(prompt_ids, counts)`` as a closure over the trainer.
+"""What one step's rollouts produced, and how they are scored: the rollout cache and the one reward pass.
 
-One call = one round = ONE batched generation call through TRL's own generation path (vLLM colocate/server engine,
-transformers continuous batching or ``model.generate``), then ONE pass of the reward functions over the new rollouts.
-With ``tools=`` (GRPO), the first generation is followed by TRL's own tool loop (:func:`run_tool_loop`): the rollouts
-that called a tool get its output appended and are generated again together, until none calls one. With
-``environment_factory`` (GRPO), the round first draws one environment instance per rollout from TRL's pool, resets it
-with the rollout's row and appends its observation to the prompt (:mod:`sara_trl.trainer.environment`); the
-instances' methods are the rollouts' tools and they reach the reward functions as ``environments``. Everything a rollout
-produced (completion ids, vLLM sampling log-probs, the per-function reward row, extra log columns, with tools its
-``tool_mask``, messages and tool call counts, with environments its observation) is kept in a :class:`RolloutCache`,
-indexed by the step-local rollout id the allocation core uses, so the committed rollouts can later be *replayed*
-through TRL's unchanged scoring pipeline without generating, scoring or resetting an environment again.
-
-Distributed layout (lock-step rounds): every process runs the same allocator on the same
-outcomes, so every process builds the same global request list. It is padded to a multiple of the world size W with
-copies of its last request (their results are discarded) and cut into W equal contiguous chunks, one per process.
-TRL's reward gather (inside ``_calculate_rewards``) and one ``gather_object`` of the completions then give every
-process all outcomes, in global request order. One more small ``gather_object`` per round exchanges error state
-(:mod:`sara_trl.trainer.distributed`): if generation or a reward function raises on one process, that process joins
-the reward gather with a dummy tensor, and every process then raises at the same point (the original exception on
-the failing process, a ``RuntimeError`` naming it on the others) instead of hanging in the next collective.
+Every schedule (:mod:`sara_trl.trainer.collect`) records each scored rollout in a :class:`RolloutCache` (completion
+ids, vLLM sampling log-probs, the per-function reward row, its success label, ``log_extra`` columns, and what a
+``rollout_func``, TRL's tool loop or an environment produced beyond the completion: a :class:`Trajectory`), indexed
+by the step-local rollout id the allocation core uses, so the committed rollouts can later be *replayed* through
+TRL's unchanged scoring pipeline without generating, scoring or resetting an environment again. A reward pass is
+:func:`reward_pass` (TRL's ``_calculate_rewards``), its rows labelled by :func:`score_rewards`; a custom
+``rollout_func`` is called and checked by :func:`call_rollout_func`.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from accelerate.utils import gather_object
-from transformers.utils import logging
 
-from sara_trl.allocation import RoundOutcome
-from sara_trl.allocation.labels import SuccessRule, allocator_labels
-from sara_trl.trainer.distributed import (
-    match_reward_gather,
-    raise_if_any_failed,
-    split_round,
-)
-from sara_trl.trainer.environment import reset_environments, rollout_tools, uses_environments
+from sara_trl.allocation.labels import SuccessRule
 from sara_trl.trainer.trl import port
-
-logger = logging.get_logger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from sara_trl.trainer.hooks import RoundTrainer
 
-__all__ = ["RolloutCache", "Trajectory", "call_rollout_func", "keep_observations", "make_rollout_fn",
-           "make_success_rule", "reward_pass", "reward_score", "run_tool_loop", "score_rewards", "score_source",
-           "success_rule", "trainer_scores", "uses_tools"]
+__all__ = ["RolloutCache", "Trajectory", "call_rollout_func", "make_success_rule", "reward_pass", "reward_score",
+           "score_rewards", "score_source", "success_rule", "trainer_scores", "uses_tools"]
 
 # The keys every ``rollout_func`` output must hold (TRL's GRPO generation step); the others are extra fields.
 ROLLOUT_FUNC_KEYS = ("prompt_ids", "completion_ids", "logprobs")
@@ -490,266 +463,3 @@ def call_rollout_func(trainer: RoundTrainer, prompts: list) -> tuple[list, list,
 def uses_tools(trainer: RoundTrainer) -> bool:
     """Whether the trainer trains with ``tools=`` (TRL's GRPO tool loop runs in every round)."""
     return bool(getattr(trainer, "tools", None))
-
-
-class _CountingTools(dict):
-    """One rollout's synchronous tool dict for TRL's loop, counting its tool calls and failures as TRL counts them.
-
-    TRL's ``_tool_call_loop`` counts every call of type ``function`` and tests ``name in`` this dict exactly once
-    for each; a call fails when its tool raises or its name is in neither dict (TRL's "Tool ... not found").
-    """
-
-    def __init__(self, counter: _ToolCallCounter, index: int, tools: dict, async_names: set):
-        super().__init__(tools)
-        self._counter, self._index, self._async_names = counter, index, async_names
-
-    def __contains__(self, name) -> bool:
-        found = super().__contains__(name)
-        self._counter.calls[self._index] += 1
-        if not found and name not in self._async_names:
-            self._counter.failures[self._index] += 1
-        return found
-
-
-class _ToolCallCounter:
-    """Per-rollout tool dicts for one round of TRL's tool loop, with the tool calls and failures of each rollout
-    (TRL's loop returns only the batch's totals; SARA replays subsets of the rollouts)."""
-
-    def __init__(self, tools: list[list[Callable]]):
-        self.n, self.tools = len(tools), [list(t) for t in tools]
-        self.calls, self.failures = [0] * self.n, [0] * self.n
-
-    def _counted(self, tool: Callable, index: int) -> Callable:
-        failures = self.failures
-        if inspect.iscoroutinefunction(tool):
-            async def call_async(**kwargs):
-                try:
-                    return await tool(**kwargs)
-                except Exception:
-                    failures[index] += 1
-                    raise
-
-            return call_async
-
-        def call(**kwargs):
-            try:
-                return tool(**kwargs)
-            except Exception:
-                failures[index] += 1
-                raise
-
-        return call
-
-    def tool_dicts(self) -> tuple[list[dict], list[dict]]:
-        """``(sync, async)``: one ``{name: tool}`` dict per rollout each, as TRL's ``_sync_tool_dicts`` /
-        ``_async_tool_dicts`` (built as ``_generate_and_score_completions`` builds them: each rollout's standalone
-        tools, then its environment's methods)."""
-        sync_dicts, async_dicts = [], []
-        for i, tools in enumerate(self.tools):
-            async_names = {tool.__name__ for tool in tools if inspect.iscoroutinefunction(tool)}
-            sync = {tool.__name__: self._counted(tool, i) for tool in tools if not inspect.iscoroutinefunction(tool)}
-            async_dicts.append({tool.__name__: self._counted(tool, i) for tool in tools
-                                if inspect.iscoroutinefunction(tool)})
-            sync_dicts.append(_CountingTools(self, i, sync, async_names))
-        return sync_dicts, async_dicts
-
-
-def run_tool_loop(
-    trainer: RoundTrainer, prompts: list, prompt_ids: list[list[int]], completion_ids: list[list[int]],
-    completions: list, logprobs: list | None, images: Any, multimodal_fields: dict,
-) -> tuple[list[list[int]], list | None, list, list[Trajectory]]:
-    """TRL's multi-turn tool loop (the port's ``run_tool_call_loop``) over one round's first generation.
-
-    As TRL's ``_generate_and_score_completions`` does before it generates, one tool dict per rollout is built (the
-    standalone ``tools``, then the methods of the rollout's environment instance with ``environment_factory``,
-    :func:`~sara_trl.trainer.environment.rollout_tools`; each counts its rollout's tool calls and failures),
-    then TRL's loop runs the tool calls, appends their output and generates again through ``_generate_single_turn``
-    (one completion per rollout, all rollouts still calling tools in one batch), up to
-    ``max_tool_calling_iterations``.
-
-    Parameters
-    ----------
-    prompts : list
-        The round's prompts (copied: TRL's loop appends to them).
-    prompt_ids, completion_ids : list of list of int
-        TRL's tokenization of the prompts and the first generation's completions.
-    completions : list
-        The first generation decoded as TRL's ``_generate`` decodes it (``parse_response``, which finds tool calls).
-    logprobs : list or None
-        The first generation's sampling log-probs (vLLM), or None.
-    images, multimodal_fields
-        As ``_tokenize_prompts`` returned them.
-
-    Returns
-    -------
-    completion_ids : list of list of int
-        The whole trajectories (model turns and tool output), one per rollout.
-    logprobs : list or None
-        Their sampling log-probs (0.0 on tool tokens, as TRL's loop fills them), or None.
-    completions : list
-        The trajectories as messages (what the reward functions receive).
-    trajectories : list of Trajectory
-        One per rollout: its prompt ids, first-generation ids, ``tool_mask`` (as ``env_mask``), messages and tool call
-        and failure counts.
-    """
-    n = len(prompts)
-    counter = _ToolCallCounter(rollout_tools(trainer, n))
-    turn_ids = [list(ids) for ids in completion_ids]
-    logprobs = None if logprobs is None else [list(lps) for lps in logprobs]
-    tool_mask, completions, completion_ids, logprobs, calls, failures, _ = port.run_tool_call_loop(
-        trainer, counter.tool_dicts(), copy.deepcopy(prompts), prompt_ids, [list(ids) for ids in completion_ids],
-        completions, logprobs, images, multimodal_fields)
-    if (sum(counter.calls), sum(counter.failures)) != (calls, failures):  # pragma: no cover - see _ToolCallCounter
-        # Calls of a type other than "function" never reach the dicts; TRL counts each as a failed call and answers
-        # with an "Unsupported tool call type" error message (unless rolled back as overlong).
-        for i, messages in enumerate(completions):
-            unsupported = sum(1 for m in messages if m.get("role") == "tool"
-                              and str(m.get("content", "")).startswith("{'error': 'Unsupported tool call type"))
-            counter.calls[i] += unsupported
-            counter.failures[i] += unsupported
-        if (sum(counter.calls), sum(counter.failures)) != (calls, failures):
-            logger.warning(
-                f"TRL's tool loop counted {calls} tool calls ({failures} failed); SARA attributed "
-                f"{sum(counter.calls)} ({sum(counter.failures)}) to single rollouts, so the replayed tools/* metrics "
-                "may differ slightly from TRL's for this round.")
-    trajectories = [
-        Trajectory(prompt_ids=list(prompt_ids[i]), env_mask=list(tool_mask[i]), turn_ids=turn_ids[i],
-                   messages=copy.deepcopy(completions[i]), tool_calls=counter.calls[i],
-                   tool_failures=counter.failures[i])
-        for i in range(n)
-    ]
-    return [list(ids) for ids in completion_ids], logprobs, completions, trajectories
-
-
-def keep_observations(trajectories: list[Trajectory] | None, prompt_ids: list[list[int]],
-                      observations: list) -> list[Trajectory]:
-    """Each rollout's trajectory with the observation its environment's ``reset`` returned (a new trajectory holding
-    only the prompt ids and the observation for an environment without tools, where TRL runs no tool loop).
-
-    Parameters
-    ----------
-    trajectories : list of Trajectory or None
-        ``(N,)`` the tool loop's records, or None without tools.
-    prompt_ids : list of list of int
-        ``(N,)`` TRL's tokenization of the prompts (observation appended).
-    observations : list
-        ``(N,)`` what each ``reset`` returned.
-
-    Returns
-    -------
-    list of Trajectory
-        ``(N,)``.
-    """
-    if trajectories is None:
-        trajectories = [Trajectory(prompt_ids=list(ids)) for ids in prompt_ids]
-    for trajectory, observation in zip(trajectories, observations):
-        trajectory.observation = copy.deepcopy(observation)
-    return trajectories
-
-
-def make_rollout_fn(
-    trainer: RoundTrainer, cache: RolloutCache, on_round: Callable[[int, int, np.ndarray], None] | None = None
-) -> Callable[[np.ndarray, np.ndarray], RoundOutcome]:
-    """Build the step's ``rollout_fn`` (see :class:`sara_trl.allocation.types.RolloutFn`).
-
-    Parameters
-    ----------
-    trainer : RoundTrainer
-        A SARA trainer in training mode; only the members of :class:`sara_trl.trainer.hooks.RoundTrainer` are used
-        (the hooks ``_sara_row``, ``_sara_generate_round``, ``_sara_decode`` and TRL's ``_tokenize_prompts``,
-        ``_calculate_rewards`` and ``_pending_extra_logs``).
-    cache : RolloutCache
-        Receives every rollout's completion ids, log-probs, rewards and labels.
-    on_round : callable, optional
-        Called after each round with ``(round_number, rollouts_in_round, success_labels)`` (progress display).
-
-    Returns
-    -------
-    callable
-        ``rollout_fn(prompt_ids (P,) int64, counts (P,) int64) -> RoundOutcome`` with ``counts.sum()`` outcomes in
-        prompt-major order. It raises ``ValueError`` on an empty request, and on malformed outcomes (via
-        :class:`~sara_trl.allocation.RoundOutcome`), and propagates any error of generation or of a reward function;
-        with several processes, such an error on one process makes every process raise in the same round (see
-        :func:`sara_trl.trainer.distributed.raise_if_any_failed`).
-    """
-    accelerator = trainer.accelerator
-    world, rank = accelerator.num_processes, accelerator.process_index
-    rule = success_rule(trainer)
-    custom = getattr(getattr(trainer, "sara", None), "rollout_func", None) is not None
-    tools = uses_tools(trainer)
-    environments = uses_environments(trainer)
-    round_number = 0
-
-    def rollout_fn(prompt_ids: np.ndarray, counts: np.ndarray) -> RoundOutcome:
-        nonlocal round_number
-        round_number += 1
-        prompt_ids = np.asarray(prompt_ids, dtype=np.int64)
-        counts = np.asarray(counts, dtype=np.int64)
-        requests = np.repeat(prompt_ids, counts)  # prompt-major: counts[0] copies of prompt 0, then ...
-        total = len(requests)
-        if total == 0:
-            raise ValueError("rollout_fn was asked for 0 rollouts; the allocator must request at least one")
-        local, per_rank = split_round(requests, world, rank)  # >= 1 row on every process, equal counts
-
-        error = None
-        try:
-            rows = [trainer._sara_row(int(pid)) for pid in local]
-            prompts = [row["prompt"] for row in rows]
-            trajectories = None
-            if custom:  # the user's rollout_func generates the round; its extra fields join the rows (as in TRL)
-                prompt_token_ids, completion_ids, logprobs, trajectories = call_rollout_func(trainer, prompts)
-                rows = [{**row, **t.fields} for row, t in zip(rows, trajectories)]
-                completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
-            else:
-                observations = None
-                if environments:  # as TRL: draw an instance per rollout, reset it with the row, append the observation
-                    prompts, observations = reset_environments(trainer, rows, prompts)
-                    cache.env_resets += per_rank * world
-                prompt_token_ids, images, multimodal_fields = port.tokenize_prompts(trainer, prompts)
-                completion_ids, logprobs = trainer._sara_generate_round(prompt_token_ids, images, multimodal_fields)
-                completion_ids = [list(ids) for ids in completion_ids]
-                completions = trainer._sara_decode(prompts, prompt_token_ids, completion_ids)
-                if tools:  # TRL's tool loop turns each first generation into a whole trajectory
-                    completion_ids, logprobs, completions, trajectories = run_tool_loop(
-                        trainer, prompts, prompt_token_ids, completion_ids, completions, logprobs, images,
-                        multimodal_fields)
-                if observations is not None:
-                    trajectories = keep_observations(trajectories, prompt_token_ids, observations)
-
-            # ONE reward pass over this round's rollouts. TRL's `_calculate_rewards` gathers over processes, so
-            # every process receives all (per_rank * world, F) rows in global request order.
-            rewards, extra = reward_pass(trainer, rows, prompts, completions, completion_ids)
-        except Exception as exc:  # a failure on one process must fail the step everywhere, not hang the others
-            if world == 1:
-                raise
-            error = exc
-            match_reward_gather(accelerator, per_rank, len(trainer.reward_funcs))
-        if world > 1:
-            raise_if_any_failed(accelerator, error, f"SARA round {round_number} (generation and rewards)")
-
-        if world > 1:
-            gathered = gather_object([(ids, lps, t) for ids, lps, t in zip(
-                completion_ids, logprobs or [None] * len(rows), trajectories or [None] * len(rows))])
-            all_ids = [item[0] for item in gathered][:total]
-            all_lps = [item[1] for item in gathered][:total]
-            all_trajectories = [item[2] for item in gathered][:total]
-            columns = {}
-            for name in sorted(set(gather_object(list(extra)))):
-                values = extra.get(name, [])
-                values = values if len(values) == len(rows) else [None] * len(rows)
-                columns[name] = gather_object(values)[:total]
-        else:
-            all_ids = completion_ids
-            all_lps = list(logprobs) if logprobs is not None else [None] * total
-            all_trajectories = trajectories
-            columns = {name: values for name, values in extra.items() if len(values) == total}
-
-        # raises on the first step if the scores are not success labels (see SuccessRule)
-        rewards, score, labels = score_rewards(trainer, rewards, total)
-        decide_on = allocator_labels(score, counts, rule.threshold, trainer.args.ds_filter)
-        tokens = cache.append(all_ids, all_lps, rewards, labels, [round_number] * total, columns, all_trajectories)
-        if on_round is not None:
-            on_round(round_number, total, labels)
-        return RoundOutcome(success=decide_on, tokens=tokens)
-
-    return rollout_fn

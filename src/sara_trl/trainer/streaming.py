@@ -31,9 +31,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from accelerate.utils import gather_object
 
 from sara_trl.allocation import StepResult, merge_step_results
 from sara_trl.allocation.event_loop import Finished, Scorer, StreamingEngine, StreamRun, drive_streaming_engine
+from sara_trl.trainer.distributed import match_reward_gather, raise_if_any_failed
 from sara_trl.trainer.environment import uses_environments
 from sara_trl.trainer.rollout import RolloutCache, reward_pass, score_rewards
 from sara_trl.trainer.trl import port
@@ -199,8 +201,6 @@ def gather_streaming_step(accelerator: Any, result: StepResult | None, num_rollo
         ``error`` itself on the failing process; a ``RuntimeError`` naming it on the others (every process raises at
         the same point instead of one waiting forever for the others).
     """
-    from accelerate.utils import gather_object
-
     report = None if error is None else f"{type(error).__name__}: {error}"
     items = gather_object([(accelerator.process_index, report, result, num_rollouts, payload)])
     items.sort(key=lambda item: item[0])
@@ -256,48 +256,60 @@ def default_max_in_flight(groups: int, k: int, max_num_seqs: int | None) -> int:
 
 # ------------------------------------------------------------------------------------------------------------ trainer
 class TrainerScorer:
-    """:class:`Scorer` through the trainer's own decoding and reward functions, filling a rollout cache.
+    """:class:`Scorer` through the trainer's own decoding and reward functions, filling a rollout cache: the one scorer
+    of every schedule (rounds on the batch engine, overlapped rounds and streaming on the request engine).
 
-    Each reward pass's completions (a window of engine steps, see :func:`drive_streaming_engine`; on the scoring
-    thread when the passes overlap generation) are decoded as the base's ``_generate`` decodes them
-    (``_sara_decode``) and scored in ONE call of TRL's ``_calculate_rewards`` (locally, see
-    the port's ``local_reward_pass``); labels come from the reward rows as in the round path (threshold on the weighted
-    sum, or the function named by ``success_reward_func``). The recorded completions go to ``cache`` with their ids,
-    log-probs, reward rows, labels and ``log_extra`` columns, exactly as
-    :func:`~sara_trl.trainer.rollout.make_rollout_fn` stores a round's (round index 0: there are no rounds).
+    Each reward pass's completions (a round, or a window of engine steps, see :func:`drive_streaming_engine`; on the
+    scoring thread when the passes overlap generation) are scored in ONE call of TRL's ``_calculate_rewards``
+    (:func:`~sara_trl.trainer.rollout.reward_pass`); labels come from the reward rows (threshold on the weighted sum,
+    or the function named by ``success_reward_func``, :func:`~sara_trl.trainer.rollout.score_rewards`). A completion
+    with a record (:class:`~sara_trl.trainer.trajectory.ChainRecord`: a round's, or a multi-turn chain's) reaches the
+    reward functions as its record says (its prompt, its completion or messages, its environment instance, a
+    ``rollout_func``'s extra fields merged into its row); one without is decoded as the base's ``_generate`` decodes
+    it (``_sara_decode``). The recorded completions go to ``cache`` (:meth:`RolloutCache.append`) with their ids,
+    log-probs, reward rows, labels, ``log_extra`` columns and trajectories.
 
     Parameters
     ----------
-    trainer : RoundTrainer
+    trainer : SaraTrainerBase
         The SARA trainer (training mode).
     cache : RolloutCache
         Receives the recorded rollouts.
     prompt_tokens : callable
         ``prompt_tokens(prompt_id) -> list of int`` (the ids the engine received; some decoders need them).
     round_of : callable, optional
-        ``round_of(request id) -> int``, the round a request belongs to (rounds through the event loop,
-        :meth:`RoundCollector.round_of`); None: 0 (streaming has no rounds).
+        ``round_of(request id) -> int``, the round a request belongs to (:meth:`RoundCollector.round_of`); None: 0
+        (streaming has no rounds).
     chains : TrajectoryEngine, optional
-        Multi-turn rollouts (``tools``, ``environment_factory``): the engine whose finished requests carry a
-        :class:`~sara_trl.trainer.trajectory.ChainRecord`. Their completions are the trajectories' messages, the
-        reward functions receive the prompts the rollouts were generated from and their environment instances
-        (``trainer.environments``), the cache keeps their trajectories; after each pass the engine releases the
-        recorded rollouts' environments and forgets the others (surplus).
+        Streaming multi-turn rollouts: the engine whose finished chains the scorer hands back after each pass (the
+        recorded ones released, the others forgotten: surplus).
+    lockstep : RoundEngine, optional
+        Rounds on the batch engine: each process scores its own share of the round (:attr:`RoundEngine.local`,
+        padding copies included) and TRL's reward gather gives every process the round's rows, in request order; a
+        reward function's failure on one process is raised on every process at one exchange
+        (:func:`~sara_trl.trainer.distributed.raise_if_any_failed`). None: this process scores what it finished
+        (the port's ``local_reward_pass``).
+    on_pass : callable, optional
+        ``on_pass(rollouts, labels)`` after each reward pass (the round's progress line).
     """
 
     def __init__(self, trainer: SaraTrainerBase, cache: RolloutCache, prompt_tokens: Callable[[int], list[int]],
-                 round_of: Callable[[int], int] | None = None, chains: Any = None):
+                 round_of: Callable[[int], int] | None = None, chains: Any = None, lockstep: Any = None,
+                 on_pass: Callable[[int, Any], None] | None = None):
         self._trainer, self._cache, self._prompt_tokens = trainer, cache, prompt_tokens
-        self._round_of, self._chains = round_of, chains
+        self._round_of, self._chains, self._lockstep, self._on_pass = round_of, chains, lockstep, on_pass
         self._pending: deque = deque()  # scored passes awaiting keep(), oldest first (see drive_streaming_engine)
         self.scored = 0
 
-    def score(self, prompt_ids: list[int], batch: list[Finished]):
-        """One reward pass: ``(len,)`` success labels, or ``(labels, scores)`` with ``ds_filter="score"``."""
+    def _inputs(self, prompt_ids: list[int], batch: list[Finished]) -> tuple[list, list, list, list]:
+        """The reward functions' rows, prompts, completions and completion ids of ``batch``; with environments,
+        ``trainer.environments`` set to the completions' instances."""
         trainer = self._trainer
         rows = [trainer._sara_row(int(pid)) for pid in prompt_ids]
         completion_ids = [list(done.completion_ids) for done in batch]
-        if self._chains is not None:  # whole trajectories: as TRL's tool loop leaves them
+        if all(done.record is not None for done in batch):
+            rows = [{**row, **done.record.trajectory.fields} if done.record.trajectory is not None else row
+                    for row, done in zip(rows, batch)]
             prompts = [done.record.prompt for done in batch]
             completions = [done.record.completion for done in batch]
             if uses_environments(trainer):
@@ -306,12 +318,47 @@ class TrainerScorer:
             prompts = [row["prompt"] for row in rows]
             completions = trainer._sara_decode(prompts, [self._prompt_tokens(pid) for pid in prompt_ids],
                                                completion_ids)
-        rewards, extra = reward_pass(trainer, rows, prompts, completions, completion_ids, local=True)
+        return rows, prompts, completions, completion_ids
+
+    def _round_pass(self, count: int) -> tuple[torch.Tensor, dict[str, list]]:
+        """Lock-step: this process's share of the round through TRL's gathering reward pass; ``(per_rank * W, F)``
+        reward rows in request order (padding last) and every process's ``log_extra`` columns, cut to the round's
+        ``count`` requests."""
+        trainer, engine = self._trainer, self._lockstep
+        accelerator = trainer.accelerator
+        world = accelerator.num_processes
+        error = None
+        try:
+            rewards, extra = reward_pass(trainer, *self._inputs([pid for pid, _ in engine.local],
+                                                                [done for _, done in engine.local]))
+        except Exception as exc:  # a failure on one process must fail the round everywhere, not hang the others
+            if world == 1:
+                raise
+            error = exc
+            match_reward_gather(accelerator, engine.per_rank, len(trainer.reward_funcs))
+        raise_if_any_failed(accelerator, error, f"SARA round {engine.rounds} (rewards)")
+        if world == 1:
+            return rewards, extra
+        columns = {}
+        for name in sorted(set(gather_object(list(extra)))):
+            values = extra.get(name, [])
+            columns[name] = gather_object(values if len(values) == engine.per_rank else [None] * engine.per_rank)
+        return rewards, {name: values[:count] for name, values in columns.items()}
+
+    def score(self, prompt_ids: list[int], batch: list[Finished]):
+        """One reward pass: ``(len,)`` success labels, or ``(labels, scores)`` with ``ds_filter="score"``."""
+        trainer = self._trainer
+        if self._lockstep is not None:
+            rewards, extra = self._round_pass(len(batch))
+        else:
+            rewards, extra = reward_pass(trainer, *self._inputs(prompt_ids, batch), local=True)
         # the first step checks the scores' scale (SuccessRule)
         rewards, score, labels = score_rewards(trainer, rewards, len(batch))
         columns = {name: values for name, values in extra.items() if len(values) == len(batch)}
         self._pending.append((batch, rewards, labels, columns))
         self.scored += len(batch)
+        if self._on_pass is not None:
+            self._on_pass(len(batch), labels)
         if trainer.args.ds_filter == "score":  # DS decides a full group on its scores' spread
             return labels, score
         return labels
@@ -329,4 +376,4 @@ class TrainerScorer:
             rewards[torch.as_tensor(positions)], labels[positions],
             [0 if self._round_of is None else self._round_of(batch[i].rid) for i in positions],
             {name: [values[i] for i in positions] for name, values in columns.items()},
-            None if self._chains is None else [batch[i].record.trajectory for i in positions])
+            [None if batch[i].record is None else batch[i].record.trajectory for i in positions])

@@ -1,9 +1,11 @@
-"""Streaming collection of multi-turn rollouts (``tools=``, ``environment_factory``): one request chain per rollout.
+"""Multi-turn rollouts (``tools=``, ``environment_factory``): one request chain per rollout, the one multi-turn path
+of every schedule.
 
-In rounds, a round's first generation goes through TRL's batch tool loop (:func:`~sara_trl.trainer.rollout.
-run_tool_loop`). In streaming there is no batch: each rollout is a chain of engine requests, and the collector sees
-only the whole trajectory. :class:`TrajectoryEngine` is a :class:`~sara_trl.allocation.event_loop.StreamingEngine`
-over the request-level engine (:class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`) that does, per rollout,
+Each rollout is a chain of engine requests, and the collector sees only the whole trajectory.
+:class:`TrajectoryEngine` is a :class:`~sara_trl.allocation.event_loop.StreamingEngine` over a turn-level engine
+(streaming: the colocated vLLM engine, :class:`~sara_trl.trainer.streaming.VLLMStreamingEngine`; rounds: the batch
+engine, :class:`~sara_trl.trainer.round_engine.GenerateEngine`, whose step generates every queued turn in one TRL
+generation call, as TRL's batch tool loop regenerates every rollout still calling tools) that does, per rollout,
 what TRL's ``GRPOTrainer`` does per batch:
 
 1. **Start** (``add_prompt``): with ``environment_factory``, lease an instance of the row's environment from TRL's
@@ -42,6 +44,8 @@ posterior assumes; every chain is its own sequence of requests from the prompt.
 from __future__ import annotations
 
 import copy
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +58,7 @@ from sara_trl.trainer.environment import (
     uses_environments,
 )
 from sara_trl.trainer.metrics import TOOL_UNITS
-from sara_trl.trainer.rollout import Trajectory, _ToolCallCounter, uses_tools
+from sara_trl.trainer.rollout import Trajectory, uses_tools
 from sara_trl.trainer.trl import port
 
 if TYPE_CHECKING:
@@ -63,22 +67,85 @@ if TYPE_CHECKING:
 __all__ = ["ChainRecord", "TrajectoryEngine", "streams_trajectories"]
 
 
-
 def streams_trajectories(trainer: SaraTrainerBase) -> bool:
-    """Whether a streaming step runs each rollout as a request chain (``tools=`` or ``environment_factory``)."""
+    """Whether each rollout runs as a request chain (``tools=`` or ``environment_factory``)."""
     return uses_tools(trainer) or uses_environments(trainer)
+
+
+
+class _CountingTools(dict):
+    """One rollout's synchronous tool dict for TRL's loop, counting its tool calls and failures as TRL counts them.
+
+    TRL's ``_tool_call_loop`` counts every call of type ``function`` and tests ``name in`` this dict exactly once
+    for each; a call fails when its tool raises or its name is in neither dict (TRL's "Tool ... not found").
+    """
+
+    def __init__(self, counter: _ToolCallCounter, index: int, tools: dict, async_names: set):
+        super().__init__(tools)
+        self._counter, self._index, self._async_names = counter, index, async_names
+
+    def __contains__(self, name) -> bool:
+        found = super().__contains__(name)
+        self._counter.calls[self._index] += 1
+        if not found and name not in self._async_names:
+            self._counter.failures[self._index] += 1
+        return found
+
+
+class _ToolCallCounter:
+    """Per-rollout tool dicts for one round of TRL's tool loop, with the tool calls and failures of each rollout
+    (TRL's loop returns only the batch's totals; SARA replays subsets of the rollouts)."""
+
+    def __init__(self, tools: list[list[Callable]]):
+        self.n, self.tools = len(tools), [list(t) for t in tools]
+        self.calls, self.failures = [0] * self.n, [0] * self.n
+
+    def _counted(self, tool: Callable, index: int) -> Callable:
+        failures = self.failures
+        if inspect.iscoroutinefunction(tool):
+            async def call_async(**kwargs):
+                try:
+                    return await tool(**kwargs)
+                except Exception:
+                    failures[index] += 1
+                    raise
+
+            return call_async
+
+        def call(**kwargs):
+            try:
+                return tool(**kwargs)
+            except Exception:
+                failures[index] += 1
+                raise
+
+        return call
+
+    def tool_dicts(self) -> tuple[list[dict], list[dict]]:
+        """``(sync, async)``: one ``{name: tool}`` dict per rollout each, as TRL's ``_sync_tool_dicts`` /
+        ``_async_tool_dicts`` (built as ``_generate_and_score_completions`` builds them: each rollout's standalone
+        tools, then its environment's methods)."""
+        sync_dicts, async_dicts = [], []
+        for i, tools in enumerate(self.tools):
+            async_names = {tool.__name__ for tool in tools if inspect.iscoroutinefunction(tool)}
+            sync = {tool.__name__: self._counted(tool, i) for tool in tools if not inspect.iscoroutinefunction(tool)}
+            async_dicts.append({tool.__name__: self._counted(tool, i) for tool in tools
+                                if inspect.iscoroutinefunction(tool)})
+            sync_dicts.append(_CountingTools(self, i, sync, async_names))
+        return sync_dicts, async_dicts
 
 
 @dataclass
 class ChainRecord:
-    """What a finished chain hands the scorer besides its ids and log-probs.
+    """What a finished rollout hands the scorer besides its ids and log-probs (a chain's, or a round's on the batch
+    engine, :class:`~sara_trl.trainer.round_engine.GenerateEngine`).
 
     Attributes
     ----------
-    trajectory : Trajectory
-        What the rollout cache keeps (prompt ids, ``tool_mask`` as ``env_mask``, first-turn ids, messages, tool call
-        and failure counts, the environment's observation), as :func:`~sara_trl.trainer.rollout.run_tool_loop` and
-        :func:`~sara_trl.trainer.rollout.keep_observations` build it in rounds.
+    trajectory : Trajectory or None
+        What the rollout cache keeps beyond the completion: a chain's prompt ids, ``tool_mask`` as ``env_mask``,
+        first-turn ids, messages, tool call and failure counts and the environment's observation; a ``rollout_func``'s
+        prompt ids, ``env_mask`` and extra fields; None for a plain completion.
     prompt : list
         The prompt the rollout was generated from (the observation appended), what the reward functions receive.
     completion : list
@@ -89,7 +156,7 @@ class ChainRecord:
         ``environment_factory``.
     """
 
-    trajectory: Trajectory
+    trajectory: Trajectory | None
     prompt: list
     completion: list
     environment: Any = None
@@ -300,9 +367,8 @@ class TrajectoryEngine:
         return ids
 
     def _trajectory(self, chain: _Chain) -> Trajectory:
-        """The cache's record, as rounds build it: the tool loop's (:func:`~sara_trl.trainer.rollout.run_tool_loop`)
-        with tools, else only the prompt ids and the observation
-        (:func:`~sara_trl.trainer.rollout.keep_observations`)."""
+        """The cache's record: with tools, what TRL's tool loop leaves (``tool_mask``, first-turn ids, messages, tool
+        call and failure counts); else only the prompt ids and the environment's observation."""
         if not self._tools:
             return Trajectory(prompt_ids=list(chain.prompt_ids), observation=copy.deepcopy(chain.observation))
         return Trajectory(prompt_ids=list(chain.prompt_ids), env_mask=list(chain.tool_mask), turn_ids=chain.turn_ids,

@@ -42,7 +42,7 @@ __all__ = [
     "captured_extra_logs", "checkpoint_folder", "colocate_sampling_params", "env_tools", "environment_pool",
     "grpo_decode", "grpo_generate_round", "has_tool_loop", "is_vlm", "local_reward_pass", "log_completion_extra",
     "metrics", "multi_environment", "parse_turn", "replaced_environment_pool", "rloo_decode", "rloo_generate_round",
-    "run_tool_call_loop", "sampled_logprobs", "set_batch_environments", "standalone_tools", "sync_weights_once",
+    "sampled_logprobs", "set_batch_environments", "standalone_tools", "sync_weights_once",
     "tokenize_prompts", "tokenizer", "tool_turn", "trainer_name", "trl_paper", "trl_refuses_dataset", "vllm_awake",
 ]
 
@@ -398,18 +398,6 @@ def vllm_awake(trainer: Any) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------------------ tools
-def run_tool_call_loop(trainer: Any, tool_dicts: tuple[list, list], prompts: list, prompt_ids: list[list[int]],
-                       completion_ids: list[list[int]], completions: list, logprobs: list | None, images: Any,
-                       multimodal_fields: dict) -> tuple:
-    """TRL's multi-turn tool loop (``GRPOTrainer._tool_call_loop``) over one batch's first generation, with the
-    per-rollout ``(sync, async)`` tool dicts set as TRL's ``_generate_and_score_completions`` sets them
-    (``_sync_tool_dicts``, ``_async_tool_dicts``). Returns TRL's 7-tuple ``(tool_mask, completions, completion_ids,
-    logprobs, tool_call_count, tool_failure_count, tool_images)``."""
-    trainer._sync_tool_dicts, trainer._async_tool_dicts = tool_dicts
-    return trainer._tool_call_loop(prompts, prompt_ids, completion_ids, completions, logprobs, images,
-                                   multimodal_fields)
-
-
 class _Regenerate(Exception):
     """Raised in place of TRL's regeneration call inside :func:`tool_turn`; carries the ids TRL would generate from."""
 
