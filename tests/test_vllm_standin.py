@@ -95,17 +95,21 @@ def inject(trainer, engine):
 
 
 def record_requests(trainer) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every round's request (prompt ids, counts), as the allocator's strategy yields it to the round collector."""
     requests = []
-    collect = trainer.sara_allocator.collect
+    round_steps = trainer.sara_allocator.round_steps
 
-    def recording_collect(rollout_fn, stream, num_groups):
-        def recording(prompt_ids, counts):
-            requests.append((np.array(prompt_ids), np.array(counts)))
-            return rollout_fn(prompt_ids, counts)
+    def recording(stream, num_groups):
+        steps = round_steps(stream, num_groups)
+        try:
+            request = next(steps)
+            while True:
+                requests.append((request.prompt_ids.copy(), request.counts.copy()))
+                request = steps.send((yield request))
+        except StopIteration as stop:
+            return stop.value
 
-        return collect(recording, stream, num_groups)
-
-    trainer.sara_allocator.collect = recording_collect
+    trainer.sara_allocator.round_steps = recording
     return requests
 
 
