@@ -617,7 +617,7 @@ def test_two_processes_stream_multi_turn(run, two_process_stream_runs):
     rank0, rank1 = (r["runs"][run] for r in two_process_stream_runs)
     k, groups = 4, 2  # per process: B / 2 = 2 groups of k rows
     assert (rank0["num_generations"], rank0["generation_batch_size"]) == (k, 2 * groups * k)
-    assert rank0["rounds"] == rank1["rounds"] == []  # streaming: no rollout_fn rounds
+    assert rank0["rounds"] == rank1["rounds"] == []  # streaming: no round on the batch engine
     assert len(rank0["batches"]) == len(rank1["batches"]) == 2
     for b0, b1 in zip(rank0["batches"], rank1["batches"]):
         assert group_view(b0) == group_view(b1)

@@ -9,6 +9,8 @@ this module holds the engine the trainer drives and the scorer through the train
   (the port's ``colocate_sampling_params``, sampled-token log-probs included), ``add_request`` / ``step`` /
   ``abort_request``. Outputs are requested as deltas, so the tokens of an aborted request are known exactly.
 - Any object with the same three methods (:class:`StreamingEngine`) can stand in for it (the tests script one).
+- :class:`TrainerScorer` is the one scorer of every schedule: streaming and overlapped rounds here, and the rounds
+  of the batch engine (:mod:`sara_trl.trainer.round_engine`) in lock-step over the processes.
 
 The loop itself, and how reward passes overlap generation (``streaming_reward_lag``), is
 :mod:`sara_trl.allocation.event_loop` (torch-free, shared with the simulator and the benchmarks); this module
